@@ -1,0 +1,1 @@
+"""Complete, runnable examples: each a TrainModule plus its config in conf/recipe/."""

@@ -1,0 +1,92 @@
+"""Hydra glue: build a Trainer and a TrainModule from the composed config, resolved once.
+
+Without a launcher, ``train.py`` runs Hydra once; ``Trainer.fit`` then spawns the workers, which
+receive the already built objects (Hydra never runs in them). Under torchrun / srun every rank
+runs ``train.py``, so only rank 0 runs Hydra (one run directory, one ``.hydra/``, one
+``${now:}``); it sends each job's resolved config to the other ranks, which wait in
+``follow_rank_zero``. That also makes multirun (``-m``) work under a launcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+
+from trainer import distributed
+from trainer.launch import detect_environment, strip_local_rank_argument
+
+log = logging.getLogger(__name__)
+
+# Trainer arguments that live outside the ``trainer`` config node.
+_DATA_KEYS = ("batch_size", "global_batch_size", "num_workers", "pin_memory", "drop_last")
+
+
+def build(config: dict, run_dir: str) -> tuple[Any, Any]:
+    """``(trainer, module)`` from a resolved config dict (the same on every rank)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from trainer.trainer import Trainer
+
+    cfg = OmegaConf.create(config)
+    module = instantiate(cfg.module)
+    strategy = instantiate(cfg.strategy)
+    trainer_args = OmegaConf.to_container(cfg.trainer)
+    data_args = {k: cfg.data[k] for k in _DATA_KEYS if k in cfg.data}
+    trainer = Trainer(strategy=strategy, run_dir=run_dir, config=config, **trainer_args, **data_args)
+    return trainer, module
+
+
+def run_job(cfg: Any) -> dict[str, float] | None:
+    """The Hydra task: resolve the config once, share it with the other ranks, fit."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    run_dir = HydraConfig.get().runtime.output_dir
+    if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
+        distributed.broadcast_object(("job", config, run_dir))
+    trainer, module = build(config, run_dir)
+    return trainer.fit(module)
+
+
+def follow_rank_zero() -> None:
+    """Non-zero ranks under a launcher: run each job rank 0 sends until it says stop."""
+    while True:
+        message = distributed.broadcast_object(None)
+        if message[0] == "stop":
+            if message[1]:
+                sys.exit(1)  # rank 0 failed (e.g. a bad override) and printed why
+            return
+        _, config, run_dir = message
+        trainer, module = build(config, run_dir)
+        trainer.fit(module)
+
+
+def main(hydra_task: Callable[[], Any]) -> None:
+    """Entry point for ``train.py``: ``hydra_task`` is the ``@hydra.main`` function."""
+    sys.argv = strip_local_rank_argument(sys.argv)
+    env = detect_environment()
+    if not (env.external and env.distributed):
+        hydra_task()
+        return
+    # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
+    # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    distributed.init_process_group(env, backend, timedelta(minutes=30))
+    try:
+        if env.rank != 0:
+            follow_rank_zero()
+            return
+        failed = True
+        try:
+            hydra_task()
+            failed = False
+        finally:
+            distributed.broadcast_object(("stop", failed))
+    finally:
+        distributed.destroy_process_group()

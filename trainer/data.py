@@ -1,0 +1,189 @@
+"""Which samples each rank loads: the global-batch-invariant plan, seeding and loaders.
+
+Invariant (DESIGN.md #1): the samples of global step k depend only on the seed, the epoch and k.
+The epoch's order is one permutation drawn from ``(seed, epoch)``; global step k takes the next
+``global_batch_size`` samples of it, and only then are they dealt out to micro-steps and ranks.
+So one process with batch 32, two ranks with batch 16, or two ranks with 4 x 4 accumulation
+all see the same 32 samples at step k, and the trainer weights every micro-batch by its share
+of the global batch so the gradient is that of the global batch's mean loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from several parts, stable across processes and Python versions
+    (``hash()`` is salted per process, so it cannot be used here)."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy (if installed) and torch (CPU and CUDA)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (1 << 32))
+    except ImportError:  # NumPy is optional
+        pass
+
+
+def _seed_dataloader_worker(worker_id: int) -> None:
+    # torch already gives each worker initial_seed = loader base seed + worker_id, and the loader's
+    # generator is seeded from (seed, epoch, rank); extend that seed to random and NumPy.
+    seed_everything(torch.initial_seed() % (1 << 63))
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One forward/backward on one rank: the sample indices to load and how many of them count.
+
+    ``num_real`` is 0 for a padding micro-batch (a rank with nothing left in a short last window
+    still runs a step so that every rank makes the same collectives; its loss weight is 0)."""
+
+    indices: tuple[int, ...]
+    num_real: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The micro-batches of one optimizer step on one rank, and the global batch's sample count."""
+
+    micro_batches: tuple[MicroBatch, ...]
+    global_count: int
+
+
+class GlobalBatchPlan:
+    """Deals an epoch's samples into global batches, micro-steps and ranks.
+
+    Args:
+        num_samples: length of the dataset.
+        micro_batch_size: samples per rank per forward (``data.batch_size``).
+        accumulate: micro-steps per optimizer step (``trainer.accumulate_grad_batches``).
+        world_size: data-parallel ranks.
+        seed: base seed; epoch e is shuffled with ``derive_seed(seed, "epoch", e)``.
+        shuffle: draw a new permutation each epoch (False: dataset order).
+        drop_last: drop a short last global batch instead of training on it.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        micro_batch_size: int,
+        accumulate: int,
+        world_size: int,
+        seed: int,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):
+        for name, value in (("micro_batch_size", micro_batch_size), ("accumulate", accumulate), ("world_size", world_size)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.num_samples = num_samples
+        self.micro_batch_size = micro_batch_size
+        self.accumulate = accumulate
+        self.world_size = world_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.global_batch_size = micro_batch_size * accumulate * world_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"the dataset has {num_samples} samples, fewer than one global batch of {self.global_batch_size} "
+                f"(batch_size {micro_batch_size} x accumulate {accumulate} x world size {world_size}) with drop_last"
+            )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        full, rest = divmod(self.num_samples, self.global_batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The sample order of an epoch: the same on every rank and for every world size."""
+        if not self.shuffle:
+            return list(range(self.num_samples))
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "epoch", epoch))
+        return torch.randperm(self.num_samples, generator=generator).tolist()
+
+    def global_batch(self, epoch: int, step: int, order: Sequence[int] | None = None) -> list[int]:
+        """The sample indices of global step ``step`` (0-based within the epoch)."""
+        order = self.epoch_order(epoch) if order is None else order
+        start = step * self.global_batch_size
+        return list(order[start : start + self.global_batch_size])
+
+    def layout(self, samples: Sequence[int]) -> list[list[list[int]]]:
+        """Deal one global batch into ``[micro_step][rank] -> indices``.
+
+        A full batch gives every cell ``micro_batch_size`` samples. A short one uses only the
+        micro-steps it needs and spreads its samples evenly over those cells, so no cell is
+        empty unless there are fewer samples than ranks."""
+        per_micro_step = self.micro_batch_size * self.world_size
+        micro_steps = -(-len(samples) // per_micro_step)
+        cells = micro_steps * self.world_size
+        base, extra = divmod(len(samples), cells)
+        grid: list[list[list[int]]] = []
+        position = 0
+        for m in range(micro_steps):
+            row = []
+            for r in range(self.world_size):
+                size = base + (1 if m * self.world_size + r < extra else 0)
+                row.append(list(samples[position : position + size]))
+                position += size
+            grid.append(row)
+        return grid
+
+    def rank_steps(self, epoch: int, rank: int, start_step: int = 0) -> list[StepPlan]:
+        """Everything rank ``rank`` loads in ``epoch`` from ``start_step`` on, step by step."""
+        order = self.epoch_order(epoch)
+        plans = []
+        for step in range(start_step, self.steps_per_epoch):
+            samples = self.global_batch(epoch, step, order)
+            micro_batches = []
+            for row in self.layout(samples):
+                mine = row[rank]
+                # A padding micro-batch loads one real sample so the model runs, with weight 0.
+                micro_batches.append(MicroBatch(tuple(mine) if mine else (samples[0],), len(mine)))
+            plans.append(StepPlan(tuple(micro_batches), len(samples)))
+        return plans
+
+
+def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[list[int]]:
+    """Rank ``rank``'s validation batches: every sample exactly once over all ranks, no padding
+    (padding with duplicates, as DistributedSampler does, would skew the metrics)."""
+    mine = list(range(rank, num_samples, world_size))
+    return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def build_loader(
+    dataset: Dataset,
+    batches: Sequence[Sequence[int]],
+    collate_fn: Callable[[list], Any],
+    num_workers: int,
+    pin_memory: bool,
+    seed: int,
+) -> DataLoader:
+    """A DataLoader that loads exactly ``batches`` (lists of indices) in order."""
+    if isinstance(dataset, IterableDataset):
+        raise TypeError(
+            f"{type(dataset).__name__} is an IterableDataset; the trainer needs a map-style dataset "
+            "(__getitem__ + __len__) to keep global batches identical across world sizes"
+        )
+    return DataLoader(
+        dataset,
+        batch_sampler=[list(b) for b in batches],
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        worker_init_fn=_seed_dataloader_worker if num_workers > 0 else None,
+        generator=torch.Generator().manual_seed(seed),
+    )

@@ -1,0 +1,128 @@
+"""Process-group setup and the few collectives the trainer itself makes, each with a timeout.
+
+Object collectives (run directory, config, metric-key checks) go over a dedicated gloo group,
+so they work whatever the default backend is (NCCL tensors must live on the GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from datetime import timedelta
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from trainer.launch import ClusterEnvironment
+
+_control_group: Any = None
+_timeout = timedelta(minutes=30)
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def default_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta) -> bool:
+    """Join the job's process group. Returns False when there was nothing to do: alone, or already
+    joined (then only the timeout is updated, e.g. by ``train.py`` under torchrun)."""
+    global _control_group, _timeout
+    _timeout = timeout
+    if is_distributed():
+        dist.distributed_c10d._set_pg_timeout(timeout, dist.group.WORLD)
+        return False
+    if not env.distributed:
+        return False
+    if env.launcher == "spawned":
+        # The launcher hosts the store; every worker is a client of it.
+        store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
+    else:
+        dist.init_process_group(
+            backend, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=timeout
+        )
+    _control_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+    return True
+
+
+def destroy_process_group() -> None:
+    global _control_group
+    if is_distributed():
+        dist.destroy_process_group()
+    _control_group = None
+
+
+def barrier() -> None:
+    """Wait for every rank; on gloo a rank that does not arrive within the timeout is named."""
+    if not is_distributed():
+        return
+    dist.monitored_barrier(group=_control_group, timeout=_timeout, wait_all_ranks=True)
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank."""
+    if not is_distributed():
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src, group=_control_group)
+    return holder[0]
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, obj, group=_control_group)
+    return gathered
+
+
+@contextlib.contextmanager
+def rank_zero_first(local: bool = False) -> Iterator[bool]:
+    """Run the body on rank 0 first (or local rank 0 of each node with ``local=True``), then on
+    the others: the barrier pattern for downloads and caches. Yields whether this rank went first.
+
+    >>> with rank_zero_first(local=True) as first:
+    ...     dataset = load_or_build_cache(path)     # built once, then read by the rest
+    """
+    import os
+
+    first = (int(os.environ.get("LOCAL_RANK", rank())) if local else rank()) == 0
+    if not first:
+        barrier()
+    try:
+        yield first
+    finally:
+        if first:
+            barrier()
+
+
+class MetricKeyMismatch(RuntimeError):
+    """Ranks reported different metric names; reducing them would hang or mix values."""
+
+
+def check_same_keys(keys: list[str], what: str) -> None:
+    """Cheap check that every rank reduces the same metric names in the same order: one all-gather
+    of a checksum, and only on a mismatch a gather of the names for the error message."""
+    if not is_distributed():
+        return
+    checksum = torch.tensor([zlib.crc32("\0".join(keys).encode())], dtype=torch.int64)
+    gathered = [torch.zeros_like(checksum) for _ in range(world_size())]
+    dist.all_gather(gathered, checksum, group=_control_group)
+    if all(int(g) == int(checksum) for g in gathered):
+        return
+    per_rank = all_gather_object(keys)
+    lines = "; ".join(f"rank {r}: {sorted(k)}" for r, k in enumerate(per_rank))
+    raise MetricKeyMismatch(f"ranks logged different {what} metric keys ({lines}); every rank must return the same keys")

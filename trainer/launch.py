@@ -1,0 +1,178 @@
+"""Where the processes come from: torchrun, SLURM, the legacy/deepspeed launchers, or ourselves.
+
+``detect_environment`` reads the variables a launcher sets. With no launcher and ``devices=N > 1``,
+``spawn`` starts N workers itself: the launcher process hosts the rendezvous store, workers are
+started with the ``spawn`` method (never fork: torch's thread pools do not survive it), and the
+first worker to die ends the job with a message that names its rank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch.multiprocessing as mp
+
+
+@dataclass(frozen=True)
+class ClusterEnvironment:
+    """This process's place in the job."""
+
+    launcher: str  # "torchrun" (also torch.distributed.launch and deepspeed), "slurm", "spawned", "none"
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+
+    @property
+    def external(self) -> bool:
+        """True when another program started every rank (so this process must not spawn)."""
+        return self.launcher in ("torchrun", "slurm")
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def strip_local_rank_argument(argv: list[str]) -> list[str]:
+    """Remove ``--local_rank=N`` / ``--local-rank N`` (passed by ``python -m torch.distributed.launch``
+    without --use-env and by the deepspeed launcher) so Hydra does not reject it, and export it as
+    LOCAL_RANK."""
+    kept: list[str] = []
+    i = 0
+    while i < len(argv):
+        match = re.fullmatch(r"--local[_-]rank(?:=(\d+))?", argv[i])
+        if match is None:
+            kept.append(argv[i])
+            i += 1
+            continue
+        value = match.group(1)
+        if value is None and i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if value is not None:
+            os.environ.setdefault("LOCAL_RANK", value)
+    return kept
+
+
+def expand_slurm_nodelist(nodelist: str) -> list[str]:
+    """``node[01-03,07],gpu5`` -> ``[node01, node02, node03, node07, gpu5]``."""
+    hosts: list[str] = []
+    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist):
+        prefix, ranges = match.group(1), match.group(2)
+        if ranges is None:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            start, _, end = part.partition("-")
+            for number in range(int(start), int(end or start) + 1):
+                hosts.append(f"{prefix}{number:0{len(start)}d}")
+    return hosts
+
+
+def detect_environment(environ: dict[str, str] | None = None) -> ClusterEnvironment:
+    """Read the launcher's variables (torchrun first, then SLURM); ``none`` when there are none."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world_size = int(env["WORLD_SIZE"])
+        local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
+        rank = int(env["RANK"])
+        return ClusterEnvironment(
+            launcher="spawned" if env.get("TRAINER_SPAWNED") == "1" else "torchrun",
+            rank=rank,
+            local_rank=int(env.get("LOCAL_RANK", rank % local_world_size)),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            node_rank=int(env.get("GROUP_RANK", rank // local_world_size)),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", 29500)),
+        )
+    # srun sets SLURM_PROCID per task; one task per node with devices > 1 means we spawn instead.
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        world_size = int(env["SLURM_NTASKS"])
+        nodes = int(env.get("SLURM_NNODES", "1"))
+        hosts = expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1")))
+        return ClusterEnvironment(
+            launcher="slurm",
+            rank=int(env["SLURM_PROCID"]),
+            local_rank=int(env.get("SLURM_LOCALID", "0")),
+            world_size=world_size,
+            local_world_size=world_size // max(nodes, 1),
+            node_rank=int(env.get("SLURM_NODEID", "0")),
+            master_addr=env.get("MASTER_ADDR", hosts[0] if hosts else "127.0.0.1"),
+            # Every task derives the same port from the job id, so no extra rendezvous is needed.
+            master_port=int(env.get("MASTER_PORT", 15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)),
+        )
+    return ClusterEnvironment(launcher="none")
+
+
+class WorkerFailed(RuntimeError):
+    """A spawned worker died or raised; the message names its rank."""
+
+
+def _spawned_entry(
+    local_rank: int,
+    fn: Callable[..., Any],
+    args: tuple,
+    world_size: int,
+    master_port: int,
+    results: Any,
+) -> None:
+    os.environ.update(
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(master_port),
+        TRAINER_SPAWNED="1",
+    )
+    result = fn(*args)
+    if local_rank == 0:
+        results.put(result)
+
+
+def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) -> Any:
+    """Run ``fn(*args)`` in ``nprocs`` new processes on this machine and return rank 0's result.
+
+    The launcher hosts the TCPStore the workers rendezvous on (port chosen by the OS, so parallel
+    jobs never collide). If a worker dies, the others are terminated and ``WorkerFailed`` names it.
+    """
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, world_size=None, is_master=True, timeout=timeout, wait_for_workers=False)
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    processes = mp.start_processes(
+        _spawned_entry,
+        args=(fn, args, nprocs, store.port, results),
+        nprocs=nprocs,
+        join=False,
+        start_method="spawn",
+    )
+    try:
+        while not processes.join():
+            pass
+    except mp.ProcessRaisedException as error:
+        raise WorkerFailed(f"rank {error.error_index} (pid {error.pid}) failed:\n{error.msg}") from None
+    except mp.ProcessExitedException as error:
+        raise WorkerFailed(
+            f"rank {error.error_index} (pid {error.pid}) exited with code {error.exit_code}"
+            f"{' (' + error.signal_name + ')' if error.signal_name else ''}; the other ranks were stopped"
+        ) from None
+    finally:
+        del store
+    return None if results.empty() else results.get()
+
+
+def python_executable_hint() -> str:
+    """How this program was started, for error messages that suggest a command."""
+    return " ".join([os.path.basename(sys.executable)] + sys.argv[:1])

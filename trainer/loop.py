@@ -1,0 +1,277 @@
+"""The loop one rank runs: set-up, optimizer steps over global batches, validation, logging.
+
+The hot path (``_train_step``) has no host-device sync and no collective besides the gradient
+sync, except on logging steps, where the step's metrics are reduced in one all-reduce.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from trainer import distributed
+from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
+from trainer.launch import ClusterEnvironment
+from trainer.loggers import Logger, build_loggers
+from trainer.metrics import WeightedSums, split_step_output
+from trainer.progress import ProgressBar
+from trainer.rank_logging import configure_rank_logging
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Tensors anywhere in nested lists / tuples / dicts moved to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to_device(v, device, non_blocking) for v in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+
+
+def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """``(optimizer, scheduler or None)`` from what ``configure_optimizers`` returned."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured, None
+    if isinstance(configured, dict):
+        optimizer, scheduler = configured.get("optimizer"), configured.get("lr_scheduler")
+        if isinstance(scheduler, dict):
+            if scheduler.get("interval", "step") != "step":
+                raise ValueError(f"lr_scheduler interval {scheduler['interval']!r}: only 'step' is supported")
+            scheduler = scheduler["scheduler"]
+    elif isinstance(configured, (tuple, list)) and len(configured) == 2:
+        optimizer, scheduler = configured
+    else:
+        raise TypeError(
+            f"configure_optimizers returned {type(configured).__name__}; return an optimizer, "
+            "(optimizer, scheduler) or {'optimizer': ..., 'lr_scheduler': ...}"
+        )
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"configure_optimizers gave optimizer={optimizer!r}, not a torch.optim.Optimizer")
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        raise TypeError("ReduceLROnPlateau needs a metric; use a per-step scheduler")
+    return optimizer, scheduler
+
+
+class _Run:
+    """State of one fit/validate on one rank."""
+
+    def __init__(self, trainer: Trainer, module: TrainModule, env: ClusterEnvironment):
+        self.trainer = trainer
+        self.module = module
+        self.env = env
+        self.strategy = trainer.strategy
+        self.loggers: list[Logger] = []
+        self.rank = env.rank
+        self.step = 0
+        self.epoch = 0
+        self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
+        self.last_metrics: dict[str, float] = {}
+
+    # ----- set-up -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        trainer, module, strategy = self.trainer, self.module, self.strategy
+        strategy.setup_environment(self.env, trainer.collective_timeout)
+        self.device = strategy.device
+        self.rank = distributed.rank()
+        self.dp_size = strategy.gradient_average_size
+        # Under torchrun every rank built its own Trainer: rank 0's run directory wins.
+        self.run_dir = distributed.broadcast_object(trainer.run_dir)
+        module._trainer = trainer
+        seed_everything(trainer.seed)
+        with distributed.rank_zero_first(local=True) as first:
+            if first:
+                module.prepare_data()
+        module.configure_model()
+        module.to(self.device)
+        # Same initial weights on every rank (seeded above); different random streams from here on.
+        seed_everything(derive_seed(trainer.seed, "rank", self.rank))
+        self.wrapped = strategy.wrap(module)
+        if self.rank == 0:
+            self.loggers = build_loggers(trainer.loggers, self.run_dir)
+            if trainer.config is not None:
+                for logger in self.loggers:
+                    logger.log_hyperparams(trainer.config)
+
+    def loader(self, dataset: Any, batches: list, purpose: str) -> Any:
+        return build_loader(
+            dataset,
+            batches,
+            self.module.collate_fn if self.user_loader is None else self.user_loader.collate_fn,
+            self.trainer.num_workers,
+            self.trainer.pin_memory,
+            derive_seed(self.trainer.seed, purpose, self.epoch, self.rank),
+        )
+
+    def datasets(self) -> None:
+        self.user_loader = self.module.train_dataloader()
+        self.train_set = self.user_loader.dataset if self.user_loader is not None else None
+        self.val_set = self.module.val_dataset()
+
+    def log(self, metrics: dict[str, float]) -> None:
+        self.last_metrics.update(metrics)
+        for logger in self.loggers:
+            logger.log_metrics(metrics, self.step)
+
+    def teardown(self) -> None:
+        for logger in self.loggers:
+            logger.finalize()
+        self.strategy.teardown()
+
+    # ----- training -----------------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        trainer, module = self.trainer, self.module
+        train_set = self.train_set if self.train_set is not None else module.train_dataset()
+        plan = GlobalBatchPlan(
+            len(train_set), trainer.batch_size, trainer.accumulate_grad_batches, self.dp_size, trainer.seed,
+            shuffle=True, drop_last=trainer.drop_last,
+        )
+        epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
+        total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
+        self.optimizer, self.scheduler = split_optimizers(module.configure_optimizers())
+        self.optimizer = self.strategy.setup_optimizer(self.optimizer)
+        log.info(
+            "strategy %s, world size %d, global batch %d (batch %d x accumulate %d x %d ranks), "
+            "%d steps per epoch, %d steps, run dir %s",
+            self.strategy.name, distributed.world_size(), plan.global_batch_size, trainer.batch_size,
+            trainer.accumulate_grad_batches, self.dp_size, plan.steps_per_epoch, total_steps, self.run_dir,
+        )
+        module.train()
+        module.on_fit_start()
+        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False)
+        validated_at = -1
+        try:
+            while self.step < total_steps:
+                steps = plan.rank_steps(self.epoch, self.rank)
+                batches = iter(self.loader(train_set, [mb.indices for s in steps for mb in s.micro_batches], "train"))
+                for step_plan in steps:
+                    if self.step >= total_steps:
+                        break
+                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
+                    metrics = self._train_step(step_plan, batches, log_now)
+                    self.step += 1
+                    if metrics is not None:
+                        metrics["epoch"] = self.epoch
+                        self.log(metrics)
+                        log.info("step %d/%d  %s", self.step, total_steps, _format(metrics))
+                    module.on_train_step_end(self.step, metrics)
+                    progress.update(metrics)
+                    if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
+                        self.validate()
+                        validated_at = self.step
+                module.on_train_epoch_end(self.epoch)
+                self.epoch += 1
+                self.batch_idx = 0
+        finally:
+            progress.close()
+        if validated_at != self.step:
+            self.validate()
+        module.on_fit_end()
+        return self.last_metrics
+
+    def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
+        trainer, strategy, module = self.trainer, self.strategy, self.module
+        by_tokens = trainer.loss_normalization == "tokens"
+        sums = WeightedSums(self.device) if log_now else None
+        local_tokens = torch.zeros((), dtype=torch.float64, device=self.device) if by_tokens else None
+        last = len(plan.micro_batches) - 1
+        for index, micro_batch in enumerate(plan.micro_batches):
+            batch = move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory)
+            with strategy.sync_context(self.wrapped, sync=index == last):
+                loss, metrics = split_step_output(self.wrapped(batch, self.batch_idx), "training_step")
+                self.batch_idx += 1
+                if loss is None:
+                    raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                counts = micro_batch.num_real > 0
+                num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
+                if by_tokens:
+                    if num_tokens is None:
+                        raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
+                    weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                    local_tokens += weight
+                    # Backward the token sum; gradients are divided by the global token count below.
+                    (loss * weight.to(loss.dtype)).backward()
+                else:
+                    weight = micro_batch.num_real
+                    # Mean over the micro-batch x its share of the global batch x the ranks the sync
+                    # averages over = this micro-batch's part of the global-batch mean.
+                    (loss * (weight * self.dp_size / plan.global_count)).backward()
+            if sums is not None:
+                sums.add({"loss": loss, **metrics}, weight)
+        if by_tokens:
+            global_tokens = strategy.all_reduce_sum(local_tokens.clone())
+            scale = (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32)
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            torch._foreach_mul_(grads, scale)
+        grad_norm = None
+        if trainer.gradient_clip_val is not None:
+            grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+        module.on_before_optimizer_step(self.optimizer)
+        strategy.optimizer_step(self.optimizer)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if sums is None:
+            return None
+        metrics = sums.reduce("train/", strategy)
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = float(grad_norm)
+        metrics["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return metrics
+
+    # ----- validation -----------------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        if self.val_set is None:
+            return {}
+        module = self.module
+        shards = validation_shard(len(self.val_set), self.trainer.batch_size, self.rank, self.dp_size)
+        sums = WeightedSums(self.device)
+        was_training = module.training
+        module.eval()
+        with torch.no_grad():
+            for index, (indices, batch) in enumerate(zip(shards, self.loader(self.val_set, shards, "val"))):
+                loss, metrics = split_step_output(
+                    module.validation_step(move_to_device(batch, self.device), index), "validation_step"
+                )
+                if loss is not None:
+                    metrics["loss"] = loss
+                sums.add(metrics, len(indices))
+        module.train(was_training)
+        metrics = sums.reduce("val/", self.strategy, some_ranks_may_be_empty=True)
+        if metrics:
+            self.log(metrics)
+            log.info("validation at step %d  %s", self.step, _format(metrics))
+        module.on_validation_end(metrics)
+        return metrics
+
+
+def _format(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+
+
+def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
+    """Fit or validate on this rank; rank 0 returns the last logged metrics."""
+    # Hydra's process has root handlers (console + train.log); workers we spawned or torchrun
+    # ranks that did not run Hydra get their own stderr handler.
+    configure_rank_logging(env.rank, own_handler=not logging.getLogger().handlers)
+    run = _Run(trainer, module, env)
+    try:
+        run.setup()
+        run.datasets()
+        results = run.fit() if mode == "fit" else run.validate()
+    except BaseException:
+        log.exception("rank %d failed", env.rank)
+        raise
+    finally:
+        run.teardown()
+    return results if run.rank == 0 else None

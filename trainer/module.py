@@ -1,0 +1,143 @@
+"""TrainModule: the hooks a user overrides.
+
+The whole loop, with every hook where it fires (``Trainer.fit``)::
+
+    launcher process:  Trainer(...) validates the config; module.__init__ ran already
+    every rank:
+        seed_everything(seed)
+        module.prepare_data()                 # local rank 0 of each node only; the others wait
+        module.configure_model()              # build layers here (or in __init__)
+        strategy wraps the module (DDP ...)
+        optimizer[, scheduler] = module.configure_optimizers()
+        module.on_fit_start()
+        for epoch in epochs:
+            for step in global batches of the epoch:      # one optimizer step each
+                for micro_batch in the step's K micro-batches:   # gradient sync only on the last
+                    out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
+                    backward(loss scaled to the global batch)
+                clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
+                optimizer.step(); scheduler.step(); optimizer.zero_grad()
+                module.on_train_step_end(step, metrics_or_None)
+                every val_every_n_steps:  module.validation_step(batch, index) over the val set
+            module.on_train_epoch_end(epoch)
+        module.on_fit_end()
+
+A user's module never calls ``torch.distributed``: the trainer spreads the data, reduces the
+metrics and syncs the gradients.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader, Dataset
+
+    from trainer.trainer import Trainer
+
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+SchedulerFactory = Callable[..., Any]
+
+
+class TrainModule(nn.Module):
+    """Base class for what is trained: a model plus its steps, optimizer and data.
+
+    Args:
+        optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
+            Hydra builds one from the ``optimizer`` group with ``_partial_: true``). Used by the
+            default ``configure_optimizers``.
+        scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step.
+    """
+
+    def __init__(self, optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None):
+        super().__init__()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self._trainer: Trainer | None = None
+
+    @property
+    def trainer(self) -> Trainer:
+        """The trainer running this module (set by ``Trainer.fit``)."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
+        return self._trainer
+
+    # ----- model -------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """Build the layers here when they should be created on each rank rather than in ``__init__``
+        (the launcher process then never holds the weights). Runs after seeding, so every rank
+        builds identical initial weights."""
+
+    # ----- data ----------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""
+
+    def train_dataset(self) -> Dataset:
+        """The map-style training dataset. The trainer builds the loader with a sampler that keeps
+        every global batch the same whatever the world size and accumulation split."""
+        raise NotImplementedError(f"{type(self).__name__} must implement train_dataset() or train_dataloader()")
+
+    def val_dataset(self) -> Dataset | None:
+        """The map-style validation dataset, or None for no validation."""
+        return None
+
+    def train_dataloader(self) -> DataLoader | None:
+        """Optional: a DataLoader whose dataset, collate_fn and worker settings the trainer reuses;
+        its sampler is replaced by the trainer's global-batch sampler."""
+        return None
+
+    def collate_fn(self, samples: list) -> Any:
+        """Turn a list of samples into a batch (default: torch's default_collate)."""
+        from torch.utils.data import default_collate
+
+        return default_collate(samples)
+
+    # ----- steps ---------------------------------------------------------------------------------
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Return the mean loss of this micro-batch, or a dict with "loss" and more metrics
+        (means over the micro-batch). With ``loss_normalization="tokens"`` also return
+        "num_tokens", the count the loss is averaged over."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step()")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:
+        """Return the loss or a dict of metrics (means over the batch); the trainer weights them by
+        batch size and reduces them across ranks into exact means over the validation set."""
+        return None
+
+    # ----- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        """Return an optimizer, a tuple ``(optimizer, scheduler)`` or a dict
+        ``{"optimizer": ..., "lr_scheduler": ...}``. The default uses the factories given to
+        ``__init__`` (the Hydra ``optimizer`` and ``scheduler`` groups)."""
+        if self.optimizer_factory is None:
+            raise ValueError(
+                f"{type(self).__name__} has no optimizer: pass optimizer=... to TrainModule.__init__ "
+                "or override configure_optimizers()"
+            )
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        return optimizer, self.scheduler_factory(optimizer)
+
+    # ----- notification hooks (no-ops unless overridden) ------------------------------------------
+    def on_fit_start(self) -> None:
+        """After the model is wrapped and the optimizer built, before the first step."""
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients are synced, scaled and clipped; the optimizer has not stepped yet."""
+
+    def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
+        """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging
+        steps and None otherwise (no host sync on the other steps)."""
+
+    def on_validation_end(self, metrics: dict[str, float]) -> None:
+        """After a validation pass, with the metrics reduced over all ranks."""
+
+    def on_train_epoch_end(self, epoch: int) -> None:
+        """After the last step of an epoch."""
+
+    def on_fit_end(self) -> None:
+        """After training stops, on every rank."""

@@ -1,0 +1,43 @@
+"""Python logging that knows its rank: INFO on rank 0, WARNING elsewhere, every line tagged."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+_FORMAT = "[%(asctime)s][rank %(rank)s][%(levelname)s] %(message)s"
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
+
+
+def configure_rank_logging(rank: int, own_handler: bool) -> None:
+    """Set the ``trainer`` logger's level by rank and tag records with the rank.
+
+    ``own_handler``: add a stderr handler (workers we spawned or torchrun ranks without Hydra's
+    logging); in the Hydra process, Hydra's handlers (console + ``<run_dir>/train.log``) are kept.
+    """
+    logger = logging.getLogger("trainer")
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    for handler in list(logger.handlers):
+        if getattr(handler, "_trainer_rank_handler", False):
+            logger.removeHandler(handler)
+    for existing in logger.filters[:]:
+        if isinstance(existing, _RankFilter):
+            logger.removeFilter(existing)
+    logger.addFilter(_RankFilter(rank))
+    if own_handler:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(_FORMAT))
+        handler._trainer_rank_handler = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+    else:
+        logger.propagate = True

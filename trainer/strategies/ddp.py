@@ -1,0 +1,97 @@
+"""Distributed data parallel, optionally with ZeRO-1 optimizer-state sharding."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ContextManager
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import distributed
+from trainer.strategies.base import Strategy, TrainingStepForward
+
+
+class DDPStrategy(Strategy):
+    """Replicate the model on every rank and average gradients with bucketed all-reduce.
+
+    Args:
+        find_unused_parameters: allow parameters that get no gradient in a step (costs a graph walk).
+        static_graph: promise the same used parameters every step (lets DDP skip that walk and
+            overlap better; needed for some activation-checkpointing set-ups).
+        gradient_as_bucket_view: gradients are views into the all-reduce buckets (saves one copy
+            of the gradients' memory).
+        bucket_cap_mb: all-reduce bucket size; None keeps DDP's default.
+        broadcast_buffers: sync buffers (e.g. BatchNorm running stats) from rank 0 every forward.
+        zero1: shard optimizer state over the ranks with ZeroRedundancyOptimizer (ZeRO stage 1).
+    """
+
+    name = "ddp"
+    supports_multiple_devices = True
+
+    def __init__(
+        self,
+        accelerator: str = "auto",
+        find_unused_parameters: bool = False,
+        static_graph: bool = False,
+        gradient_as_bucket_view: bool = True,
+        bucket_cap_mb: float | None = None,
+        broadcast_buffers: bool = True,
+        zero1: bool = False,
+    ):
+        super().__init__(accelerator)
+        self.find_unused_parameters = find_unused_parameters
+        self.static_graph = static_graph
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.bucket_cap_mb = bucket_cap_mb
+        self.broadcast_buffers = broadcast_buffers
+        self.zero1 = zero1
+        self._zero_optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def gradient_average_size(self) -> int:
+        return distributed.world_size()
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        step_forward = TrainingStepForward(module)
+        if not distributed.is_distributed():
+            return step_forward
+        options = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
+        return DistributedDataParallel(
+            step_forward,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            find_unused_parameters=self.find_unused_parameters,
+            static_graph=self.static_graph,
+            gradient_as_bucket_view=self.gradient_as_bucket_view,
+            broadcast_buffers=self.broadcast_buffers,
+            **options,
+        )
+
+    def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
+        if sync or not isinstance(wrapped, DistributedDataParallel):
+            return contextlib.nullcontext()
+        return wrapped.no_sync()
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        if not (self.zero1 and distributed.is_distributed()):
+            return optimizer
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        # Hand over the user's param-group dicts themselves: a scheduler built on the user's
+        # optimizer writes the learning rate into these dicts, and ZeRO reads it from them.
+        self._zero_optimizer = ZeroRedundancyOptimizer(
+            optimizer.param_groups, optimizer_class=type(optimizer), **optimizer.defaults
+        )
+        return optimizer
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._zero_optimizer is None:
+            optimizer.step()
+            return
+        self._zero_optimizer.step()
+        # The LR scheduler checks that "its" optimizer stepped before it; the ZeRO one did.
+        optimizer._opt_called = True  # type: ignore[attr-defined]
+
+
+STRATEGY = DDPStrategy

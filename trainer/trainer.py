@@ -1,0 +1,195 @@
+"""Trainer: what to train how long, on how many processes. The per-rank loop is in ``loop.py``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+from typing import Any, Sequence
+
+from trainer.launch import ClusterEnvironment, detect_environment, spawn
+from trainer.module import TrainModule
+from trainer.strategies import Strategy, resolve_strategy
+
+log = logging.getLogger(__name__)
+
+LOSS_NORMALIZATIONS = ("samples", "tokens")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Trainer:
+    """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
+
+    Args:
+        strategy: "single", "ddp", or a Strategy instance (``DDPStrategy(zero1=True)``).
+        devices: processes per node. With no launcher (torchrun / srun) and ``devices > 1`` the
+            trainer spawns them itself; under a launcher it checks they match.
+        num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
+        accelerator: "auto" (GPU if present), "cpu" or "cuda".
+        max_steps: optimizer steps to run (-1: no limit, then ``max_epochs`` decides).
+        max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
+        batch_size: samples per rank per micro-batch (``data.batch_size``).
+        global_batch_size: optional; if given, ``accumulate_grad_batches`` follows from it and it
+            must equal ``batch_size x accumulate x world size`` exactly.
+        accumulate_grad_batches: micro-batches per optimizer step; gradients sync on the last only.
+        gradient_clip_val: clip the global gradient norm to this value (None: no clipping).
+        log_every_n_steps: reduce and log metrics every this many optimizer steps.
+        val_every_n_steps: validate every this many steps (None: only at the end of training).
+        seed: seeds the model initialisation, the sample order and the data-loader workers.
+        loss_normalization: "samples" (the step's loss is the mean over the global batch's samples)
+            or "tokens" (``training_step`` returns "num_tokens" and the loss is the mean over all
+            tokens of the global batch, for variable-length batches).
+        drop_last: drop a short last global batch of an epoch instead of training on it.
+        num_workers / pin_memory: DataLoader settings.
+        run_dir: where logs go (Hydra's run directory under ``train.py``; default ``runs/<time>``).
+        loggers: metric sinks among "jsonl", "tensorboard".
+        progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
+        collective_timeout_s: any collective that waits longer fails instead of hanging.
+        config: the resolved configuration, recorded by the loggers.
+    """
+
+    def __init__(
+        self,
+        strategy: str | Strategy = "single",
+        devices: int = 1,
+        num_nodes: int = 1,
+        accelerator: str = "auto",
+        max_steps: int = -1,
+        max_epochs: int | None = None,
+        batch_size: int = 32,
+        global_batch_size: int | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        log_every_n_steps: int = 10,
+        val_every_n_steps: int | None = None,
+        seed: int = 0,
+        loss_normalization: str = "samples",
+        drop_last: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        run_dir: str | None = None,
+        loggers: Sequence[str] = ("jsonl", "tensorboard"),
+        progress_bar: bool | None = None,
+        collective_timeout_s: float = 1800.0,
+        config: dict | None = None,
+    ):
+        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
+        _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
+        _require(_is_int(batch_size) and batch_size >= 1, f"data.batch_size must be an integer >= 1, got {batch_size!r}")
+        _require(
+            _is_int(accumulate_grad_batches) and accumulate_grad_batches >= 1,
+            f"trainer.accumulate_grad_batches must be an integer >= 1, got {accumulate_grad_batches!r}",
+        )
+        _require(_is_int(max_steps) and (max_steps == -1 or max_steps >= 1), f"trainer.max_steps must be -1 or >= 1, got {max_steps!r}")
+        _require(max_epochs is None or (_is_int(max_epochs) and max_epochs >= 1), f"trainer.max_epochs must be None or >= 1, got {max_epochs!r}")
+        _require(_is_int(log_every_n_steps) and log_every_n_steps >= 1, f"trainer.log_every_n_steps must be >= 1, got {log_every_n_steps!r}")
+        _require(
+            val_every_n_steps is None or (_is_int(val_every_n_steps) and val_every_n_steps >= 1),
+            f"trainer.val_every_n_steps must be None or >= 1, got {val_every_n_steps!r}",
+        )
+        _require(
+            gradient_clip_val is None or gradient_clip_val > 0,
+            f"trainer.gradient_clip_val must be None or > 0, got {gradient_clip_val!r}",
+        )
+        _require(
+            loss_normalization in LOSS_NORMALIZATIONS,
+            f"trainer.loss_normalization={loss_normalization!r} is not one of {LOSS_NORMALIZATIONS}",
+        )
+        _require(_is_int(num_workers) and num_workers >= 0, f"data.num_workers must be >= 0, got {num_workers!r}")
+        _require(collective_timeout_s > 0, f"trainer.collective_timeout_s must be > 0, got {collective_timeout_s!r}")
+
+        self.strategy = resolve_strategy(strategy, accelerator=accelerator)
+        if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
+            log.warning(
+                "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
+                "(choose strategy=ddp to use them)", self.strategy.name, devices, num_nodes,
+            )
+            devices, num_nodes = 1, 1
+        self.devices = devices
+        self.num_nodes = num_nodes
+        self.world_size = devices * num_nodes
+        self.batch_size = batch_size
+        self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
+        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.world_size
+        self.max_steps = max_steps
+        self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
+        self.gradient_clip_val = gradient_clip_val
+        self.log_every_n_steps = log_every_n_steps
+        self.val_every_n_steps = val_every_n_steps
+        self.seed = seed
+        self.loss_normalization = loss_normalization
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
+        self.loggers = list(loggers)
+        self.progress_bar = progress_bar
+        self.collective_timeout = timedelta(seconds=collective_timeout_s)
+        self.config = config
+
+    def _resolve_accumulation(self, global_batch_size: int | None, accumulate: int) -> int:
+        if global_batch_size is None:
+            return accumulate
+        per_micro_step = self.batch_size * self.world_size
+        derived, rest = divmod(global_batch_size, per_micro_step)
+        _require(
+            _is_int(global_batch_size) and rest == 0 and derived >= 1,
+            f"data.global_batch_size={global_batch_size} is not a multiple of data.batch_size {self.batch_size} x "
+            f"world size {self.world_size} = {per_micro_step}; use a multiple of {per_micro_step}",
+        )
+        _require(
+            accumulate in (1, derived),
+            f"data.global_batch_size={global_batch_size} needs trainer.accumulate_grad_batches={derived} "
+            f"(batch_size {self.batch_size} x world size {self.world_size} x {derived}), but it is {accumulate}",
+        )
+        return derived
+
+    # ----- entry points ----------------------------------------------------------------------------
+    def fit(self, module: TrainModule) -> dict[str, float] | None:
+        """Train ``module``. Returns rank 0's last logged metrics (None on other ranks)."""
+        return self._launch(module, "fit")
+
+    def validate(self, module: TrainModule) -> dict[str, float] | None:
+        """Run one validation pass; returns the metrics reduced over all ranks (rank 0)."""
+        return self._launch(module, "validate")
+
+    def _launch(self, module: TrainModule, mode: str) -> dict[str, float] | None:
+        if not isinstance(module, TrainModule):
+            raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
+        env = detect_environment()
+        self._check_environment(env)
+        if env.launcher == "none" and self.world_size > 1:
+            return spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
+        return self._run_here(module, mode, env)
+
+    def _check_environment(self, env: ClusterEnvironment) -> None:
+        if env.launcher == "none":
+            _require(
+                self.num_nodes == 1,
+                f"trainer.num_nodes={self.num_nodes} needs a multi-node launcher: "
+                f"torchrun --nnodes {self.num_nodes} --nproc_per_node {self.devices} ... or srun",
+            )
+            return
+        _require(
+            env.world_size == self.world_size,
+            f"the launcher ({env.launcher}) started {env.world_size} processes but trainer.devices={self.devices} x "
+            f"trainer.num_nodes={self.num_nodes} = {self.world_size}; make them agree",
+        )
+
+    def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
+        from trainer.loop import run_on_rank
+
+        return run_on_rank(self, module, mode, env)
+
+
+def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:
+    return trainer._run_here(module, mode, detect_environment())
