@@ -14,10 +14,11 @@ from torch.utils.data import TensorDataset
 from trainer import TrainModule
 
 
-def make_clusters(num_samples: int, num_features: int, num_classes: int, seed: int) -> TensorDataset:
-    """``num_samples`` points around ``num_classes`` random centres (noise 1.0, centres ~ N(0, 2²))."""
-    generator = torch.Generator().manual_seed(seed)
-    centres = 2.0 * torch.randn(num_classes, num_features, generator=generator)
+def make_clusters(num_samples: int, num_features: int, num_classes: int, seed: int, split: int) -> TensorDataset:
+    """``num_samples`` points around ``num_classes`` centres (centres ~ N(0, 1), noise 1.0). The
+    centres depend on ``seed`` only; ``split`` draws a different sample (train 0, validation 1)."""
+    centres = torch.randn(num_classes, num_features, generator=torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed + 1 + split)
     labels = torch.randint(0, num_classes, (num_samples,), generator=generator)
     features = centres[labels] + torch.randn(num_samples, num_features, generator=generator)
     return TensorDataset(features, labels)
@@ -49,12 +50,12 @@ class MLPClassifier(TrainModule):
         )
 
     def train_dataset(self):
-        return make_clusters(self.num_samples, self.num_features, self.num_classes, self.data_seed)
+        return make_clusters(self.num_samples, self.num_features, self.num_classes, self.data_seed, split=0)
 
     def val_dataset(self):
         if self.val_samples < 1:
             return None
-        return make_clusters(self.val_samples, self.num_features, self.num_classes, self.data_seed + 1)
+        return make_clusters(self.val_samples, self.num_features, self.num_classes, self.data_seed, split=1)
 
     def _step(self, batch):
         features, labels = batch

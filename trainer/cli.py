@@ -30,9 +30,12 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from trainer.data import seed_everything
     from trainer.trainer import Trainer
 
     cfg = OmegaConf.create(config)
+    # Layers built in a module's __init__ get the same initial weights in every run of this config.
+    seed_everything(cfg.trainer.seed)
     module = instantiate(cfg.module)
     strategy = instantiate(cfg.strategy)
     trainer_args = OmegaConf.to_container(cfg.trainer)

@@ -58,9 +58,13 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
     return True
 
 
-def destroy_process_group() -> None:
+def destroy_process_group(clean: bool = True) -> None:
+    """Leave the process group; ``clean=False`` after an error, when peers may never arrive."""
     global _control_group
     if is_distributed():
+        if clean:
+            # Leave together: a rank that tears down while a peer still talks to it aborts in gloo.
+            barrier()
         dist.destroy_process_group()
     _control_group = None
 

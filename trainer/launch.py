@@ -9,6 +9,7 @@ first worker to die ends the job with a message that names its rank.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import sys
 from dataclasses import dataclass
@@ -118,14 +119,7 @@ class WorkerFailed(RuntimeError):
     """A spawned worker died or raised; the message names its rank."""
 
 
-def _spawned_entry(
-    local_rank: int,
-    fn: Callable[..., Any],
-    args: tuple,
-    world_size: int,
-    master_port: int,
-    results: Any,
-) -> None:
+def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port: int, results: Any) -> None:
     os.environ.update(
         RANK=str(local_rank),
         LOCAL_RANK=str(local_rank),
@@ -135,6 +129,7 @@ def _spawned_entry(
         MASTER_PORT=str(master_port),
         TRAINER_SPAWNED="1",
     )
+    fn, args = pickle.loads(payload)
     result = fn(*args)
     if local_rank == 0:
         results.put(result)
@@ -149,11 +144,14 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     from torch.distributed import TCPStore
 
     store = TCPStore("127.0.0.1", 0, world_size=None, is_master=True, timeout=timeout, wait_for_workers=False)
+    # Plain pickle, not multiprocessing's: torch's multiprocessing pickler would move every tensor
+    # (the module's weights) into shared memory, and all ranks would then update one copy.
+    payload = pickle.dumps((fn, args))
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     processes = mp.start_processes(
         _spawned_entry,
-        args=(fn, args, nprocs, store.port, results),
+        args=(payload, nprocs, store.port, results),
         nprocs=nprocs,
         join=False,
         start_method="spawn",
@@ -162,10 +160,10 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
         while not processes.join():
             pass
     except mp.ProcessRaisedException as error:
-        raise WorkerFailed(f"rank {error.error_index} (pid {error.pid}) failed:\n{error.msg}") from None
+        raise WorkerFailed(f"rank {error.error_index} (pid {error.error_pid}) failed:\n{error.msg}") from None
     except mp.ProcessExitedException as error:
         raise WorkerFailed(
-            f"rank {error.error_index} (pid {error.pid}) exited with code {error.exit_code}"
+            f"rank {error.error_index} (pid {error.error_pid}) exited with code {error.exit_code}"
             f"{' (' + error.signal_name + ')' if error.signal_name else ''}; the other ranks were stopped"
         ) from None
     finally:

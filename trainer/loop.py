@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -97,7 +98,9 @@ class _Run:
         # Same initial weights on every rank (seeded above); different random streams from here on.
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
         self.wrapped = strategy.wrap(module)
+        trainer.model = self.wrapped
         if self.rank == 0:
+            os.makedirs(self.run_dir, exist_ok=True)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
             if trainer.config is not None:
                 for logger in self.loggers:
@@ -123,10 +126,10 @@ class _Run:
         for logger in self.loggers:
             logger.log_metrics(metrics, self.step)
 
-    def teardown(self) -> None:
+    def teardown(self, clean: bool) -> None:
         for logger in self.loggers:
             logger.finalize()
-        self.strategy.teardown()
+        self.strategy.teardown(clean)
 
     # ----- training -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
@@ -265,13 +268,15 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     # ranks that did not run Hydra get their own stderr handler.
     configure_rank_logging(env.rank, own_handler=not logging.getLogger().handlers)
     run = _Run(trainer, module, env)
+    clean = False
     try:
         run.setup()
         run.datasets()
         results = run.fit() if mode == "fit" else run.validate()
+        clean = True
     except BaseException:
         log.exception("rank %d failed", env.rank)
         raise
     finally:
-        run.teardown()
+        run.teardown(clean)
     return results if run.rank == 0 else None

@@ -29,12 +29,9 @@ def configure_rank_logging(rank: int, own_handler: bool) -> None:
     for handler in list(logger.handlers):
         if getattr(handler, "_trainer_rank_handler", False):
             logger.removeHandler(handler)
-    for existing in logger.filters[:]:
-        if isinstance(existing, _RankFilter):
-            logger.removeFilter(existing)
-    logger.addFilter(_RankFilter(rank))
     if own_handler:
         handler = logging.StreamHandler(sys.stderr)
+        handler.addFilter(_RankFilter(rank))  # on the handler: it sees records of child loggers too
         handler.setFormatter(logging.Formatter(_FORMAT))
         handler._trainer_rank_handler = True  # type: ignore[attr-defined]
         logger.addHandler(handler)

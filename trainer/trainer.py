@@ -135,6 +135,8 @@ class Trainer:
         self.progress_bar = progress_bar
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
+        #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
+        self.model: Any = None
 
     def _resolve_accumulation(self, global_batch_size: int | None, accumulate: int) -> int:
         if global_batch_size is None:

@@ -68,11 +68,11 @@ class Strategy:
         """Return the optimizer the loop steps (ZeRO-1 swaps in a sharded one)."""
         return optimizer
 
-    def teardown(self) -> None:
+    def teardown(self, clean: bool = True) -> None:
         """Leave the process group if this strategy created it (not the one ``train.py`` keeps
-        across the jobs of a multirun under torchrun)."""
+        across the jobs of a multirun under torchrun). ``clean=False``: after an error."""
         if getattr(self, "_owns_process_group", False):
-            distributed.destroy_process_group()
+            distributed.destroy_process_group(clean)
             self._owns_process_group = False
 
     # ----- the step ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import ContextManager
 
 import torch
@@ -57,14 +58,18 @@ class DDPStrategy(Strategy):
         step_forward = TrainingStepForward(module)
         if not distributed.is_distributed():
             return step_forward
-        options = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
+        options: dict = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
+        # torch 2.13 renamed broadcast_buffers (deprecated) to forward_sync_buffers; older ones lack it.
+        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+            options["forward_sync_buffers"] = self.broadcast_buffers
+        else:
+            options["broadcast_buffers"] = self.broadcast_buffers
         return DistributedDataParallel(
             step_forward,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             find_unused_parameters=self.find_unused_parameters,
             static_graph=self.static_graph,
             gradient_as_bucket_view=self.gradient_as_bucket_view,
-            broadcast_buffers=self.broadcast_buffers,
             **options,
         )
 
@@ -80,8 +85,11 @@ class DDPStrategy(Strategy):
 
         # Hand over the user's param-group dicts themselves: a scheduler built on the user's
         # optimizer writes the learning rate into these dicts, and ZeRO reads it from them.
+        # ``defaults`` can hold keys the constructor does not take (AdamW's decoupled_weight_decay).
+        accepted = inspect.signature(type(optimizer).__init__).parameters
+        defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
         self._zero_optimizer = ZeroRedundancyOptimizer(
-            optimizer.param_groups, optimizer_class=type(optimizer), **optimizer.defaults
+            optimizer.param_groups, optimizer_class=type(optimizer), **defaults
         )
         return optimizer
 

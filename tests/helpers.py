@@ -1,0 +1,101 @@
+"""Modules and runners shared by the tests (importable by spawned workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from trainer import TrainModule, Trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def regression_data(num_samples: int = 200, features: int = 6, seed: int = 7) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_samples, features, generator=generator)
+    w = torch.randn(features, 1, generator=generator)
+    y = x @ w + 0.1 * torch.randn(num_samples, 1, generator=generator)
+    return TensorDataset(x, y)
+
+
+class Regressor(TrainModule):
+    """A small MLP on fixed data; saves its final parameters to ``<run_dir>/params.pt``."""
+
+    def __init__(self, num_samples: int = 200, lr: float = 0.05, optimizer: str = "sgd", val_samples: int = 0,
+                 count_syncs: bool = False):
+        factory = partial(torch.optim.SGD, lr=lr, momentum=0.9) if optimizer == "sgd" else partial(torch.optim.AdamW, lr=lr)
+        super().__init__(optimizer=factory)
+        self.num_samples, self.val_samples, self.count_syncs = num_samples, val_samples, count_syncs
+        torch.manual_seed(0)  # the same initial weights however many modules a test built before
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.sync_log: list[int] = []
+
+    def train_dataset(self):
+        return regression_data(self.num_samples)
+
+    def val_dataset(self):
+        return regression_data(self.val_samples, seed=8) if self.val_samples else None
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.net(x), y)
+        return {"loss": loss, "abs_error": (self.net(x) - y).abs().mean()}
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def on_fit_start(self):
+        if self.count_syncs:
+            self._calls = [0]
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            wrapped = self.trainer_run_wrapped()
+            if wrapped is not None:
+                def counting_hook(state, bucket):
+                    state[0] += 1
+                    return default_hooks.allreduce_hook(None, bucket)
+
+                wrapped.register_comm_hook(self._calls, counting_hook)
+
+    def trainer_run_wrapped(self):
+        from torch.nn.parallel import DistributedDataParallel
+
+        return self.trainer.model if isinstance(self.trainer.model, DistributedDataParallel) else None
+
+    def on_before_optimizer_step(self, optimizer):
+        if self.count_syncs:
+            self.sync_log.append(self._calls[0])
+            self._calls[0] = 0
+
+    def on_fit_end(self):
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        run_dir = self.trainer.run_dir
+        torch.save({k: v.detach().cpu() for k, v in self.net.state_dict().items()}, os.path.join(run_dir, "params.pt"))
+        with open(os.path.join(run_dir, "syncs.json"), "w") as f:
+            json.dump(self.sync_log, f)
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def train_losses(run_dir: str) -> list[float]:
+    return [r["train/loss"] for r in read_metrics(run_dir) if "train/loss" in r]
+
+
+def fit(run_dir: str, module: TrainModule | None = None, **trainer_args) -> tuple[list[float], dict]:
+    """Fit a Regressor (or ``module``) and return (per-step losses, final parameters)."""
+    args = dict(max_steps=8, log_every_n_steps=1, loggers=["jsonl"], progress_bar=False, collective_timeout_s=120,
+                run_dir=str(run_dir))
+    args.update(trainer_args)
+    Trainer(**args).fit(module if module is not None else Regressor())
+    return train_losses(str(run_dir)), torch.load(os.path.join(str(run_dir), "params.pt"))
