@@ -99,3 +99,54 @@ def fit(run_dir: str, module: TrainModule | None = None, **trainer_args) -> tupl
     args.update(trainer_args)
     Trainer(**args).fit(module if module is not None else Regressor())
     return train_losses(str(run_dir)), torch.load(os.path.join(str(run_dir), "params.pt"))
+
+
+class VariableLengthTokens(TrainModule):
+    """Sequences with a varying number of valid tokens: the loss is a mean over valid tokens."""
+
+    def __init__(self, lr: float = 0.1):
+        super().__init__(optimizer=partial(torch.optim.SGD, lr=lr))
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(11, 8)
+        self.head = nn.Linear(8, 11)
+
+    def train_dataset(self):
+        generator = torch.Generator().manual_seed(3)
+        tokens = torch.randint(0, 11, (40, 12), generator=generator)
+        lengths = torch.randint(1, 13, (40,), generator=generator)
+        mask = torch.arange(12)[None, :] < lengths[:, None]
+        return TensorDataset(tokens, mask)
+
+    def training_step(self, batch, batch_idx):
+        tokens, mask = batch
+        logits = self.head(self.embed(tokens[:, :-1]))
+        losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+        valid = mask[:, 1:].float()
+        num_tokens = valid.sum()
+        return {"loss": (losses * valid).sum() / num_tokens.clamp_min(1), "num_tokens": num_tokens}
+
+    def on_fit_end(self):
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        torch.save({k: v.detach().cpu() for k, v in self.state_dict().items()}, os.path.join(self.trainer.run_dir, "params.pt"))
+
+
+class PrepareDataRecorder(Regressor):
+    """Records which ranks ran prepare_data, and when relative to the others."""
+
+    def prepare_data(self):
+        import time
+
+        marker = os.path.join(self.trainer.run_dir, "prepared")
+        with open(marker, "a") as f:
+            f.write(f"{os.environ.get('LOCAL_RANK', '0')} {time.time()}\n")
+
+
+class MismatchedMetrics(Regressor):
+    """Rank 1 returns a metric rank 0 does not: the trainer must raise, not hang."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        if torch.distributed.get_rank() == 1:
+            out["extra"] = out["loss"].detach()
+        return out

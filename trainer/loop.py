@@ -19,7 +19,7 @@ from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
-from trainer.rank_logging import configure_rank_logging
+from trainer.rank_logging import configure_rank_logging, log_to_file
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -67,8 +67,9 @@ def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
 class _Run:
     """State of one fit/validate on one rank."""
 
-    def __init__(self, trainer: Trainer, module: TrainModule, env: ClusterEnvironment):
+    def __init__(self, trainer: Trainer, module: TrainModule, env: ClusterEnvironment, own_log_handler: bool):
         self.trainer = trainer
+        self.own_log_handler = own_log_handler
         self.module = module
         self.env = env
         self.strategy = trainer.strategy
@@ -87,7 +88,11 @@ class _Run:
         self.rank = distributed.rank()
         self.dp_size = strategy.gradient_average_size
         # Under torchrun every rank built its own Trainer: rank 0's run directory wins.
-        self.run_dir = distributed.broadcast_object(trainer.run_dir)
+        self.run_dir = trainer.run_dir = distributed.broadcast_object(trainer.run_dir)
+        if self.rank == 0:
+            os.makedirs(self.run_dir, exist_ok=True)
+            if self.own_log_handler:
+                log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
         seed_everything(trainer.seed)
         with distributed.rank_zero_first(local=True) as first:
@@ -100,7 +105,6 @@ class _Run:
         self.wrapped = strategy.wrap(module)
         trainer.model = self.wrapped
         if self.rank == 0:
-            os.makedirs(self.run_dir, exist_ok=True)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
             if trainer.config is not None:
                 for logger in self.loggers:
@@ -266,8 +270,9 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     """Fit or validate on this rank; rank 0 returns the last logged metrics."""
     # Hydra's process has root handlers (console + train.log); workers we spawned or torchrun
     # ranks that did not run Hydra get their own stderr handler.
-    configure_rank_logging(env.rank, own_handler=not logging.getLogger().handlers)
-    run = _Run(trainer, module, env)
+    own_log_handler = not logging.getLogger().handlers
+    configure_rank_logging(env.rank, own_handler=own_log_handler)
+    run = _Run(trainer, module, env, own_log_handler)
     clean = False
     try:
         run.setup()

@@ -29,6 +29,7 @@ def configure_rank_logging(rank: int, own_handler: bool) -> None:
     for handler in list(logger.handlers):
         if getattr(handler, "_trainer_rank_handler", False):
             logger.removeHandler(handler)
+            handler.close()
     if own_handler:
         handler = logging.StreamHandler(sys.stderr)
         handler.addFilter(_RankFilter(rank))  # on the handler: it sees records of child loggers too
@@ -38,3 +39,14 @@ def configure_rank_logging(rank: int, own_handler: bool) -> None:
         logger.propagate = False
     else:
         logger.propagate = True
+
+
+def log_to_file(path: str) -> None:
+    """Also write the ``trainer`` logger's records to ``path`` (rank 0 of a run whose process did
+    not run Hydra, so that ``<run_dir>/train.log`` holds the training log either way)."""
+    logger = logging.getLogger("trainer")
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.addFilter(_RankFilter(0))
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler._trainer_rank_handler = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
