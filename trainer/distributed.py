@@ -51,8 +51,11 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
         store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
     else:
+        # torchrun's agent already hosts the store named by MASTER_ADDR/PORT (env:// joins it as a
+        # client); under SLURM rank 0 hosts it at the address derived from the job.
+        init_method = "env://" if env.launcher == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
         dist.init_process_group(
-            backend, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=timeout
+            backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
         )
     _control_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
     return True
