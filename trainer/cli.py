@@ -44,6 +44,39 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     return trainer, module
 
 
+class JobSkipped(Exception):
+    """On a non-zero rank: some rank could not start the job; rank 0 reports it and goes on."""
+
+
+def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
+    """``build`` plus the check that the job fits the processes the launcher started, agreed by
+    every rank before any of them starts training.
+
+    Under a launcher a job that cannot start (a bad value, a strategy that does not match the
+    process count, a file missing on one node) must fail on every rank together: a rank that
+    failed alone would leave the others waiting for it in a collective, and in a multirun Hydra
+    goes on with the next job on rank 0 while the others still wait in the failed one. Rank 0
+    raises (its own error, or one naming the ranks that failed); the other ranks raise ``JobSkipped``.
+    """
+    error: BaseException | None = None
+    built: tuple[Any, Any] | None = None
+    try:
+        built = build(config, run_dir)
+        built[0]._check_environment(detect_environment())
+    except Exception as exc:  # reported below, after every rank said how it went
+        error = exc
+    outcomes = distributed.all_gather_object(None if error is None else f"{type(error).__name__}: {error}")
+    failed = [(rank, message) for rank, message in enumerate(outcomes) if message is not None]
+    if error is not None and distributed.rank() == 0:
+        raise error
+    if failed:
+        if distributed.rank() == 0:
+            raise RuntimeError("the job cannot start: " + "; ".join(f"rank {r}: {m}" for r, m in failed))
+        raise JobSkipped(failed)
+    assert built is not None
+    return built
+
+
 def run_job(cfg: Any) -> dict[str, float] | None:
     """The Hydra task: resolve the config once, share it with the other ranks, fit."""
     from hydra.core.hydra_config import HydraConfig
@@ -53,20 +86,22 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     run_dir = HydraConfig.get().runtime.output_dir
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
         distributed.broadcast_object(("job", config, run_dir))
-    trainer, module = build(config, run_dir)
+    trainer, module = prepare(config, run_dir)
     return trainer.fit(module)
 
 
-def follow_rank_zero() -> None:
-    """Non-zero ranks under a launcher: run each job rank 0 sends until it says stop."""
+def follow_rank_zero() -> bool:
+    """Non-zero ranks under a launcher: run each job rank 0 sends until it says stop. Returns
+    whether rank 0 failed (e.g. a bad override, which it printed)."""
     while True:
         message = distributed.broadcast_object(None)
         if message[0] == "stop":
-            if message[1]:
-                sys.exit(1)  # rank 0 failed (e.g. a bad override) and printed why
-            return
+            return bool(message[1])
         _, config, run_dir = message
-        trainer, module = build(config, run_dir)
+        try:
+            trainer, module = prepare(config, run_dir)
+        except JobSkipped:
+            continue  # rank 0 reports why; in a multirun it goes on with the next job
         trainer.fit(module)
 
 
@@ -81,15 +116,23 @@ def main(hydra_task: Callable[[], Any]) -> None:
     # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     distributed.init_process_group(env, backend, timedelta(minutes=30))
+    # True once this rank and the others agreed to end (rank 0's "stop"): only then leave together
+    # through a barrier. A rank that fails on its own must not wait there for peers that are
+    # elsewhere; it exits, and the launcher stops the others.
+    agreed = False
+    failed = True
     try:
         if env.rank != 0:
-            follow_rank_zero()
-            return
-        failed = True
-        try:
-            hydra_task()
-            failed = False
-        finally:
-            distributed.broadcast_object(("stop", failed))
+            failed = follow_rank_zero()
+            agreed = True
+        else:
+            try:
+                hydra_task()
+                failed = False
+            finally:
+                distributed.broadcast_object(("stop", failed))
+                agreed = True
     finally:
-        distributed.destroy_process_group()
+        distributed.destroy_process_group(clean=agreed)
+    if failed:
+        sys.exit(1)  # rank 0 failed and printed why (on rank 0 Hydra has already exited)
