@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -169,8 +168,3 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     finally:
         del store
     return None if results.empty() else results.get()
-
-
-def python_executable_hint() -> str:
-    """How this program was started, for error messages that suggest a command."""
-    return " ".join([os.path.basename(sys.executable)] + sys.argv[:1])
