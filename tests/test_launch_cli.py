@@ -234,7 +234,7 @@ def torchrun_multirun(tmp_path_factory):
 
 
 def test_multirun_under_torchrun_runs_every_job(torchrun_multirun, spawn_ddp):
-    # However job 0 ends (see the xfail below), it must not hang the sweep or the other ranks
+    # Job 0 (strategy=single under torchrun) is refused (see the next test); that must not hang
     # (it used to: rank 1 died in job 0 while rank 0 went on with job 1), and job 1 must train.
     sweep, result = torchrun_multirun
     assert not result.leftovers, result.leftovers
