@@ -235,7 +235,7 @@ def torchrun_multirun(tmp_path_factory):
 
 def test_multirun_under_torchrun_runs_every_job(torchrun_multirun, spawn_ddp):
     # Job 0 (strategy=single under torchrun) is refused (see the next test); that must not hang
-    # (it used to: rank 1 died in job 0 while rank 0 went on with job 1), and job 1 must train.
+    # the sweep or the other ranks (it used to: rank 1 died in job 0 while rank 0 went on), and job 1 must train.
     sweep, result = torchrun_multirun
     assert not result.leftovers, result.leftovers
     assert_same_losses(assert_six_steps(sweep / "1"), spawn_ddp[1], rtol=1e-6)
