@@ -82,6 +82,16 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def init_gpt_weights(module: nn.Module) -> None:
+    """GPT-2's initialisation of the parameters ``module`` holds directly."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.LayerNorm):
+        module.reset_parameters()
+
+
 class GPT(nn.Module):
     def __init__(self, vocab_size: int, block_size: int, layers: int, heads: int, width: int, dropout: float):
         super().__init__()
@@ -91,14 +101,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size, bias=False)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        self.apply(init_gpt_weights)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
@@ -151,6 +154,13 @@ class GPTModule(TrainModule):
         # Built on each rank (after seeding), so the launcher process never holds the weights.
         if self.model is None:
             self.model = GPT(**self.model_args)
+
+    def block_classes(self) -> tuple[type[nn.Module], ...]:
+        return (Block,)
+
+    def init_weights(self, module: nn.Module) -> None:
+        # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.
+        init_gpt_weights(module)
 
     def _tokens(self) -> torch.Tensor:
         if self.data_path is None:

@@ -24,7 +24,29 @@ def regression_data(num_samples: int = 200, features: int = 6, seed: int = 7) ->
     return TensorDataset(x, y)
 
 
-class Regressor(TrainModule):
+class RegressionModule(TrainModule):
+    """Data and steps of the regression test modules; subclasses define the network (forward)."""
+
+    num_samples = 200
+    val_samples = 0
+
+    def train_dataset(self):
+        return regression_data(self.num_samples)
+
+    def val_dataset(self):
+        return regression_data(self.val_samples, seed=8) if self.val_samples else None
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        prediction = self(x)
+        return {"loss": F.mse_loss(prediction, y), "abs_error": (prediction - y).abs().mean()}
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self(x), y)
+
+
+class Regressor(RegressionModule):
     """A small MLP on fixed data; saves its final parameters to ``<run_dir>/params.pt``."""
 
     def __init__(self, num_samples: int = 200, lr: float = 0.05, optimizer: str = "sgd", val_samples: int = 0,
@@ -36,20 +58,8 @@ class Regressor(TrainModule):
         self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
         self.sync_log: list[int] = []
 
-    def train_dataset(self):
-        return regression_data(self.num_samples)
-
-    def val_dataset(self):
-        return regression_data(self.val_samples, seed=8) if self.val_samples else None
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = F.mse_loss(self.net(x), y)
-        return {"loss": loss, "abs_error": (self.net(x) - y).abs().mean()}
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        return F.mse_loss(self.net(x), y)
+    def forward(self, x):
+        return self.net(x)
 
     def on_fit_start(self):
         if self.count_syncs:
@@ -150,3 +160,55 @@ class MismatchedMetrics(Regressor):
         if torch.distributed.get_rank() == 1:
             out["extra"] = out["loss"].detach()
         return out
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.tanh(self.linear(self.norm(x)))
+
+
+class BlockRegressor(RegressionModule):
+    """Regression with residual blocks, built in configure_model (so strategy.meta_init applies);
+    the blocks are its FSDP units. Saves the full final parameters to ``<run_dir>/params.pt`` and,
+    with ``record_memory``, each rank's training-state bytes at the third step."""
+
+    def __init__(self, lr: float = 0.01, width: int = 32, depth: int = 3, num_samples: int = 200,
+                 val_samples: int = 0, record_memory: bool = False):
+        super().__init__(optimizer=partial(torch.optim.AdamW, lr=lr, weight_decay=0.01))
+        self.width, self.depth, self.num_samples, self.val_samples = width, depth, num_samples, val_samples
+        self.record_memory = record_memory
+        self.steps = 0
+
+    def configure_model(self):
+        self.inp = nn.Linear(6, self.width)
+        self.blocks = nn.ModuleList(ResidualBlock(self.width) for _ in range(self.depth))
+        self.out = nn.Linear(self.width, 1)
+
+    def block_classes(self):
+        return (ResidualBlock,)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)
+
+
+    def on_before_optimizer_step(self, optimizer):
+        self.steps += 1
+        if self.record_memory and self.steps == 3:  # gradients present, optimizer state allocated
+            from trainer.memory import training_state_bytes
+
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            with open(os.path.join(self.trainer.run_dir, f"memory_rank{rank}.json"), "w") as f:
+                json.dump(training_state_bytes(self, optimizer), f)
+
+    def on_fit_end(self):
+        state = self.trainer.strategy.full_state_dict(self)  # every rank: a collective under FSDP
+        if state:
+            torch.save(state, os.path.join(self.trainer.run_dir, "params.pt"))

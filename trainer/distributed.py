@@ -61,6 +61,14 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
     return True
 
 
+def init_single_process_group(backend: str, timeout: timedelta) -> None:
+    """A process group of one (in-memory store), for code that needs one even when alone (FSDP)."""
+    global _control_group, _timeout
+    _timeout = timeout
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    _control_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+
+
 def destroy_process_group(clean: bool = True) -> None:
     """Leave the process group; ``clean=False`` after an error, when peers may never arrive."""
     global _control_group

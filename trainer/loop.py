@@ -20,6 +20,7 @@ from trainer.loggers import Logger, build_loggers
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.weight_init import WeightInit, has_meta_tensors
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -38,6 +39,14 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
         moved = [move_to_device(v, device, non_blocking) for v in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     return batch
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a sharded (DTensor) tensor, the tensor itself otherwise (a view: writing
+    to it writes to the DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
@@ -94,15 +103,21 @@ class _Run:
             if self.own_log_handler:
                 log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
-        seed_everything(trainer.seed)
         with distributed.rank_zero_first(local=True) as first:
             if first:
                 module.prepare_data()
-        module.configure_model()
-        module.to(self.device)
-        # Same initial weights on every rank (seeded above); different random streams from here on.
+        # Seeded right before the build so every rank builds the same weights (prepare_data ran
+        # on some ranks only and may have drawn random numbers).
+        seed_everything(trainer.seed)
+        with strategy.init_context():
+            module.configure_model()
+        init = WeightInit(module, trainer.seed)
+        if not has_meta_tensors(module):
+            module.to(self.device)
+            init.eager()
+        self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
+        # Different random streams per rank from here on (dropout, augmentation).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
-        self.wrapped = strategy.wrap(module)
         trainer.model = self.wrapped
         if self.rank == 0:
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
@@ -218,7 +233,7 @@ class _Run:
         if by_tokens:
             global_tokens = strategy.all_reduce_sum(local_tokens.clone())
             scale = (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32)
-            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
             torch._foreach_mul_(grads, scale)
         grad_norm = None
         if trainer.gradient_clip_val is not None:
@@ -240,19 +255,31 @@ class _Run:
     def validate(self) -> dict[str, float]:
         if self.val_set is None:
             return {}
-        module = self.module
-        shards = validation_shard(len(self.val_set), self.trainer.batch_size, self.rank, self.dp_size)
+        module, strategy = self.module, self.strategy
+        batch_size = self.trainer.batch_size
+        shards = validation_shard(len(self.val_set), batch_size, self.rank, self.dp_size)
+        weights = [len(indices) for indices in shards]
+        if strategy.lockstep_forward:
+            # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
+            # sample and count with weight 0, so the metrics stay exact means over the set.
+            most = len(validation_shard(len(self.val_set), batch_size, 0, self.dp_size))
+            shards += [[0]] * (most - len(shards))
+            weights += [0] * (most - len(weights))
+
+            def step(batch: Any, index: int) -> Any:
+                return self.wrapped(batch, index, "validation_step")
+        else:
+            step = module.validation_step
         sums = WeightedSums(self.device)
         was_training = module.training
         module.eval()
         with torch.no_grad():
-            for index, (indices, batch) in enumerate(zip(shards, self.loader(self.val_set, shards, "val"))):
-                loss, metrics = split_step_output(
-                    module.validation_step(move_to_device(batch, self.device), index), "validation_step"
-                )
+            for index, (weight, batch) in enumerate(zip(weights, self.loader(self.val_set, shards, "val"))):
+                loss, metrics = split_step_output(step(move_to_device(batch, self.device), index), "validation_step")
                 if loss is not None:
                     metrics["loss"] = loss
-                sums.add(metrics, len(indices))
+                sums.add(metrics, weight)
+        strategy.after_evaluation(self.wrapped)
         module.train(was_training)
         metrics = sums.reduce("val/", self.strategy, some_ranks_may_be_empty=True)
         if metrics:

@@ -6,8 +6,10 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
     every rank:
         seed_everything(seed)
         module.prepare_data()                 # local rank 0 of each node only; the others wait
-        module.configure_model()              # build layers here (or in __init__)
-        strategy wraps the module (DDP ...)
+        module.configure_model()              # build layers here (or in __init__); on the meta device
+                                              # with strategy.meta_init=true
+        module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
+        strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
         optimizer[, scheduler] = module.configure_optimizers()
         module.on_fit_start()
         for epoch in epochs:
@@ -70,6 +72,21 @@ class TrainModule(nn.Module):
         """Build the layers here when they should be created on each rank rather than in ``__init__``
         (the launcher process then never holds the weights). Runs after seeding, so every rank
         builds identical initial weights."""
+
+    def block_classes(self) -> tuple[type[nn.Module], ...]:
+        """The classes of the model's repeated blocks (e.g. the transformer block). FSDP makes
+        each block its own sharding unit (``strategy.wrap=auto``); () lets the strategy guess."""
+        return ()
+
+    def init_weights(self, module: nn.Module) -> None:
+        """Initialise the parameters and buffers that ``module`` (a submodule of this model, or
+        the model itself) holds directly. Called for every submodule in ``modules()`` order:
+        only on models built on the meta device (``strategy.meta_init=true``), unless you override
+        it; an override owns initialisation and runs on every build, eager or meta, seeded
+        the same, so both give identical weights. Default: ``module.reset_parameters()``."""
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
 
     # ----- data ----------------------------------------------------------------------------------
     def prepare_data(self) -> None:

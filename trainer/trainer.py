@@ -6,9 +6,10 @@ import logging
 import os
 import time
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
+from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule
 from trainer.strategies import Strategy, resolve_strategy
 
@@ -51,7 +52,10 @@ class Trainer:
         drop_last: drop a short last global batch of an epoch instead of training on it.
         num_workers / pin_memory: DataLoader settings.
         run_dir: where logs go (Hydra's run directory under ``train.py``; default ``runs/<time>``).
-        loggers: metric sinks among "jsonl", "tensorboard".
+        loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
+            "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
+            ``conf/logger/`` composes to), Logger instances, or a list mixing them. An unknown name
+            or option fails here. Keep "jsonl" for ``metrics.jsonl``.
         progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         config: the resolved configuration, recorded by the loggers.
@@ -77,7 +81,7 @@ class Trainer:
         num_workers: int = 0,
         pin_memory: bool = False,
         run_dir: str | None = None,
-        loggers: Sequence[str] = ("jsonl", "tensorboard"),
+        loggers: str | Logger | Mapping[str, Any] | Sequence[str | Logger | Mapping[str, Any]] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
         config: dict | None = None,
@@ -117,6 +121,7 @@ class Trainer:
         self.devices = devices
         self.num_nodes = num_nodes
         self.world_size = devices * num_nodes
+        self.strategy.check_world_size(self.world_size, devices)
         self.batch_size = batch_size
         self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
         self.global_batch_size = batch_size * self.accumulate_grad_batches * self.world_size
@@ -131,7 +136,7 @@ class Trainer:
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
-        self.loggers = list(loggers)
+        self.loggers = resolve_logger_specs(loggers)
         self.progress_bar = progress_bar
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
@@ -186,6 +191,7 @@ class Trainer:
             f"the launcher ({env.launcher}) started {env.world_size} processes but trainer.devices={self.devices} x "
             f"trainer.num_nodes={self.num_nodes} = {self.world_size}; make them agree",
         )
+        self.strategy.check_world_size(env.world_size, env.local_world_size)
 
     def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
         from trainer.loop import run_on_rank

@@ -16,6 +16,7 @@ from torch import nn
 
 from trainer import distributed
 from trainer.launch import ClusterEnvironment
+from trainer.weight_init import WeightInit, has_meta_tensors
 
 
 class TrainingStepForward(nn.Module):
@@ -26,8 +27,10 @@ class TrainingStepForward(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, batch: Any, batch_idx: int) -> Any:
-        return self.module.training_step(batch, batch_idx)
+    def forward(self, batch: Any, batch_idx: int, hook: str = "training_step") -> Any:
+        # ``hook="validation_step"``: strategies whose forward must run on every rank together
+        # (FSDP gathers parameters in it) validate through the wrapper too.
+        return getattr(self.module, hook)(batch, batch_idx)
 
 
 class Strategy:
@@ -36,6 +39,9 @@ class Strategy:
     name = "base"
     #: whether trainer.devices > 1 makes sense (single-process strategies say False)
     supports_multiple_devices = False
+    #: whether every rank must run the same number of forwards (collectives inside forward, as in
+    #: FSDP); validation then pads short ranks with zero-weight batches and calls the wrapper
+    lockstep_forward = False
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):
@@ -60,9 +66,29 @@ class Strategy:
             env, distributed.default_backend(self.device), timeout
         )
 
-    def wrap(self, module: nn.Module) -> nn.Module:
-        """Return what the loop calls as ``wrapped(batch, batch_idx)`` for a training step."""
+    def check_world_size(self, world_size: int, devices_per_node: int) -> None:
+        """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
+        Trainer before any worker starts, and again with the launcher's actual numbers)."""
+
+    def init_context(self) -> ContextManager:
+        """Context ``configure_model`` runs in (FSDP's meta_init: the meta device)."""
+        return contextlib.nullcontext()
+
+    def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
+        """Return what the loop calls as ``wrapped(batch, batch_idx)`` for a training step.
+        ``module`` is on ``self.device``, or on the meta device, then ``init`` materialises it."""
+        if has_meta_tensors(module):
+            if init is None:
+                raise ValueError(f"{type(module).__name__} has meta-device tensors and no WeightInit to materialise them")
+            init.materialize(self.device, units=[], shard_unit=lambda unit: None)
         return TrainingStepForward(module)
+
+    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The module's full (unsharded) state dict on the CPU, on rank 0; ``{}`` on other ranks.
+        A collective: call it on every rank."""
+        if distributed.rank() != 0:
+            return {}
+        return {k: v.detach().cpu() for k, v in module.state_dict().items()}
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Return the optimizer the loop steps (ZeRO-1 swaps in a sharded one)."""
@@ -88,6 +114,9 @@ class Strategy:
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
         """Clip by the global norm over all parameters; returns the norm before clipping."""
         return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+
+    def after_evaluation(self, wrapped: nn.Module) -> None:
+        """Called after a validation pass (FSDP frees the parameters it left gathered)."""
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()

@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import distributed
-from trainer.strategies.base import Strategy, TrainingStepForward
+from trainer.strategies.base import Strategy
+from trainer.weight_init import WeightInit
 
 
 class DDPStrategy(Strategy):
@@ -54,8 +55,8 @@ class DDPStrategy(Strategy):
     def gradient_average_size(self) -> int:
         return distributed.world_size()
 
-    def wrap(self, module: nn.Module) -> nn.Module:
-        step_forward = TrainingStepForward(module)
+    def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
+        step_forward = super().wrap(module, init)
         if not distributed.is_distributed():
             return step_forward
         options: dict = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}

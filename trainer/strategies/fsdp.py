@@ -1,0 +1,258 @@
+"""Fully sharded data parallel on PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Sharding modes, and what they are called elsewhere:
+
+==========  ==============================  ========================  =====================================
+sharding    what is sharded                 DeepSpeed                 FSDP1 ``ShardingStrategy``
+==========  ==============================  ========================  =====================================
+full        params, grads, optimizer state  ZeRO stage 3              FULL_SHARD
+grad_op     params*, grads, optimizer state ZeRO stage 2 (+ params)   SHARD_GRAD_OP
+no_shard    nothing (replicated, like DDP)  stage 0                   NO_SHARD
+hybrid      all three, within groups of     ZeRO++ hpZ-like /         HYBRID_SHARD
+            ``shard_size`` ranks; replicas  MiCS
+            across groups
+==========  ==============================  ========================  =====================================
+
+``*`` grad_op keeps each unit's gathered parameters from forward until its backward
+(``reshard_after_forward=False``): no second all-gather, more memory. ZeRO stage 1 (optimizer state
+only) is ``strategy=ddp strategy.zero1=true``.
+
+FSDP2 mapping: full/grad_op use a 1-D mesh over all ranks; hybrid a 2-D (replicate, shard) mesh;
+no_shard the same 2-D mesh with shard size 1. Gradients are averaged over all ranks in every mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import ContextManager, Sequence
+
+import torch
+from torch import nn
+
+from trainer import distributed
+from trainer.launch import ClusterEnvironment
+from trainer.strategies.base import Strategy, TrainingStepForward
+from trainer.weight_init import WeightInit, has_meta_tensors
+from trainer.wrap_policy import describe_units, select_units
+
+log = logging.getLogger(__name__)
+
+SHARDING_MODES = ("full", "grad_op", "no_shard", "hybrid")
+DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16,
+}
+
+
+def parse_dtype(value: str | torch.dtype | None, option: str) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if value not in DTYPES:
+        raise ValueError(f"{option}={value!r} is not a dtype; choose one of {sorted(DTYPES)} or null")
+    return DTYPES[value]
+
+
+class FSDPStrategy(Strategy):
+    """Shard parameters, gradients and optimizer state over the ranks (FSDP2).
+
+    Args:
+        sharding: "full" | "grad_op" | "no_shard" | "hybrid" (see the table above).
+        shard_size: hybrid only: ranks per sharding group (default: the processes of one node);
+            must divide the world size.
+        wrap: which submodules become their own unit: "auto" (the module's ``block_classes()``,
+            else the children of its ModuleLists), "none", or a list of class names.
+        min_num_params: also make a unit of every module holding at least this many parameters
+            not already in a unit (size-based policy); None = off.
+        param_dtype / reduce_dtype / output_dtype: mixed-precision policy ("bf16", "fp16", "fp32"
+            or None = keep fp32): compute in ``param_dtype``, reduce gradients in ``reduce_dtype``,
+            cast the forward's outputs to ``output_dtype``. The sharded master weights stay fp32.
+        cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory (needs CUDA).
+        meta_init: build the model on the meta device and materialise it unit by unit, so no rank
+            ever holds the full model (see ``trainer/weight_init.py``).
+        sync_every_microbatch: with gradient accumulation, reduce-scatter after every micro-batch
+            (keeps only sharded gradients: less memory, more communication). Default: sync on the
+            last micro-batch only, accumulating unsharded gradients in between.
+    """
+
+    name = "fsdp"
+    supports_multiple_devices = True
+    lockstep_forward = True
+
+    def __init__(
+        self,
+        accelerator: str = "auto",
+        sharding: str = "full",
+        shard_size: int | None = None,
+        wrap: str | Sequence[str] = "auto",
+        min_num_params: int | None = None,
+        param_dtype: str | None = None,
+        reduce_dtype: str | None = None,
+        output_dtype: str | None = None,
+        cpu_offload: bool = False,
+        meta_init: bool = False,
+        sync_every_microbatch: bool = False,
+    ):
+        super().__init__(accelerator)
+        if sharding not in SHARDING_MODES:
+            raise ValueError(f"strategy.sharding={sharding!r} is not one of {', '.join(SHARDING_MODES)}")
+        if shard_size is not None and (sharding != "hybrid" or not isinstance(shard_size, int) or shard_size < 1):
+            raise ValueError(
+                f"strategy.shard_size={shard_size!r}: only strategy.sharding=hybrid takes a shard size, an integer >= 1"
+            )
+        if min_num_params is not None and (not isinstance(min_num_params, int) or min_num_params < 1):
+            raise ValueError(f"strategy.min_num_params={min_num_params!r} must be null or an integer >= 1")
+        if not (isinstance(wrap, str) or all(isinstance(w, (str, type)) for w in wrap)):
+            raise ValueError(f"strategy.wrap={wrap!r} must be 'auto', 'none' or a list of class names")
+        if cpu_offload and not self.use_cuda():
+            raise ValueError(
+                "strategy.cpu_offload=true needs a CUDA device: FSDP2 moves shards between CPU and the accelerator, "
+                f"and this run has accelerator={accelerator!r} with torch.cuda.is_available()={torch.cuda.is_available()}; "
+                "set strategy.cpu_offload=false"
+            )
+        self.sharding = sharding
+        self.shard_size = shard_size
+        self.wrap_classes = wrap if isinstance(wrap, str) else list(wrap)
+        self.min_num_params = min_num_params
+        self.param_dtype = parse_dtype(param_dtype, "strategy.param_dtype")
+        self.reduce_dtype = parse_dtype(reduce_dtype, "strategy.reduce_dtype")
+        self.output_dtype = parse_dtype(output_dtype, "strategy.output_dtype")
+        self.cpu_offload = cpu_offload
+        self.meta_init = meta_init
+        self.sync_every_microbatch = sync_every_microbatch
+        self.mesh = None
+
+    # ----- set-up ---------------------------------------------------------------------------------------
+    def _group_size(self, world_size: int, devices_per_node: int) -> int:
+        """Ranks per sharding group."""
+        if self.sharding == "no_shard":
+            return 1
+        if self.sharding == "hybrid":
+            return self.shard_size or devices_per_node
+        return world_size
+
+    def check_world_size(self, world_size: int, devices_per_node: int) -> None:
+        size = self._group_size(world_size, devices_per_node)
+        if world_size % size:
+            raise ValueError(
+                f"strategy.shard_size={size} does not divide the world size {world_size}; "
+                f"choose a divisor of {world_size}: {[d for d in range(1, world_size + 1) if world_size % d == 0]}"
+            )
+
+    def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
+        super().setup_environment(env, timeout)
+        if not distributed.is_distributed():
+            # One process still gets FSDP's semantics (mixed-precision policy, offload, units):
+            # a process group of one, with an in-memory store.
+            distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
+            self._owns_process_group = True
+        from torch.distributed.device_mesh import init_device_mesh
+
+        world = distributed.world_size()
+        size = self._group_size(world, env.local_world_size)
+        self.check_world_size(world, env.local_world_size)
+        if self.sharding in ("full", "grad_op"):
+            self.mesh = init_device_mesh(self.device.type, (world,), mesh_dim_names=("shard",))
+        else:
+            self.mesh = init_device_mesh(self.device.type, (world // size, size), mesh_dim_names=("replicate", "shard"))
+
+    def init_context(self) -> ContextManager:
+        return torch.device("meta") if self.meta_init else contextlib.nullcontext()
+
+    @property
+    def gradient_average_size(self) -> int:
+        return distributed.world_size()
+
+    # ----- wrapping -------------------------------------------------------------------------------------
+    def _shard_options(self) -> dict:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        options: dict = {
+            "mesh": self.mesh,
+            "reshard_after_forward": self.sharding != "grad_op",
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype, output_dtype=self.output_dtype
+            ),
+        }
+        if self.cpu_offload:
+            options["offload_policy"] = CPUOffloadPolicy()
+        return options
+
+    def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
+        if self.meta_init and not has_meta_tensors(module):
+            log.warning(
+                "strategy.meta_init=true but %s has no meta-device tensors: build the layers in "
+                "configure_model(), not __init__, for it to take effect", type(module).__name__,
+            )
+        from torch.distributed.fsdp import fully_shard
+
+        declared = module.block_classes() if hasattr(module, "block_classes") else ()
+        units = select_units(module, self.wrap_classes, declared, self.min_num_params)
+        log.info("FSDP sharding=%s, units: %s", self.sharding, describe_units(module, units))
+        if not units:
+            log.warning(
+                "FSDP has a single unit (the whole model): every rank gathers all parameters in forward, so only "
+                "the optimizer state and gradients are saved; declare TrainModule.block_classes() or set "
+                "strategy.wrap / strategy.min_num_params"
+            )
+        options = self._shard_options()
+        if has_meta_tensors(module):
+            if init is None:
+                raise ValueError("a meta-device model needs a WeightInit to materialise it")
+            init.materialize(self.device, units, lambda unit: fully_shard(unit, **options))
+        else:
+            # FSDP2 does not broadcast: ranks must start equal. Seeding makes them equal; this makes
+            # sure of it (as DDP does) for models initialised from unseeded sources.
+            _broadcast_from_rank0(module)
+            for unit in units:
+                fully_shard(unit, **options)
+        root = TrainingStepForward(module)
+        fully_shard(root, **options)
+        return root
+
+    # ----- the step -------------------------------------------------------------------------------------
+    def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
+        from torch.distributed.fsdp import FSDPModule
+
+        if self.sync_every_microbatch or not isinstance(wrapped, FSDPModule):
+            return contextlib.nullcontext()
+        # Applies to every unit. False: accumulate unsharded gradients, no reduce-scatter.
+        wrapped.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+
+    def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        parameters = [p for p in module.parameters() if p.grad is not None]
+        # The norm of sharded gradients is a partial result per rank; full_tensor() reduces it.
+        total = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+        if isinstance(total, DTensor):
+            total = total.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        return total
+
+    def after_evaluation(self, wrapped: nn.Module) -> None:
+        """Free the parameters an evaluation forward left gathered (the root keeps them otherwise)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        for submodule in wrapped.modules():
+            if isinstance(submodule, FSDPModule):
+                submodule.reshard()
+
+    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        # Gathers one tensor at a time into rank 0's CPU memory; other ranks get {}.
+        state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if distributed.rank() == 0 else {}
+
+
+def _broadcast_from_rank0(module: nn.Module) -> None:
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            torch.distributed.broadcast(tensor.data, src=0)
+
+
+STRATEGY = FSDPStrategy
