@@ -6,6 +6,10 @@ one option per group is composed with Hydra's compose API, resolved once (as ``t
 and instantiated with ``trainer.cli.build``; the optimizer and scheduler factories are then
 called on the module's real parameters. Nothing is trained and no process is started, so this
 runs in seconds.
+
+A group the primary config selects as a list (``logger: [jsonl, tensorboard]``: several options
+at once) stays out of that product, which it would multiply: each of its options is composed
+alone, and all of them together, with the other groups' defaults.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from hydra.utils import get_class
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import trainer
@@ -44,11 +48,25 @@ def discover_groups() -> dict[str, list[str]]:
     return dict(sorted(groups.items(), key=lambda item: (ID_ORDER.index(item[0]) if item[0] in ID_ORDER else len(ID_ORDER), item[0])))
 
 
+def discover_multi_select_groups() -> set[str]:
+    """Groups whose default in the primary config's defaults list is a list of options."""
+    defaults = OmegaConf.load(os.path.join(CONF_DIR, PRIMARY + ".yaml")).get("defaults", [])
+    return {group for entry in defaults if isinstance(entry, DictConfig)
+            for group, choice in entry.items() if isinstance(choice, ListConfig)}
+
+
+MULTI_SELECT = discover_multi_select_groups()
 GROUPS = discover_groups()
+SINGLE_GROUPS = {group: options for group, options in GROUPS.items() if group not in MULTI_SELECT}
 # One option per group, every combination: each yaml file is composed with every option of every
 # other group (e.g. each recipe with each strategy, optimizer and scheduler).
 COMBINATIONS = [
-    [f"{group}={option}" for group, option in zip(GROUPS, choice)] for choice in itertools.product(*GROUPS.values())
+    [f"{group}={option}" for group, option in zip(SINGLE_GROUPS, choice)]
+    for choice in itertools.product(*SINGLE_GROUPS.values())
+]
+# Multi-select groups: each option alone, then all of them at once.
+SELECTIONS = [(group, [option]) for group in sorted(MULTI_SELECT) for option in GROUPS.get(group, [])] + [
+    (group, GROUPS[group]) for group in sorted(MULTI_SELECT) if len(GROUPS.get(group, [])) > 1
 ]
 
 
@@ -62,7 +80,9 @@ def test_discovery_found_the_groups():
     assert os.path.isfile(os.path.join(CONF_DIR, PRIMARY + ".yaml"))
     for group in ID_ORDER:
         assert GROUPS.get(group), f"no options found for group {group!r} in {CONF_DIR}"
+    assert "logger" in MULTI_SELECT
     selected = {override for combination in COMBINATIONS for override in combination}
+    selected |= {f"{group}={option}" for group, options in SELECTIONS for option in options}
     for group, options in GROUPS.items():
         for option in options:
             assert f"{group}={option}" in selected
@@ -113,13 +133,26 @@ def test_config_composes_and_builds(overrides, tmp_path):
     assert isinstance(first, torch.optim.Optimizer)
 
 
+@pytest.mark.parametrize("group, options", SELECTIONS, ids=[f"{g}=[{','.join(o)}]" for g, o in SELECTIONS])
+def test_multi_select_group_composes_and_builds(group, options, tmp_path):
+    # Each option's file holds one node named after the option (``csv: {filename: ...}``), so
+    # selecting several merges them side by side under the group, in the order selected.
+    container = OmegaConf.to_container(compose_config([f"{group}=[{','.join(options)}]"]), resolve=True)
+    assert list(container[group]) == options
+    built_trainer, _ = build(container, run_dir=str(tmp_path))
+    if group == "logger":  # the Trainer checked every option against its backend
+        assert built_trainer.loggers == [(option, container[group][option]) for option in options]
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
         (["trainer.max_stepz=1"], "max_stepz"),  # misspelt key: struct mode rejects it
         (["strategy=nope"], "nope"),  # unknown group option
+        (["logger=[jsonl,nope]"], "logger/nope"),  # unknown option in a multi-select group
+        (["logger.csv.filename=x.csv"], "csv"),  # options of a logger that is not selected
     ],
-    ids=["misspelt-key", "unknown-option"],
+    ids=["misspelt-key", "unknown-option", "unknown-logger", "unselected-logger-option"],
 )
 def test_bad_override_fails_at_compose_time(overrides, match):
     with pytest.raises((HydraException, OmegaConfBaseException), match=match):

@@ -43,7 +43,9 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     strategy = instantiate(cfg.strategy)
     trainer_args = OmegaConf.to_container(cfg.trainer)
     data_args = {k: cfg.data[k] for k in _DATA_KEYS if k in cfg.data}
-    trainer = Trainer(strategy=strategy, run_dir=run_dir, config=config, **trainer_args, **data_args)
+    # The ``logger`` group composes to {name: options}, in the order selected; ``logger=[]`` leaves no node.
+    loggers = OmegaConf.to_container(cfg.logger) if cfg.get("logger") is not None else []
+    trainer = Trainer(strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, **trainer_args, **data_args)
     return trainer, module
 
 

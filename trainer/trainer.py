@@ -81,7 +81,7 @@ class Trainer:
         num_workers: int = 0,
         pin_memory: bool = False,
         run_dir: str | None = None,
-        loggers: str | Logger | Mapping[str, Any] | Sequence[str | Logger | Mapping[str, Any]] | None = ("jsonl", "tensorboard"),
+        loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
         config: dict | None = None,

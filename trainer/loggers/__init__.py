@@ -1,0 +1,39 @@
+"""Metric sinks, written by rank 0 only; several at once (``logger=[tensorboard,wandb,csv]``).
+
+``metrics.jsonl`` is a contract other tools rely on: one JSON object per line with at least
+``step`` (optimizer steps done) and the logged values.
+
+Backends are imported only when used (TensorBoard costs ~0.2 s to import, W&B ~0.45 s). Every
+config a backend records goes through :func:`redact_secrets` first.
+
+===============  ==================================  =========================================
+name             class                               writes
+===============  ==================================  =========================================
+``jsonl``        :class:`JSONLLogger`                ``<run_dir>/metrics.jsonl``
+``csv``          :class:`CSVLogger`                  ``<run_dir>/metrics.csv`` (one row a step)
+``tensorboard``  :class:`TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
+``wandb``        :class:`WandbLogger`                ``<run_dir>/wandb/``, one run per job
+===============  ==================================  =========================================
+"""
+
+from trainer.loggers.base import Logger
+from trainer.loggers.csv_logger import CSVLogger
+from trainer.loggers.jsonl_logger import JSONLLogger
+from trainer.loggers.redact import redact_secrets
+from trainer.loggers.registry import LOGGERS, LoggerSpec, build_loggers, resolve_logger_specs
+from trainer.loggers.tensorboard_logger import TensorBoardLogger
+from trainer.loggers.wandb_logger import WandbLogger, adopt_run_id
+
+__all__ = [
+    "LOGGERS",
+    "CSVLogger",
+    "JSONLLogger",
+    "Logger",
+    "LoggerSpec",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "adopt_run_id",
+    "build_loggers",
+    "redact_secrets",
+    "resolve_logger_specs",
+]

@@ -1,0 +1,87 @@
+"""Keep secrets out of everything a logger writes (TensorBoard text, W&B config, files).
+
+Three rules, applied to a copy of the config:
+
+1. A value whose key names a secret is replaced by ``"***"``: the key's last word is ``token``,
+   ``secret``, ``password``, ``passwd``, ``passphrase``, ``apikey`` or ``credential(s)``; or its
+   last two words are ``api key``, ``access key``, ``private key``, ``secret key``, ``signing key``
+   or ``encryption key``; or the whole key is ``key``, ``auth`` or ``authorization``. Words are
+   split at ``_``, ``-``, ``.`` and camelCase, case-insensitively: ``api_key``, ``apiKey``,
+   ``WANDB_API_KEY``, ``hf_token``, ``client_secret`` are secret; ``max_tokens``, ``tokenizer``,
+   ``key_dim`` are not, nor are a tokenizer's special tokens (``pad_token``, ``eos_token`` ...).
+2. Any string that contains the value of a secret-named environment variable (by rule 1, e.g.
+   ``WANDB_API_KEY``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``; values of 8 characters or more) has
+   that value replaced by ``"***"`` -- this catches ``${oc.env:HF_TOKEN}`` interpolated anywhere.
+3. Credentials in URLs (``https://user:password@host``) become ``https://***@host``.
+
+:func:`redact_argv` applies the same rules to command-line overrides (``data.hf_token=...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+
+REDACTED = "***"
+_SECRET_LAST_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "passphrase", "apikey", "credential", "credentials"}
+)
+_SECRET_KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "signing", "encryption"})
+_SECRET_WHOLE_NAMES = frozenset({"key", "auth", "authorization"})
+_SPECIAL_TOKEN_WORDS = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mask", "start", "end"})
+_MIN_ENV_SECRET_LENGTH = 8  # shorter values would also match ordinary strings (paths, names)
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")
+
+
+def is_secret_key(key: Any) -> bool:
+    """Whether a config key or environment variable name names a secret (rule 1 above)."""
+    if not isinstance(key, str):
+        return False
+    words = [word.lower() for word in _WORD.findall(key)]
+    if not words:
+        return False
+    if len(words) == 1 and words[0] in _SECRET_WHOLE_NAMES:
+        return True
+    if words[-1] in _SECRET_LAST_WORDS:
+        return not (words[-1] == "token" and len(words) > 1 and words[-2] in _SPECIAL_TOKEN_WORDS)
+    return len(words) > 1 and words[-1] == "key" and words[-2] in _SECRET_KEY_QUALIFIERS
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of the secret-named environment variables, longest first (rule 2 above)."""
+    environ = os.environ if environ is None else environ
+    values = {value for name, value in environ.items() if is_secret_key(name) and len(value) >= _MIN_ENV_SECRET_LENGTH}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_secrets(config: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """A copy of ``config`` (nested mappings, lists, tuples, scalars) with secrets replaced by
+    ``"***"``; the input is not modified. ``environ`` defaults to ``os.environ``."""
+    env_secrets = secret_env_values(environ)
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: (REDACTED if is_secret_key(k) and v not in (None, "") else clean(v)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(clean(v) for v in value)
+        if isinstance(value, str):
+            for secret in env_secrets:
+                value = value.replace(secret, REDACTED)
+            return _URL_CREDENTIALS.sub(REDACTED, value)
+        return value
+
+    return clean(config)
+
+
+def redact_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Command-line arguments with secrets redacted: ``key=value`` overrides whose last key part
+    names a secret (``+data.hf_token=abc`` -> ``+data.hf_token=***``), then rules 2 and 3 above."""
+    redacted = []
+    for argument in argv:
+        key, equals, _ = argument.partition("=")
+        if equals and is_secret_key(key.lstrip("+~-").rsplit(".", 1)[-1]):
+            argument = key + "=" + REDACTED
+        redacted.append(redact_secrets(argument, environ))
+    return redacted

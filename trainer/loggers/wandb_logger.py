@@ -1,0 +1,215 @@
+"""Weights & Biases: one run per job, created by rank 0 only, continued when the job resumes."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import socket
+import sys
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+from urllib.parse import urlparse
+
+from trainer.loggers.base import Logger
+from trainer.loggers.redact import redact_argv, redact_secrets
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "online", "offline", "disabled")
+RUN_ID_FILE = "wandb_run_id"
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def api_key_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether W&B has credentials: ``WANDB_API_KEY``, or a netrc entry (``$NETRC`` or ``~/.netrc``,
+    where ``wandb login`` writes) for the W&B host. Never reads the key's value into anything."""
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).hostname
+    try:
+        return netrc.netrc(environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):  # no netrc file (or no home directory), or a broken one
+        return False
+
+
+def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
+    """The W&B mode a run uses: ``online``, ``offline`` or ``disabled``.
+
+    ``auto``: ``$WANDB_MODE`` if set; else ``online`` when an API key is configured
+    (:func:`api_key_configured`), ``offline`` when not. Any other mode is used as given.
+    """
+    if mode not in MODES:
+        raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
+    if mode != "auto":
+        return mode
+    environ = os.environ if environ is None else environ
+    from_env = {"dryrun": "offline", "run": "online"}.get(environ.get("WANDB_MODE", ""), environ.get("WANDB_MODE", ""))
+    if from_env in ("online", "offline", "disabled"):
+        return from_env
+    return "online" if api_key_configured(environ) else "offline"
+
+
+def server_reachable(environ: Mapping[str, str] | None = None, timeout_s: float = 3.0) -> bool:
+    """A TCP connection to the W&B server opens within ``timeout_s`` (assumed true behind a proxy,
+    which this check cannot see through)."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in PROXY_VARIABLES):
+        return True
+    url = urlparse(environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def _redacted_argv() -> Iterator[None]:
+    """W&B records ``sys.argv`` in the run's metadata: hide secrets typed as overrides."""
+    original = sys.argv[:]
+    sys.argv[:] = redact_argv(original)
+    try:
+        yield
+    finally:
+        sys.argv[:] = original
+
+
+def stored_run_id(run_dir: str) -> str | None:
+    """The W&B run id saved in ``<run_dir>/wandb_run_id`` by an earlier start, if any."""
+    try:
+        with open(os.path.join(run_dir, RUN_ID_FILE), encoding="utf-8") as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
+    """For a job resumed into a new run directory from a checkpoint of ``previous_run_dir``: store
+    that run's W&B id in ``run_dir`` (unless ``run_dir`` has one already), so the W&B run goes
+    on. Returns the id now stored in ``run_dir``, if any. Call it before the loggers are built."""
+    current = stored_run_id(run_dir)
+    previous = stored_run_id(previous_run_dir)
+    if current is None and previous is not None:
+        _store_run_id(run_dir, previous)
+        return previous
+    return current
+
+
+def _store_run_id(run_dir: str, run_id: str) -> None:
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, RUN_ID_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(run_id + "\n")
+    os.replace(path + ".tmp", path)
+
+
+class WandbLogger(Logger):
+    """Logs to one W&B run per job, files under ``<run_dir>/wandb/``.
+
+    The trainer builds loggers on rank 0 only, so a multi-process job makes one run, not one per
+    rank. The run starts at the first ``log_hyperparams`` (with the resolved config, secrets
+    redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
+    stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
+    same run (``resume="allow"``).
+
+    Never hangs on a missing network: in ``auto`` mode without an API key the run is offline
+    (``wandb sync <run_dir>/wandb/offline-run-*`` uploads it later); with a key, a server that
+    does not answer a TCP connect within 3 s, or an init that fails within ``init_timeout_s``,
+    makes it offline with a warning. In ``online`` mode the same failures raise an error instead.
+
+    Args:
+        run_dir: the run directory (W&B writes into ``<run_dir>/wandb``).
+        project / entity / name / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
+            e.g. ``$WANDB_PROJECT``).
+        mode: ``auto`` (``$WANDB_MODE`` if set, else online with an API key, offline without),
+            ``online``, ``offline`` or ``disabled`` (log nothing, import nothing).
+        id: the run id to use (None: the stored one, else a new one). Set it (or call
+            :func:`adopt_run_id`) to continue a run from another run directory.
+        init_timeout_s: how long ``wandb.init`` may wait for the server.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        project: str | None = None,
+        entity: str | None = None,
+        name: str | None = None,
+        group: str | None = None,
+        tags: list[str] | None = None,
+        notes: str | None = None,
+        mode: str = "auto",
+        id: str | None = None,
+        init_timeout_s: float = 60.0,
+    ):
+        self.check_options(mode=mode)
+        self.run_dir = run_dir
+        self.mode = mode
+        self.run_id = id
+        self._init_args = dict(project=project, entity=entity, name=name, group=group, tags=tags, notes=notes)
+        self.init_timeout_s = init_timeout_s
+        self.run: Any = None  # the wandb Run once started
+        self._disabled = False
+
+    @staticmethod
+    def check_options(mode: str = "auto", **_: Any) -> None:
+        """Reject bad option values when the Trainer is built, before any worker starts."""
+        if mode not in MODES:
+            raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        config = redact_secrets(dict(params))
+        if self.run is None:
+            self._start(config)
+        else:
+            self.run.config.update(config, allow_val_change=True)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self.run is None:
+            self._start(None)
+        if self.run is not None:
+            self.run.log(dict(metrics), step=step)
+
+    def finalize(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+        self._disabled = True
+
+    def _start(self, config: dict | None) -> None:
+        if self._disabled:
+            return
+        mode = resolve_mode(self.mode)
+        if mode == "disabled":
+            self._disabled = True
+            return
+        import wandb
+
+        self.run_id = self.run_id or stored_run_id(self.run_dir) or uuid.uuid4().hex[:8]
+        _store_run_id(self.run_dir, self.run_id)
+        init_args = dict(
+            self._init_args, dir=self.run_dir, config=config, id=self.run_id, resume="allow",
+            settings=wandb.Settings(init_timeout=self.init_timeout_s),
+        )
+        if mode == "online" and not server_reachable():
+            self._cannot_go_online(f"the W&B server ({os.environ.get('WANDB_BASE_URL') or DEFAULT_BASE_URL}) is unreachable")
+            mode = "offline"
+        with _redacted_argv():
+            try:
+                self.run = wandb.init(mode=mode, **init_args)
+            except Exception as error:  # wandb.errors.CommError, timeouts, ...
+                if mode != "online":
+                    raise
+                self._cannot_go_online(f"wandb.init failed: {type(error).__name__}: {error}")
+                wandb.teardown()  # forget the failed run, or the retry finds its id "in use"
+                self.run = wandb.init(mode="offline", **init_args)
+
+    def _cannot_go_online(self, reason: str) -> None:
+        if self.mode == "online":
+            raise RuntimeError(f"logger.wandb.mode=online but {reason}; use mode=offline (then `wandb sync`) or auto")
+        where = os.path.join(self.run_dir, "wandb")
+        log.warning("W&B: %s; logging offline to %s (upload later with `wandb sync`)", reason, where)
