@@ -292,6 +292,12 @@ BAD_INPUT = {
     "global batch not a multiple": (["data.global_batch_size=30", "strategy=ddp", "trainer.devices=2"],
                                     ["data.global_batch_size=30", "64"]),
     "missing data file": (["recipe=gpt", "data.path=/no/such/file.txt"], ["/no/such/file.txt"]),
+    "unknown sharding": (["strategy=fsdp", "strategy.sharding=zero3", "trainer.devices=2"],
+                         ["strategy.sharding='zero3'", "full, grad_op, no_shard, hybrid"]),
+    "shard size not dividing": (["strategy=fsdp", "strategy.sharding=hybrid", "strategy.shard_size=3", "trainer.devices=4"],
+                                ["strategy.shard_size=3", "world size 4"]),
+    "offload on cpu": (["strategy=fsdp", "strategy.cpu_offload=true", "trainer.devices=2", "trainer.accelerator=cpu"],
+                       ["strategy.cpu_offload=true needs a CUDA device"]),
 }
 
 
