@@ -104,11 +104,16 @@ def train_losses(run_dir: str) -> list[float]:
 
 def fit(run_dir: str, module: TrainModule | None = None, **trainer_args) -> tuple[list[float], dict]:
     """Fit a Regressor (or ``module``) and return (per-step losses, final parameters)."""
+    run_trainer(run_dir, module if module is not None else Regressor(), **trainer_args)
+    return train_losses(str(run_dir)), torch.load(os.path.join(str(run_dir), "params.pt"))
+
+
+def run_trainer(run_dir: str, module: TrainModule, **trainer_args):
+    """``Trainer.fit`` with the tests' defaults: every step logged to metrics.jsonl, no progress bar."""
     args = dict(max_steps=8, log_every_n_steps=1, loggers=["jsonl"], progress_bar=False, collective_timeout_s=120,
                 run_dir=str(run_dir))
     args.update(trainer_args)
-    Trainer(**args).fit(module if module is not None else Regressor())
-    return train_losses(str(run_dir)), torch.load(os.path.join(str(run_dir), "params.pt"))
+    return Trainer(**args).fit(module)
 
 
 class VariableLengthTokens(TrainModule):
@@ -163,13 +168,14 @@ class MismatchedMetrics(Regressor):
 
 
 class ResidualBlock(nn.Module):
-    def __init__(self, width: int):
+    def __init__(self, width: int, dropout: float = 0.0):
         super().__init__()
         self.norm = nn.LayerNorm(width)
         self.linear = nn.Linear(width, width)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        return x + torch.tanh(self.linear(self.norm(x)))
+        return x + self.dropout(torch.tanh(self.linear(self.norm(x))))
 
 
 class BlockRegressor(RegressionModule):
@@ -178,15 +184,15 @@ class BlockRegressor(RegressionModule):
     with ``record_memory``, each rank's training-state bytes at the third step."""
 
     def __init__(self, lr: float = 0.01, width: int = 32, depth: int = 3, num_samples: int = 200,
-                 val_samples: int = 0, record_memory: bool = False):
+                 val_samples: int = 0, record_memory: bool = False, dropout: float = 0.0):
         super().__init__(optimizer=partial(torch.optim.AdamW, lr=lr, weight_decay=0.01))
         self.width, self.depth, self.num_samples, self.val_samples = width, depth, num_samples, val_samples
-        self.record_memory = record_memory
+        self.record_memory, self.dropout = record_memory, dropout
         self.steps = 0
 
     def configure_model(self):
         self.inp = nn.Linear(6, self.width)
-        self.blocks = nn.ModuleList(ResidualBlock(self.width) for _ in range(self.depth))
+        self.blocks = nn.ModuleList(ResidualBlock(self.width, self.dropout) for _ in range(self.depth))
         self.out = nn.Linear(self.width, 1)
 
     def block_classes(self):
@@ -212,3 +218,24 @@ class BlockRegressor(RegressionModule):
         state = self.trainer.strategy.full_state_dict(self)  # every rank: a collective under FSDP
         if state:
             torch.save(state, os.path.join(self.trainer.run_dir, "params.pt"))
+
+
+class CheckpointedRegressor(BlockRegressor):
+    """A BlockRegressor with dropout (so resuming must restore the RNG) that can die or be
+    preempted at a given step, as a killed or signalled job would."""
+
+    def __init__(self, kill_at_step: int | None = None, signal_at_step: int | None = None, signal_launcher: bool = False,
+                 **kwargs):
+        kwargs.setdefault("dropout", 0.1)
+        super().__init__(**kwargs)
+        self.kill_at_step, self.signal_at_step, self.signal_launcher = kill_at_step, signal_at_step, signal_launcher
+
+    def on_train_step_end(self, step, metrics):
+        import signal
+
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if step == self.kill_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == self.signal_at_step and rank == 0:
+            # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
+            os.kill(os.getppid() if self.signal_launcher else os.getpid(), signal.SIGTERM)

@@ -45,7 +45,10 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     data_args = {k: cfg.data[k] for k in _DATA_KEYS if k in cfg.data}
     # The ``logger`` group composes to {name: options}, in the order selected; ``logger=[]`` leaves no node.
     loggers = OmegaConf.to_container(cfg.logger) if cfg.get("logger") is not None else []
-    trainer = Trainer(strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, **trainer_args, **data_args)
+    checkpoint = OmegaConf.to_container(cfg.checkpoint) if cfg.get("checkpoint") is not None else None
+    trainer = Trainer(
+        strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, **trainer_args, **data_args
+    )
     return trainer, module
 
 

@@ -104,6 +104,15 @@ def all_gather_object(obj: Any) -> list[Any]:
     return gathered
 
 
+def any_rank(flag: bool) -> bool:
+    """True on every rank if ``flag`` is True on any rank (one small all-reduce on the CPU group)."""
+    if not is_distributed():
+        return flag
+    tensor = torch.tensor([int(flag)], dtype=torch.int32)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=_control_group)
+    return bool(tensor.item())
+
+
 @contextlib.contextmanager
 def rank_zero_first(local: bool = False) -> Iterator[bool]:
     """Run the body on rank 0 first (or local rank 0 of each node with ``local=True``), then on

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import signal
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -134,6 +136,34 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         results.put(result)
 
 
+FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+def _forward_signals(pids: list[int]) -> dict[int, Any]:
+    """Install handlers that pass SIGTERM / SIGUSR1 on to ``pids``; returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def forward(signum: int, frame: Any) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {}
+    for name in FORWARDED_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            previous[number] = signal.signal(number, forward)
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for number, handler in previous.items():
+        signal.signal(number, handler)
+
+
 def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) -> Any:
     """Run ``fn(*args)`` in ``nprocs`` new processes on this machine and return rank 0's result.
 
@@ -155,6 +185,8 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
         join=False,
         start_method="spawn",
     )
+    # Preemption signals sent to the launcher reach the workers, which save and stop cleanly.
+    forwarded = _forward_signals([process.pid for process in processes.processes])
     try:
         while not processes.join():
             pass
@@ -166,5 +198,6 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
             f"{' (' + error.signal_name + ')' if error.signal_name else ''}; the other ranks were stopped"
         ) from None
     finally:
+        _restore_signals(forwarded)
         del store
     return None if results.empty() else results.get()

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from trainer import distributed
+from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
+from trainer.checkpoint.layout import resolve as resolve_checkpoint
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
@@ -86,7 +88,12 @@ class _Run:
         self.rank = env.rank
         self.step = 0
         self.epoch = 0
+        self.epoch_step = 0  # optimizer steps done in this epoch
         self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
+        self.preempted = False
+        self.checkpoints: CheckpointManager | None = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
         self.last_metrics: dict[str, float] = {}
 
     # ----- set-up -----------------------------------------------------------------------------------
@@ -119,6 +126,8 @@ class _Run:
         # Different random streams per rank from here on (dropout, augmentation).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
         trainer.model = self.wrapped
+        if trainer.init_from is not None:
+            load_weights(trainer.init_from, module)
         if self.rank == 0:
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
             if trainer.config is not None:
@@ -146,6 +155,8 @@ class _Run:
             logger.log_metrics(metrics, self.step)
 
     def teardown(self, clean: bool) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.close(clean)
         for logger in self.loggers:
             logger.finalize()
         self.strategy.teardown(clean)
@@ -162,19 +173,31 @@ class _Run:
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
         self.optimizer, self.scheduler = split_optimizers(module.configure_optimizers())
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
+        if trainer.checkpoint is not None and trainer.checkpoint.enabled:
+            if getattr(self.strategy, "zero1", False):
+                raise ValueError(
+                    "checkpoints with strategy.zero1=true are not supported yet (ZeroRedundancyOptimizer keeps its own "
+                    "state layout); use strategy=fsdp, which shards optimizer state and checkpoints it, or set "
+                    "checkpoint.save_last=false checkpoint.save_on_signal=false"
+                )
+            self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir)
+            self.checkpoints.setup()
         log.info(
             "strategy %s, world size %d, global batch %d (batch %d x accumulate %d x %d ranks), "
             "%d steps per epoch, %d steps, run dir %s",
             self.strategy.name, distributed.world_size(), plan.global_batch_size, trainer.batch_size,
             trainer.accumulate_grad_batches, self.dp_size, plan.steps_per_epoch, total_steps, self.run_dir,
         )
+        self.restore(plan)
         module.train()
         module.on_fit_start()
-        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False)
-        validated_at = -1
+        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
+        validated_at = saved_at = -1
         try:
-            while self.step < total_steps:
-                steps = plan.rank_steps(self.epoch, self.rank)
+            while self.step < total_steps and not self.preempted:
+                # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
+                steps = plan.rank_steps(self.epoch, self.rank)[self.epoch_step:]
+                self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
                 batches = iter(self.loader(train_set, [mb.indices for s in steps for mb in s.micro_batches], "train"))
                 for step_plan in steps:
                     if self.step >= total_steps:
@@ -182,6 +205,7 @@ class _Run:
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
                     metrics = self._train_step(step_plan, batches, log_now)
                     self.step += 1
+                    self.epoch_step += 1
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
@@ -191,15 +215,70 @@ class _Run:
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         self.validate()
                         validated_at = self.step
+                    if self.checkpoints is not None:
+                        self.checkpoints.poll()
+                        if self.checkpoints.due_after_step(self.step):
+                            self.checkpoints.save(self)
+                            saved_at = self.step
+                        if self.checkpoints.stop_requested():
+                            log.warning("preemption signal: saving at step %d and stopping", self.step)
+                            if saved_at != self.step:
+                                self.checkpoints.save(self)
+                                saved_at = self.step
+                            self.preempted = True
+                            break
+                if self.preempted:
+                    break
                 module.on_train_epoch_end(self.epoch)
                 self.epoch += 1
-                self.batch_idx = 0
+                self.epoch_step = 0
+                if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
+                    self.checkpoints.save(self)
+                    saved_at = self.step
         finally:
             progress.close()
+        if self.preempted:
+            return self.last_metrics
         if validated_at != self.step:
             self.validate()
+        if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
+            self.checkpoints.save(self)
         module.on_fit_end()
         return self.last_metrics
+
+    # ----- checkpoints ------------------------------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """Where training stands, as saved in a checkpoint."""
+        trainer = self.trainer
+        return {
+            "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
+            "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
+            "config": trainer.config,
+        }
+
+    def restore(self, plan: GlobalBatchPlan) -> None:
+        """Resume from ``trainer.resume`` (after the optimizer and scheduler exist)."""
+        trainer = self.trainer
+        if trainer.resume is None:
+            return
+        root = self.checkpoints.root if self.checkpoints is not None else os.path.join(self.run_dir, "checkpoints")
+        # Rank 0 decides which checkpoint, so every rank loads the same one.
+        path = distributed.broadcast_object(resolve_checkpoint(trainer.resume, root) if self.rank == 0 else None)
+        if path is None:
+            log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
+            return
+        manager = self.checkpoints or CheckpointManager(CheckpointConfig(save_last=False, save_on_signal=False), self.run_dir)
+        progress = manager.load(path, self)
+        if progress["global_batch_size"] != trainer.global_batch_size:
+            log.warning(
+                "the checkpoint was trained with global batch %d, this run uses %d: the sample order from here "
+                "differs from the original run's (set data.global_batch_size=%d to continue it exactly)",
+                progress["global_batch_size"], trainer.global_batch_size, progress["global_batch_size"],
+            )
+        self.step, self.epoch, self.epoch_step = progress["step"], progress["epoch"], progress["epoch_step"]
+        if self.epoch_step > plan.steps_per_epoch:
+            raise ValueError(f"{path}: epoch position {self.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
+        log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, self.step, self.epoch, self.epoch_step)
 
     def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         trainer, strategy, module = self.trainer, self.strategy, self.module

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
+from trainer.checkpoint.config import CheckpointConfig
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule
@@ -58,6 +59,10 @@ class Trainer:
             or option fails here. Keep "jsonl" for ``metrics.jsonl``.
         progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
+        checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
+        resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
+            directory or a directory of checkpoints; None starts from scratch.
+        init_from: a file with a full state dict to start from (read on rank 0 only).
         config: the resolved configuration, recorded by the loggers.
     """
 
@@ -84,6 +89,9 @@ class Trainer:
         loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
+        checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
+        resume: str | None = None,
+        init_from: str | None = None,
         config: dict | None = None,
     ):
         _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
@@ -111,6 +119,14 @@ class Trainer:
         _require(_is_int(num_workers) and num_workers >= 0, f"data.num_workers must be >= 0, got {num_workers!r}")
         _require(collective_timeout_s > 0, f"trainer.collective_timeout_s must be > 0, got {collective_timeout_s!r}")
 
+        _require(
+            resume is None or resume == "auto" or os.path.exists(resume),
+            f"trainer.resume={resume!r} does not exist; give auto, a checkpoint directory or a directory of checkpoints",
+        )
+        _require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
+        self.checkpoint = CheckpointConfig.from_any(checkpoint)
+        self.resume = resume
+        self.init_from = init_from
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
             log.warning(

@@ -1,0 +1,16 @@
+"""Run one ``helpers.run_trainer`` in its own process (for runs a test kills or signals):
+
+    python tests/run_fit.py '{"run_dir": ..., "module": {"kill_at_step": 8}, "trainer": {...}}'
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+if __name__ == "__main__":
+    from helpers import CheckpointedRegressor, run_trainer
+
+    spec = json.loads(sys.argv[1])
+    run_trainer(spec["run_dir"], CheckpointedRegressor(**spec.get("module", {})), **spec.get("trainer", {}))

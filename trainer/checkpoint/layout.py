@@ -1,0 +1,162 @@
+"""Where checkpoints live on disk and how one is committed atomically.
+
+::
+
+    <root>/
+      latest                  -> text: "step-000000500" (moved last, with an atomic rename)
+      step-000000500/
+        COMMITTED             json: step, format, world size, monitored metric (written last)
+        trainer_state.json    progress (epoch, step, position in the epoch) and the config
+        extras.pt             scheduler (and loss scaler) state
+        rng/rank-00000.pt     every generator of each rank
+        model_optim/          sharded: torch.distributed.checkpoint files, one per rank
+        model_optim.pt        full: one consolidated {"model", "optim"} file
+      .staging-step-000000600/  a save in progress (or interrupted): never loaded, removed later
+
+A save writes into the staging directory; rank 0 then fsyncs it, writes COMMITTED, renames it to
+its final name and finally replaces ``latest``. A crash at any point leaves the previous
+checkpoint complete and ``latest`` pointing at it. Assumes a file system every rank sees
+(a shared one on several nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+LATEST = "latest"
+COMMITTED = "COMMITTED"
+STAGING_PREFIX = ".staging-"
+_NAME = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:09d}"
+
+
+def staging_path(root: str, step: int) -> str:
+    return os.path.join(root, STAGING_PREFIX + checkpoint_name(step))
+
+
+def is_committed(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, COMMITTED))
+
+
+def read_marker(path: str) -> dict[str, Any]:
+    with open(os.path.join(path, COMMITTED), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _fsync_tree(path: str) -> None:
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(folder)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never a part."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def commit(root: str, staging: str, marker: dict[str, Any]) -> str:
+    """Make the staged checkpoint durable and visible; returns its final path. Rank 0 only."""
+    _fsync_tree(staging)
+    write_atomic(os.path.join(staging, COMMITTED), json.dumps(marker))
+    final = os.path.join(root, checkpoint_name(marker["step"]))
+    if os.path.exists(final):  # the same step saved again (e.g. at the end after a periodic save)
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _fsync_dir(root)
+    write_atomic(os.path.join(root, LATEST), os.path.basename(final))
+    return final
+
+
+def committed_checkpoints(root: str) -> list[str]:
+    """Complete checkpoints under ``root``, oldest step first."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = _NAME.match(name)
+        if match and is_committed(os.path.join(root, name)):
+            found.append((int(match.group(1)), os.path.join(root, name)))
+    return [path for _, path in sorted(found)]
+
+
+def find_latest(root: str) -> str | None:
+    """The checkpoint ``latest`` names if it is complete, else the newest complete one, else None."""
+    pointer = os.path.join(root, LATEST)
+    if os.path.isfile(pointer):
+        with open(pointer, encoding="utf-8") as handle:
+            candidate = os.path.join(root, handle.read().strip())
+        if is_committed(candidate):
+            return candidate
+    found = committed_checkpoints(root)
+    return found[-1] if found else None
+
+
+def remove_stale_staging(root: str) -> None:
+    """Delete staging directories that interrupted saves left behind."""
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if name.startswith(STAGING_PREFIX):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def apply_retention(root: str, keep_last: int | None, monitor: str | None, mode: str, keep_best: int) -> list[str]:
+    """Delete committed checkpoints that are neither among the ``keep_last`` newest nor the
+    ``keep_best`` best by ``monitor``; never the one ``latest`` names. Returns the deleted paths."""
+    found = committed_checkpoints(root)
+    if keep_last is None:
+        return []
+    keep = set(found[-keep_last:]) if keep_last > 0 else set()
+    latest = find_latest(root)
+    if latest:
+        keep.add(latest)
+    if monitor and keep_best > 0:
+        scored = [(read_marker(p).get("metrics", {}).get(monitor), p) for p in found]
+        scored = [(v, p) for v, p in scored if v is not None]
+        scored.sort(key=lambda item: item[0], reverse=(mode == "max"))
+        keep |= {p for _, p in scored[:keep_best]}
+    deleted = [p for p in found if p not in keep]
+    for path in deleted:
+        shutil.rmtree(path, ignore_errors=True)
+    return deleted
+
+
+def resolve(resume: str, root: str) -> str | None:
+    """The checkpoint directory ``trainer.resume`` names: "auto" = the latest complete one under
+    ``root`` (None if there is none yet); a checkpoint directory; or a root holding checkpoints."""
+    if resume == "auto":
+        return find_latest(root)
+    path = os.path.abspath(resume)
+    if is_committed(path):
+        return path
+    if os.path.isdir(path):
+        latest = find_latest(path)
+        if latest:
+            return latest
+        raise FileNotFoundError(
+            f"trainer.resume={resume!r}: no complete checkpoint there (a complete one has a {COMMITTED} file; "
+            "a save that was interrupted has none and is never loaded)"
+        )
+    raise FileNotFoundError(f"trainer.resume={resume!r} does not exist; give a checkpoint directory, a directory of checkpoints, or auto")

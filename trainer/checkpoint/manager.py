@@ -1,0 +1,286 @@
+"""Saving and restoring a whole training run: when, what, in which format, and atomically.
+
+Every method that touches model or optimizer state is a collective: the loop calls it on every
+rank at the same step.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from trainer import distributed
+from trainer.checkpoint import layout
+from trainer.checkpoint.config import CheckpointConfig
+from trainer.checkpoint.state import (
+    describe_mismatch,
+    expected_shapes,
+    get_rng_state,
+    get_training_state,
+    set_rng_state,
+    set_training_state,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be read or does not fit the model; the message names the file."""
+
+
+def load_file(path: str) -> Any:
+    """``torch.load`` with ``weights_only=True`` (no code runs from the file), with errors that
+    name the file."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # zip / unpickling errors come in many types
+        raise CheckpointError(f"{path}: cannot be read ({type(error).__name__}: {error}); the file is truncated, "
+                              "corrupt, or not a weights-only torch file") from None
+
+
+def _copy_tensors(tree: Any) -> Any:
+    """A copy whose tensors training cannot change any more (for a background write)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {k: _copy_tensors(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_copy_tensors(v) for v in tree)
+    return tree
+
+
+class CheckpointManager:
+    """Saves and loads checkpoints for one run (see ``layout.py`` for the files)."""
+
+    def __init__(self, config: CheckpointConfig, run_dir: str):
+        self.config = config
+        self.root = os.path.abspath(config.dir or os.path.join(run_dir, "checkpoints"))
+        self._pending: tuple[Any, str, dict] | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._async_group: Any = None
+        self._signalled: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
+
+    # ----- life cycle --------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        if distributed.rank() == 0:
+            os.makedirs(self.root, exist_ok=True)
+            layout.remove_stale_staging(self.root)
+        distributed.barrier()
+        if self.config.async_save and distributed.is_distributed():
+            # Background writes talk over their own group, so they never interleave with training's.
+            self._async_group = torch.distributed.new_group(backend="gloo")
+        if self.config.save_on_signal and threading.current_thread() is threading.main_thread():
+            for name in SIGNALS:
+                number = getattr(signal, name, None)
+                if number is not None:
+                    self._previous_handlers[number] = signal.signal(number, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signalled = signum  # acted on at the next step boundary, on every rank together
+
+    def stop_requested(self) -> bool:
+        """Whether any rank received a preemption signal (agreed on by all ranks)."""
+        if not self.config.save_on_signal:
+            return False
+        return distributed.any_rank(self._signalled is not None)
+
+    def close(self, clean: bool) -> None:
+        """Finish an in-flight save (after a clean run) and restore the signal handlers."""
+        try:
+            if clean:
+                self.wait()
+        finally:
+            for number, handler in self._previous_handlers.items():
+                signal.signal(number, handler)
+            self._previous_handlers = {}
+            if self._executor is not None:
+                self._executor.shutdown(wait=clean)
+
+    # ----- triggers ------------------------------------------------------------------------------------------
+    def due_after_step(self, step: int) -> bool:
+        return bool(self.config.every_n_steps) and step % self.config.every_n_steps == 0
+
+    def due_after_epoch(self, epoch: int) -> bool:
+        return bool(self.config.every_n_epochs) and (epoch + 1) % self.config.every_n_epochs == 0
+
+    # ----- saving ----------------------------------------------------------------------------------------------
+    def save(self, run: Any) -> None:
+        """Checkpoint the run's current state (a collective). ``run`` has ``module``, ``optimizer``,
+        ``scheduler``, ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()``."""
+        self.wait()
+        started = time.perf_counter()
+        rank, step, full = distributed.rank(), run.step, self.config.format == "full"
+        staging = layout.staging_path(self.root, step)
+        if rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            os.makedirs(os.path.join(staging, "rng"))
+        distributed.barrier()
+        state = get_training_state(run.module, run.optimizer, full)
+        torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
+        marker = {
+            "step": step, "format": self.config.format, "world_size": distributed.world_size(),
+            "version": FORMAT_VERSION, "time": time.time(),
+            "metrics": {k: v for k, v in run.last_metrics.items() if k == self.config.monitor},
+        }
+        if rank == 0:
+            with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
+                json.dump(run.progress(), handle, indent=1, default=str)
+            extras = {"scheduler": run.scheduler.state_dict() if run.scheduler is not None else None}
+            torch.save(extras, os.path.join(staging, "extras.pt"))
+        distributed.barrier()  # every rank's small files are written before anyone may commit
+        if self.config.async_save:
+            self._pending = (self._write_async(state, staging, full), staging, marker)
+        else:
+            self._write(state, staging, full)
+            if not full:
+                distributed.barrier()
+            if rank == 0:
+                self._commit(staging, marker)
+        log.info("checkpoint at step %d %s in %.2f s -> %s", step,
+                 "started (async)" if self.config.async_save else "saved", time.perf_counter() - started, self.root)
+
+    def _write(self, state: dict, staging: str, full: bool) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+        if full:
+            if distributed.rank() == 0:
+                torch.save(state, os.path.join(staging, "model_optim.pt"))
+        else:
+            dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
+
+    def _write_async(self, state: dict, staging: str, full: bool) -> Any:
+        import torch.distributed.checkpoint as dcp
+
+        if not full:
+            # DCP copies the state to CPU here (staging), then writes in a thread.
+            result = dcp.async_save(
+                state, checkpoint_id=os.path.join(staging, "model_optim"), process_group=self._async_group,
+                no_dist=not distributed.is_distributed(),
+            )
+            return getattr(result, "upload_completion", result)
+        if distributed.rank() != 0:
+            return None
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        return self._executor.submit(torch.save, _copy_tensors(state), os.path.join(staging, "model_optim.pt"))
+
+    def poll(self) -> None:
+        """Commit a finished background save (cheap; called after every step)."""
+        if self._pending is not None and (self._pending[0] is None or self._pending[0].done()):
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the in-flight save (if any) is written, then commit it (rank 0)."""
+        if self._pending is None:
+            return
+        future, staging, marker = self._pending
+        self._pending = None
+        if future is not None:
+            future.result()
+        if distributed.rank() == 0:
+            self._commit(staging, marker)
+
+    def _commit(self, staging: str, marker: dict) -> None:
+        final = layout.commit(self.root, staging, marker)
+        deleted = layout.apply_retention(
+            self.root, self.config.keep_last, self.config.monitor, self.config.mode, self.config.keep_best
+        )
+        log.info("checkpoint committed: %s%s", final, f" (removed {len(deleted)} old)" if deleted else "")
+
+    # ----- loading -------------------------------------------------------------------------------------------
+    def load(self, path: str, run: Any) -> dict[str, Any]:
+        """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
+        at ``path``; returns the saved progress. A collective."""
+        marker = layout.read_marker(path)
+        load_training_state(path, run.module, run.optimizer, marker["format"])
+        extras = load_file(os.path.join(path, "extras.pt"))
+        if run.scheduler is not None and extras.get("scheduler") is not None:
+            run.scheduler.load_state_dict(extras["scheduler"])
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
+            progress = json.load(handle)
+        rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")
+        if marker["world_size"] == distributed.world_size() and os.path.isfile(rng_file):
+            set_rng_state(load_file(rng_file))
+        else:
+            log.info("resuming %d-rank checkpoint on %d ranks: random generators are re-seeded, not restored",
+                     marker["world_size"], distributed.world_size())
+        return progress
+
+
+def load_training_state(path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str) -> None:
+    """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
+    clear error if the checkpoint belongs to another model. A collective."""
+    import torch.distributed.checkpoint as dcp
+
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+    expected = expected_shapes(module)
+    if fmt == "full":
+        file = os.path.join(path, "model_optim.pt")
+        state, problem = {"model": {}, "optim": {}}, None
+        if distributed.rank() == 0:  # read once, on rank 0; the others receive their shards
+            try:
+                state = load_file(file)
+                problem = describe_mismatch(expected, {k: tuple(v.shape) for k, v in state["model"].items()})
+            except CheckpointError as error:
+                problem = str(error)
+        problem = distributed.broadcast_object(problem)
+        if problem:
+            raise CheckpointError(problem if problem.startswith(file) else f"{file} does not fit the model: {problem}")
+        if optimizer is None:
+            state.pop("optim", None)
+        set_training_state(module, optimizer, state, full=True)
+        return
+    folder = os.path.join(path, "model_optim")
+    try:
+        metadata = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+    except Exception as error:
+        raise CheckpointError(f"{folder}: cannot read the checkpoint metadata ({type(error).__name__}: {error})") from None
+    found = {k[len("model."):]: tuple(v.size) for k, v in metadata.items() if k.startswith("model.") and hasattr(v, "chunks")}
+    problem = describe_mismatch(expected, found)
+    if problem:
+        raise CheckpointError(f"{folder} does not fit the model: {problem}")
+    state = get_training_state(module, optimizer, full=False)
+    try:
+        dcp.load(state, checkpoint_id=folder, no_dist=not distributed.is_distributed())
+    except Exception as error:
+        raise CheckpointError(f"{folder}: cannot be loaded ({type(error).__name__}: {error})") from None
+    set_training_state(module, optimizer, state, full=False)
+
+
+def load_weights(file: str, module: torch.nn.Module) -> None:
+    """``trainer.init_from``: start from the full state dict in ``file`` (``{name: tensor}``, or a
+    dict with a "model" entry). Read once, on rank 0, and broadcast / scattered into each rank's
+    shards: never read by every rank, never a full copy per rank under FSDP. A collective."""
+    expected = expected_shapes(module)
+    weights, problem = {}, None
+    if distributed.rank() == 0:
+        try:
+            loaded = load_file(file)
+            weights = loaded["model"] if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict) else loaded
+            problem = describe_mismatch(expected, {k: tuple(v.shape) for k, v in weights.items()})
+            problem = problem and f"{file} does not fit the model: {problem}"
+        except CheckpointError as error:
+            problem = str(error)
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise CheckpointError(f"trainer.init_from: {problem}")
+    set_training_state(module, None, {"model": weights}, full=True)
+    log.info("initialised the weights from %s", file)
