@@ -234,8 +234,8 @@ class CheckpointedRegressor(BlockRegressor):
         import signal
 
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        if step == self.kill_at_step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if step == self.kill_at_step and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)  # on a torchrun restart, the job goes on
         if step == self.signal_at_step and rank == 0:
             # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
             os.kill(os.getppid() if self.signal_launcher else os.getpid(), signal.SIGTERM)

@@ -303,7 +303,8 @@ def test_wandb_offline_run_holds_config_and_history_and_resume_continues_it(tmp_
     resumed.finalize()
     assert resumed.run_id == run_id
     runs = offline_runs(tmp_path)
-    assert len(runs) == 2 and all(run.endswith("-" + run_id) for run in runs)
+    # Both runs carry the id; a second run started in the same second gets a "-1" suffix.
+    assert len(runs) == 2 and all(f"-{run_id}" in os.path.basename(run) for run in runs)
     second = next(run for run in runs if run != first)
     recorded_id, _, history = wandb_run(os.path.join(second, f"run-{run_id}.wandb"))
     assert recorded_id == run_id and history == [(4, {"train/loss": 0.2})]

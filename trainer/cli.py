@@ -19,7 +19,7 @@ from typing import Any, Callable, NoReturn
 
 import torch
 
-from trainer import distributed
+from trainer import distributed, elastic
 from trainer.launch import detect_environment, strip_local_rank_argument
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     config = OmegaConf.to_container(cfg, resolve=True)
     run_dir = HydraConfig.get().runtime.output_dir
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
+        elastic.record_run_dir(run_dir)
         distributed.broadcast_object(("job", config, run_dir))
     trainer, module = prepare(config, run_dir)
     return trainer.fit(module)
@@ -120,6 +121,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
     if not (env.external and env.distributed):
         hydra_task()
         return
+    if env.rank == 0:
+        sys.argv = elastic.pin_run_dir(sys.argv)  # a torchrun restart continues the first attempt's run
     # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
     # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"

@@ -7,6 +7,7 @@ so they work whatever the default backend is (NCCL tensors must live on the GPU)
 from __future__ import annotations
 
 import contextlib
+import os
 import zlib
 from datetime import timedelta
 from typing import Any, Iterator
@@ -50,9 +51,17 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
         # The launcher hosts the store; every worker is a client of it.
         store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
+    elif env.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent hosts the store at MASTER_ADDR/PORT and keeps it across restarts
+        # (--max-restarts): keys of a restarted attempt get their own prefix, or its ranks would
+        # read the dead attempt's addresses and fail to connect (or hang).
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        client = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timeout)
+        store = dist.PrefixStore(f"trainer/attempt_{attempt}", client)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
     else:
-        # torchrun's agent already hosts the store named by MASTER_ADDR/PORT (env:// joins it as a
-        # client); under SLURM rank 0 hosts it at the address derived from the job.
+        # Under SLURM (or a launcher without an agent store) rank 0 hosts the store at the address
+        # derived from the job; env:// joins it.
         init_method = "env://" if env.launcher == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
         dist.init_process_group(
             backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from trainer import distributed
+from trainer import distributed, elastic
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
 from trainer.checkpoint.layout import resolve as resolve_checkpoint
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
@@ -122,6 +122,13 @@ class _Run:
         if not has_meta_tensors(module):
             module.to(self.device)
             init.eager()
+        if trainer.sync_batchnorm:
+            from trainer.sync_batchnorm import convert_sync_batchnorm
+
+            # After the build and on its device (CUDA batch norms become torch's nn.SyncBatchNorm),
+            # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
+            # the data-parallel group of DDP and FSDP (hybrid included).
+            convert_sync_batchnorm(module, process_group=None)
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
         # Different random streams per rank from here on (dropout, augmentation).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
@@ -259,11 +266,13 @@ class _Run:
     def restore(self, plan: GlobalBatchPlan) -> None:
         """Resume from ``trainer.resume`` (after the optimizer and scheduler exist)."""
         trainer = self.trainer
-        if trainer.resume is None:
+        # A torchrun elastic restart continues from the latest checkpoint unless told otherwise.
+        resume = trainer.resume if trainer.resume is not None else ("auto" if elastic.restart_count() else None)
+        if resume is None:
             return
         root = self.checkpoints.root if self.checkpoints is not None else os.path.join(self.run_dir, "checkpoints")
         # Rank 0 decides which checkpoint, so every rank loads the same one.
-        path = distributed.broadcast_object(resolve_checkpoint(trainer.resume, root) if self.rank == 0 else None)
+        path = distributed.broadcast_object(resolve_checkpoint(resume, root) if self.rank == 0 else None)
         if path is None:
             log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
             return

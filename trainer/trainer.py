@@ -59,6 +59,8 @@ class Trainer:
             or option fails here. Keep "jsonl" for ``metrics.jsonl``.
         progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
+        sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
+            data-parallel ranks (works on CPU / gloo too); see ``trainer/sync_batchnorm.py``.
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch.
@@ -89,6 +91,7 @@ class Trainer:
         loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
+        sync_batchnorm: bool = False,
         checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
         resume: str | None = None,
         init_from: str | None = None,
@@ -124,6 +127,7 @@ class Trainer:
             f"trainer.resume={resume!r} does not exist; give auto, a checkpoint directory or a directory of checkpoints",
         )
         _require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
+        self.sync_batchnorm = sync_batchnorm
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
