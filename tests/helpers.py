@@ -225,10 +225,15 @@ class CheckpointedRegressor(BlockRegressor):
     preempted at a given step, as a killed or signalled job would."""
 
     def __init__(self, kill_at_step: int | None = None, signal_at_step: int | None = None, signal_launcher: bool = False,
-                 **kwargs):
+                 augment: bool = False, **kwargs):
         kwargs.setdefault("dropout", 0.1)
         super().__init__(**kwargs)
         self.kill_at_step, self.signal_at_step, self.signal_launcher = kill_at_step, signal_at_step, signal_launcher
+        self.augment = augment
+
+    def train_dataset(self):
+        data = super().train_dataset()
+        return NoisyInputs(data) if self.augment else data
 
     def on_train_step_end(self, step, metrics):
         import signal
@@ -239,3 +244,17 @@ class CheckpointedRegressor(BlockRegressor):
         if step == self.signal_at_step and rank == 0:
             # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
             os.kill(os.getppid() if self.signal_launcher else os.getpid(), signal.SIGTERM)
+
+
+class NoisyInputs(torch.utils.data.Dataset):
+    """A random augmentation drawn while loading (in data-loader workers when there are some)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x, y = self.data[index]
+        return x + 0.1 * torch.randn_like(x), y

@@ -71,6 +71,22 @@ def test_killed_run_resumes_exactly(tmp_path, layout_name, fmt):
         assert torch.equal(params[name], value), name
 
 
+def test_resume_with_augmenting_data_loader_workers_is_exact(tmp_path):
+    # Random augmentation inside 2 data-loader workers: each batch's generators are seeded by its
+    # position in the epoch, so the resumed run draws the same noise as the uninterrupted one.
+    module = {"augment": True}
+    args = dict(LAYOUTS["single"], max_steps=STEPS, num_workers=2, checkpoint=dict(every_n_steps=EVERY))
+    reference_losses, _ = fit(tmp_path / "whole", CheckpointedRegressor(**module), **args)
+    run_dir = tmp_path / "killed"
+    assert run_in_subprocess(run_dir, dict(module, kill_at_step=KILL_AT), **args).returncode != 0
+    fit(run_dir, CheckpointedRegressor(**module), resume="auto", **args)
+    losses = per_step_losses(run_dir)
+    assert [losses[s] for s in range(1, STEPS + 1)] == reference_losses
+    # The augmentation really changes the data (else this test could not fail).
+    plain, _ = fit(tmp_path / "plain", CheckpointedRegressor(), **args)
+    assert plain[1:] != reference_losses[1:]
+
+
 def test_async_save_resumes_exactly(tmp_path):
     options = dict(checkpoint=dict(every_n_steps=2, async_save=True, keep_last=None))
     reference = checkpointed(tmp_path / "whole", "fsdp", **options)

@@ -164,6 +164,27 @@ def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: i
     return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
 
 
+class _SeededBatches(Dataset):
+    """Loads ``(seed, indices)`` batches, seeding the worker's generators with ``seed`` first: a
+    batch's random augmentations then depend on its position in the epoch only, not on which
+    worker loads it or on where a resumed run started."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, key: tuple[int, list[int]]) -> list:
+        seed, indices = key
+        seed_everything(seed)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        return getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+
+
 def build_loader(
     dataset: Dataset,
     batches: Sequence[Sequence[int]],
@@ -171,16 +192,26 @@ def build_loader(
     num_workers: int,
     pin_memory: bool,
     seed: int,
+    first_batch: int = 0,
 ) -> DataLoader:
-    """A DataLoader that loads exactly ``batches`` (lists of indices) in order."""
+    """A DataLoader that loads exactly ``batches`` (lists of indices) in order.
+
+    With workers, batch ``first_batch + i`` is loaded with every generator seeded from
+    ``(seed, first_batch + i)``, so a run resumed mid-epoch draws the same augmentations. Without
+    workers, loading draws from the process's own generators, which checkpoints save.
+    """
     if isinstance(dataset, IterableDataset):
         raise TypeError(
             f"{type(dataset).__name__} is an IterableDataset; the trainer needs a map-style dataset "
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
+    sampler: list = [list(b) for b in batches]
+    if num_workers > 0:
+        dataset = _SeededBatches(dataset)
+        sampler = [(derive_seed(seed, "batch", first_batch + i), b) for i, b in enumerate(sampler)]
     return DataLoader(
         dataset,
-        batch_sampler=[list(b) for b in batches],
+        batch_sampler=sampler,
         collate_fn=collate_fn,
         num_workers=num_workers,
         pin_memory=pin_memory,

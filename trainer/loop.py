@@ -141,7 +141,7 @@ class _Run:
                 for logger in self.loggers:
                     logger.log_hyperparams(trainer.config)
 
-    def loader(self, dataset: Any, batches: list, purpose: str) -> Any:
+    def loader(self, dataset: Any, batches: list, purpose: str, first_batch: int = 0) -> Any:
         return build_loader(
             dataset,
             batches,
@@ -149,6 +149,7 @@ class _Run:
             self.trainer.num_workers,
             self.trainer.pin_memory,
             derive_seed(self.trainer.seed, purpose, self.epoch, self.rank),
+            first_batch,
         )
 
     def datasets(self) -> None:
@@ -205,7 +206,9 @@ class _Run:
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 steps = plan.rank_steps(self.epoch, self.rank)[self.epoch_step:]
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
-                batches = iter(self.loader(train_set, [mb.indices for s in steps for mb in s.micro_batches], "train"))
+                batches = iter(self.loader(
+                    train_set, [mb.indices for s in steps for mb in s.micro_batches], "train", self.batch_idx
+                ))
                 for step_plan in steps:
                     if self.step >= total_steps:
                         break
