@@ -12,5 +12,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
     from helpers import CheckpointedRegressor, run_trainer
 
+    from trainer.strategies import resolve_strategy
+
     spec = json.loads(sys.argv[1])
+    strategy = spec.get("trainer", {}).get("strategy")
+    if isinstance(strategy, dict):  # {"name": "ddp", "zero1": true}
+        spec["trainer"]["strategy"] = resolve_strategy(strategy.pop("name"), **strategy)
     run_trainer(spec["run_dir"], CheckpointedRegressor(**spec.get("module", {})), **spec.get("trainer", {}))

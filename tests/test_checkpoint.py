@@ -18,6 +18,7 @@ import torch
 
 from helpers import REPO, CheckpointedRegressor, fit, read_metrics
 from trainer.checkpoint import CheckpointError, consolidate, layout
+from trainer.strategies import resolve_strategy
 from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,7 +31,17 @@ LAYOUTS = {
     "single": dict(strategy="single", devices=1, batch_size=16),
     "ddp": dict(strategy="ddp", devices=2, batch_size=8),
     "fsdp": dict(strategy="fsdp", devices=2, batch_size=8),
+    "zero1": dict(strategy={"name": "ddp", "zero1": True}, devices=2, batch_size=8),
 }
+
+
+def strategy_args(name):
+    """LAYOUTS[name] with the strategy as an object (run_fit.py takes the JSON form)."""
+    args = dict(LAYOUTS[name])
+    if isinstance(args["strategy"], dict):
+        options = dict(args["strategy"])
+        args["strategy"] = resolve_strategy(options.pop("name"), **options)
+    return args
 
 
 def per_step_losses(run_dir):
@@ -46,13 +57,14 @@ def run_in_subprocess(run_dir, module=None, **trainer):
 
 
 def checkpointed(path, layout_name, module=None, **options):
-    args = dict(LAYOUTS[layout_name], max_steps=STEPS, checkpoint=dict(every_n_steps=EVERY, keep_last=None))
+    args = dict(strategy_args(layout_name), max_steps=STEPS, checkpoint=dict(every_n_steps=EVERY, keep_last=None))
     args.update(options)
     return fit(path, module or CheckpointedRegressor(), **args)
 
 
 @pytest.mark.parametrize(
-    "layout_name, fmt", [("single", "sharded"), ("single", "full"), ("ddp", "sharded"), ("fsdp", "sharded"), ("fsdp", "full")]
+    "layout_name, fmt",
+    [("single", "sharded"), ("single", "full"), ("ddp", "sharded"), ("zero1", "sharded"), ("fsdp", "sharded"), ("fsdp", "full")],
 )
 def test_killed_run_resumes_exactly(tmp_path, layout_name, fmt):
     reference_losses, reference_params = checkpointed(tmp_path / "whole", layout_name, checkpoint=dict(format=fmt))
@@ -62,7 +74,7 @@ def test_killed_run_resumes_exactly(tmp_path, layout_name, fmt):
     assert killed.returncode != 0
     assert max(per_step_losses(run_dir)) == KILL_AT  # it really died at step 8 ...
     assert layout.find_latest(str(run_dir / "checkpoints")).endswith("step-000000006")  # ... after saving step 6
-    fit(run_dir, CheckpointedRegressor(), resume="auto", **args)
+    fit(run_dir, CheckpointedRegressor(), resume="auto", **dict(args, **strategy_args(layout_name)))
     losses = per_step_losses(run_dir)
     assert sorted(losses) == list(range(1, STEPS + 1))
     assert [losses[s] for s in range(1, STEPS + 1)] == reference_losses  # bitwise
@@ -126,12 +138,13 @@ def test_sharded_checkpoint_resumes_on_other_world_sizes_and_strategies(tmp_path
         torch.testing.assert_close(params[name], value, **TOL, msg=name)
 
 
-def test_ddp_checkpoint_to_fsdp_and_back(tmp_path):
+@pytest.mark.parametrize("data_parallel", ["ddp", "zero1"])
+def test_ddp_checkpoint_to_fsdp_and_back(tmp_path, data_parallel):
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
     reference_losses, reference_params = checkpointed(tmp_path / "whole", "ddp", module=module())
-    checkpointed(tmp_path / "a", "ddp", module=module(), max_steps=6)
+    checkpointed(tmp_path / "a", data_parallel, module=module(), max_steps=6)
     checkpointed(tmp_path / "b", "fsdp", module=module(), max_steps=13, resume=str(tmp_path / "a" / "checkpoints"))
-    losses, params = checkpointed(tmp_path / "c", "ddp", module=module(), resume=str(tmp_path / "b" / "checkpoints"))
+    losses, params = checkpointed(tmp_path / "c", data_parallel, module=module(), resume=str(tmp_path / "b" / "checkpoints"))
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference_losses[13:]), **TOL)
     for name, value in reference_params.items():
         torch.testing.assert_close(params[name], value, **TOL, msg=name)

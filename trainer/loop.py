@@ -182,13 +182,7 @@ class _Run:
         self.optimizer, self.scheduler = split_optimizers(module.configure_optimizers())
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
-            if getattr(self.strategy, "zero1", False):
-                raise ValueError(
-                    "checkpoints with strategy.zero1=true are not supported yet (ZeroRedundancyOptimizer keeps its own "
-                    "state layout); use strategy=fsdp, which shards optimizer state and checkpoints it, or set "
-                    "checkpoint.save_last=false checkpoint.save_on_signal=false"
-                )
-            self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir)
+            self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
             self.checkpoints.setup()
         log.info(
             "strategy %s, world size %d, global batch %d (batch %d x accumulate %d x %d ranks), "
@@ -279,7 +273,9 @@ class _Run:
         if path is None:
             log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
             return
-        manager = self.checkpoints or CheckpointManager(CheckpointConfig(save_last=False, save_on_signal=False), self.run_dir)
+        manager = self.checkpoints or CheckpointManager(
+            CheckpointConfig(save_last=False, save_on_signal=False), self.run_dir, self.strategy
+        )
         progress = manager.load(path, self)
         if progress["global_batch_size"] != trainer.global_batch_size:
             log.warning(

@@ -67,8 +67,11 @@ def _copy_tensors(tree: Any) -> Any:
 class CheckpointManager:
     """Saves and loads checkpoints for one run (see ``layout.py`` for the files)."""
 
-    def __init__(self, config: CheckpointConfig, run_dir: str):
+    def __init__(self, config: CheckpointConfig, run_dir: str, strategy: Any = None):
+        from trainer.strategies.base import Strategy
+
         self.config = config
+        self.strategy = strategy if strategy is not None else Strategy()
         self.root = os.path.abspath(config.dir or os.path.join(run_dir, "checkpoints"))
         self._pending: tuple[Any, str, dict] | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -131,6 +134,8 @@ class CheckpointManager:
             shutil.rmtree(staging, ignore_errors=True)
             os.makedirs(os.path.join(staging, "rng"))
         distributed.barrier()
+        if run.optimizer is not None:
+            self.strategy.export_optimizer_state(run.optimizer)
         state = get_training_state(run.module, run.optimizer, full)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         marker = {
@@ -148,6 +153,9 @@ class CheckpointManager:
             self._pending = (self._write_async(state, staging, full), staging, marker)
         else:
             self._write(state, staging, full)
+        if run.optimizer is not None:
+            self.strategy.release_optimizer_state(run.optimizer)  # the async write holds copies
+        if not self.config.async_save:
             if not full:
                 distributed.barrier()
             if rank == 0:
@@ -211,6 +219,8 @@ class CheckpointManager:
         at ``path``; returns the saved progress. A collective."""
         marker = layout.read_marker(path)
         load_training_state(path, run.module, run.optimizer, marker["format"])
+        if run.optimizer is not None:
+            self.strategy.import_optimizer_state(run.optimizer)
         extras = load_file(os.path.join(path, "extras.pt"))
         if run.scheduler is not None and extras.get("scheduler") is not None:
             run.scheduler.load_state_dict(extras["scheduler"])

@@ -7,8 +7,9 @@ DDP <-> FSDP, 2 ranks -> 1 or 4. Built on ``torch.distributed.checkpoint.state_d
 
 from __future__ import annotations
 
+import contextlib
 import random
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -46,8 +47,21 @@ def set_training_state(
     # Two calls, not set_state_dict: that one treats the empty model dict the other ranks pass
     # with broadcast_from_rank0 as "optimizer only", and rank 0 would wait for them forever.
     if optimizer is not None:
-        set_optimizer_state_dict(module, optimizer, state["optim"], options=options)
+        with keep_param_group_dicts(optimizer):
+            set_optimizer_state_dict(module, optimizer, state["optim"], options=options)
     set_model_state_dict(module, state["model"], options=options)
+
+
+@contextlib.contextmanager
+def keep_param_group_dicts(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """``Optimizer.load_state_dict`` replaces the param-group dicts; keep the original dict objects
+    (ZeRO-1 shares them with the user's optimizer, where the scheduler writes the learning rate)
+    and copy the loaded values into them."""
+    groups = optimizer.param_groups
+    yield
+    for old, new in zip(groups, optimizer.param_groups):
+        old.update({k: v for k, v in new.items() if k != "params"})
+    optimizer.param_groups = groups
 
 
 def expected_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:

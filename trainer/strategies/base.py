@@ -115,6 +115,16 @@ class Strategy:
         """Clip by the global norm over all parameters; returns the norm before clipping."""
         return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
 
+    # ----- checkpoints: optimizers that keep their state elsewhere (ZeRO-1) ------------------------------
+    def export_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Before a checkpoint reads ``optimizer``: put its full state there (a collective)."""
+
+    def import_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """After a checkpoint was loaded into ``optimizer``: hand its state to where it lives."""
+
+    def release_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """After a checkpoint is done with ``optimizer``: drop what ``export`` put there."""
+
     def after_evaluation(self, wrapped: nn.Module) -> None:
         """Called after a validation pass (FSDP frees the parameters it left gathered)."""
 

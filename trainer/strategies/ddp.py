@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import distributed
+from trainer.checkpoint.state import keep_param_group_dicts
 from trainer.strategies.base import Strategy
 from trainer.weight_init import WeightInit
 
@@ -101,6 +102,28 @@ class DDPStrategy(Strategy):
         self._zero_optimizer.step()
         # The LR scheduler checks that "its" optimizer stepped before it; the ZeRO one did.
         optimizer._opt_called = True  # type: ignore[attr-defined]
+
+
+    # ZeRO-1 keeps each rank's share of the optimizer state in its own optimizer; checkpoints read
+    # and write the user's optimizer (parameter names, any world size), so the full state passes
+    # through it for the duration of a save or load.
+    def export_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._zero_optimizer is None:
+            return
+        self._zero_optimizer.consolidate_state_dict(to=0)
+        full = self._zero_optimizer.state_dict() if distributed.rank() == 0 else None
+        with keep_param_group_dicts(optimizer):
+            optimizer.load_state_dict(distributed.broadcast_object(full))
+
+    def import_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._zero_optimizer is None:
+            return
+        self._zero_optimizer.load_state_dict(optimizer.state_dict())
+        self.release_optimizer_state(optimizer)
+
+    def release_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._zero_optimizer is not None:
+            optimizer.state.clear()
 
 
 STRATEGY = DDPStrategy
