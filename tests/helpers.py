@@ -258,3 +258,29 @@ class NoisyInputs(torch.utils.data.Dataset):
     def __getitem__(self, index):
         x, y = self.data[index]
         return x + 0.1 * torch.randn_like(x), y
+
+
+class OverflowAt(BlockRegressor):
+    """Makes the loss infinite at one step on one rank (a forced fp16 overflow or a diverging
+    run), and saves each rank's own parameters at the end."""
+
+    def __init__(self, bad_step: int = 3, bad_rank: int = 0, value: float = float("inf"), **kwargs):
+        super().__init__(**kwargs)
+        self.bad_step, self.bad_rank, self.value = bad_step, bad_rank, value
+        self.done = 0
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if self.done + 1 == self.bad_step and rank == self.bad_rank:
+            out["loss"] = out["loss"] * self.value
+        return out
+
+    def on_train_step_end(self, step, metrics):
+        self.done = step
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        state = {k: v.detach().clone() for k, v in self.state_dict().items() if not hasattr(v, "placements")}
+        torch.save(state, os.path.join(self.trainer.run_dir, f"params_rank{rank}.pt"))

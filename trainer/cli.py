@@ -46,8 +46,9 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     # The ``logger`` group composes to {name: options}, in the order selected; ``logger=[]`` leaves no node.
     loggers = OmegaConf.to_container(cfg.logger) if cfg.get("logger") is not None else []
     checkpoint = OmegaConf.to_container(cfg.checkpoint) if cfg.get("checkpoint") is not None else None
+    precision = instantiate(cfg.precision) if cfg.get("precision") is not None else None
     trainer = Trainer(
-        strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, **trainer_args, **data_args
+        strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, precision=precision, **trainer_args, **data_args
     )
     return trainer, module
 

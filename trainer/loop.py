@@ -23,6 +23,8 @@ from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.weight_init import WeightInit, has_meta_tensors
+from trainer.wrap_policy import select_units
+from trainer.speedups import apply_activation_checkpointing, compile_blocks
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -122,6 +124,15 @@ class _Run:
         if not has_meta_tensors(module):
             module.to(self.device)
             init.eager()
+        self.precision = trainer.precision
+        self.precision.convert_module(module)
+        strategy.configure_precision(self.precision)
+        if trainer.activation_checkpointing or trainer.compile:
+            blocks = select_units(module, "auto", module.block_classes())
+            if trainer.activation_checkpointing:
+                apply_activation_checkpointing(module, blocks)
+            if trainer.compile:
+                compile_blocks(module, blocks)
         if trainer.sync_batchnorm:
             from trainer.sync_batchnorm import convert_sync_batchnorm
 
@@ -289,18 +300,25 @@ class _Run:
         log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, self.step, self.epoch, self.epoch_step)
 
     def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
-        trainer, strategy, module = self.trainer, self.strategy, self.module
+        trainer, strategy, module, precision = self.trainer, self.strategy, self.module, self.precision
         by_tokens = trainer.loss_normalization == "tokens"
         sums = WeightedSums(self.device) if log_now else None
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device) if by_tokens else None
+        # fp16 scaling handles non-finite values itself (the step is skipped); otherwise they stop the run.
+        check_finite = trainer.nonfinite_loss == "error" and precision.scaler is None
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device) if check_finite else None
         last = len(plan.micro_batches) - 1
         for index, micro_batch in enumerate(plan.micro_batches):
-            batch = move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory)
+            batch = precision.convert_input(move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory))
             with strategy.sync_context(self.wrapped, sync=index == last):
-                loss, metrics = split_step_output(self.wrapped(batch, self.batch_idx), "training_step")
+                with precision.autocast(self.device):
+                    output = self.wrapped(batch, self.batch_idx)
+                loss, metrics = split_step_output(output, "training_step")
                 self.batch_idx += 1
                 if loss is None:
                     raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                if nonfinite is not None:
+                    nonfinite |= ~torch.isfinite(loss.detach())
                 counts = micro_batch.num_real > 0
                 num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
                 if by_tokens:
@@ -309,26 +327,39 @@ class _Run:
                     weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
                     local_tokens += weight
                     # Backward the token sum; gradients are divided by the global token count below.
-                    (loss * weight.to(loss.dtype)).backward()
+                    precision.scale_loss(loss * weight.to(loss.dtype)).backward()
                 else:
                     weight = micro_batch.num_real
                     # Mean over the micro-batch x its share of the global batch x the ranks the sync
                     # averages over = this micro-batch's part of the global-batch mean.
-                    (loss * (weight * self.dp_size / plan.global_count)).backward()
+                    precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
             if sums is not None:
                 sums.add({"loss": loss, **metrics}, weight)
+        if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
+            raise FloatingPointError(
+                f"non-finite training loss at step {self.step + 1} (epoch {self.epoch}) on rank {self.rank}; "
+                "lower the learning rate, clip gradients (trainer.gradient_clip_val), use fp32 / bf16, or set "
+                "trainer.nonfinite_loss=ignore to train on regardless"
+            )
+        grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
         if by_tokens:
             global_tokens = strategy.all_reduce_sum(local_tokens.clone())
-            scale = (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32)
-            grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
-            torch._foreach_mul_(grads, scale)
+            torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
+        stepped = True
+        if precision.scaler is not None:
+            # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
+            stepped = precision.scaler.unscale_(grads, strategy.all_reduce_max)
+            precision.scaler.update(found_inf=not stepped)
         grad_norm = None
-        if trainer.gradient_clip_val is not None:
-            grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
-        module.on_before_optimizer_step(self.optimizer)
-        strategy.optimizer_step(self.optimizer)
-        if self.scheduler is not None:
-            self.scheduler.step()
+        if stepped:
+            if trainer.gradient_clip_val is not None:
+                grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+            module.on_before_optimizer_step(self.optimizer)
+            strategy.optimizer_step(self.optimizer)
+            if self.scheduler is not None:
+                self.scheduler.step()
+        else:
+            log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
         self.optimizer.zero_grad(set_to_none=True)
         if sums is None:
             return None
@@ -336,6 +367,9 @@ class _Run:
         if grad_norm is not None:
             metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        if precision.scaler is not None:
+            metrics["train/loss_scale"] = float(precision.scaler.scale)
+            metrics["train/skipped_steps"] = precision.scaler.skipped_steps
         return metrics
 
     # ----- validation -----------------------------------------------------------------------------------
@@ -353,16 +387,21 @@ class _Run:
             shards += [[0]] * (most - len(shards))
             weights += [0] * (most - len(weights))
 
-            def step(batch: Any, index: int) -> Any:
+            def forward(batch: Any, index: int) -> Any:
                 return self.wrapped(batch, index, "validation_step")
         else:
-            step = module.validation_step
+            forward = module.validation_step
+
+        def step(batch: Any, index: int) -> Any:
+            with self.precision.autocast(self.device):
+                return forward(batch, index)
         sums = WeightedSums(self.device)
         was_training = module.training
         module.eval()
         with torch.no_grad():
             for index, (weight, batch) in enumerate(zip(weights, self.loader(self.val_set, shards, "val"))):
-                loss, metrics = split_step_output(step(move_to_device(batch, self.device), index), "validation_step")
+                batch = self.precision.convert_input(move_to_device(batch, self.device))
+                loss, metrics = split_step_output(step(batch, index), "validation_step")
                 if loss is not None:
                     metrics["loss"] = loss
                 sums.add(metrics, weight)

@@ -12,6 +12,7 @@ from trainer.checkpoint.config import CheckpointConfig
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule
+from trainer.precision import Precision
 from trainer.strategies import Strategy, resolve_strategy
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ class Trainer:
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/sync_batchnorm.py``.
+        precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
+            or a :class:`~trainer.precision.Precision` with the loss-scaler settings.
+        activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
+        compile: ``torch.compile`` each block.
+        nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch.
@@ -92,6 +98,10 @@ class Trainer:
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
         sync_batchnorm: bool = False,
+        precision: str | Precision | None = None,
+        activation_checkpointing: bool = False,
+        compile: bool = False,
+        nonfinite_loss: str = "error",
         checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
         resume: str | None = None,
         init_from: str | None = None,
@@ -127,7 +137,12 @@ class Trainer:
             f"trainer.resume={resume!r} does not exist; give auto, a checkpoint directory or a directory of checkpoints",
         )
         _require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
+        _require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
         self.sync_batchnorm = sync_batchnorm
+        self.precision = Precision.from_any(precision)
+        self.activation_checkpointing = activation_checkpointing
+        self.compile = compile
+        self.nonfinite_loss = nonfinite_loss
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from

@@ -146,7 +146,11 @@ class CheckpointManager:
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
                 json.dump(run.progress(), handle, indent=1, default=str)
-            extras = {"scheduler": run.scheduler.state_dict() if run.scheduler is not None else None}
+            precision = getattr(run, "precision", None)
+            extras = {
+                "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
+                "precision": precision.state_dict() if precision is not None else {},  # the loss scaler
+            }
             torch.save(extras, os.path.join(staging, "extras.pt"))
         distributed.barrier()  # every rank's small files are written before anyone may commit
         if self.config.async_save:
@@ -224,6 +228,8 @@ class CheckpointManager:
         extras = load_file(os.path.join(path, "extras.pt"))
         if run.scheduler is not None and extras.get("scheduler") is not None:
             run.scheduler.load_state_dict(extras["scheduler"])
+        if getattr(run, "precision", None) is not None:
+            run.precision.load_state_dict(extras.get("precision") or {})
         with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
             progress = json.load(handle)
         rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")

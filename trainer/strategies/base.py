@@ -131,6 +131,15 @@ class Strategy:
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def configure_precision(self, precision: Any) -> None:
+        """Take note of the precision plugin (FSDP turns it into its mixed-precision policy)."""
+
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Max of ``tensor`` over all ranks (in place when distributed)."""
+        if distributed.is_distributed():
+            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return tensor
+
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over the data-parallel ranks (in place when distributed)."""
         if distributed.is_distributed():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from datetime import timedelta
-from typing import ContextManager, Sequence
+from typing import Any, ContextManager, Sequence
 
 import torch
 from torch import nn
@@ -157,6 +157,15 @@ class FSDPStrategy(Strategy):
             self.mesh = init_device_mesh(self.device.type, (world,), mesh_dim_names=("shard",))
         else:
             self.mesh = init_device_mesh(self.device.type, (world // size, size), mesh_dim_names=("replicate", "shard"))
+
+    def configure_precision(self, precision: Any) -> None:
+        """Mixed precision: gather parameters in the compute dtype, reduce gradients in fp32,
+        unless ``param_dtype`` / ``reduce_dtype`` were set explicitly."""
+        if getattr(precision, "mixed", False):
+            if self.param_dtype is None:
+                self.param_dtype = precision.compute_dtype
+            if self.reduce_dtype is None:
+                self.reduce_dtype = torch.float32
 
     def init_context(self) -> ContextManager:
         return torch.device("meta") if self.meta_init else contextlib.nullcontext()
