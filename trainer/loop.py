@@ -6,12 +6,14 @@ sync, except on logging steps, where the step's metrics are reduced in one all-r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed, elastic
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
@@ -22,6 +24,8 @@ from trainer.loggers import Logger, build_loggers
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.throughput import Throughput
+from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
@@ -96,6 +100,7 @@ class _Run:
         self.checkpoints: CheckpointManager | None = None
         self.optimizer: Any = None
         self.scheduler: Any = None
+        self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self.last_metrics: dict[str, float] = {}
 
     # ----- set-up -----------------------------------------------------------------------------------
@@ -202,6 +207,10 @@ class _Run:
             trainer.accumulate_grad_batches, self.dp_size, plan.steps_per_epoch, total_steps, self.run_dir,
         )
         self.restore(plan)
+        self.throughput = Throughput(self.device, distributed.world_size(), self.precision.compute_dtype != torch.float32)
+        self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
+        self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
+        self._tokens_since_log = torch.zeros((), dtype=torch.float64, device=self.device)  # reduced on logging steps
         module.train()
         module.on_fit_start()
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
@@ -218,8 +227,10 @@ class _Run:
                     if self.step >= total_steps:
                         break
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
+                    self.trace.before_step(self.step + 1)
                     metrics = self._train_step(step_plan, batches, log_now)
                     self.step += 1
+                    self.trace.after_step(self.step)
                     self.epoch_step += 1
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
@@ -252,6 +263,7 @@ class _Run:
                     saved_at = self.step
         finally:
             progress.close()
+            self.trace.close()
         if self.preempted:
             return self.last_metrics
         if validated_at != self.step:
@@ -301,6 +313,7 @@ class _Run:
 
     def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         trainer, strategy, module, precision = self.trainer, self.strategy, self.module, self.precision
+        timer = self.breakdown
         by_tokens = trainer.loss_normalization == "tokens"
         sums = WeightedSums(self.device) if log_now else None
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device) if by_tokens else None
@@ -308,10 +321,15 @@ class _Run:
         check_finite = trainer.nonfinite_loss == "error" and precision.scaler is None
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device) if check_finite else None
         last = len(plan.micro_batches) - 1
+        timer.step_started()
         for index, micro_batch in enumerate(plan.micro_batches):
-            batch = precision.convert_input(move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory))
-            with strategy.sync_context(self.wrapped, sync=index == last):
-                with precision.autocast(self.device):
+            with timer.phase("data"):
+                batch = precision.convert_input(move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory))
+            # FLOPs of one micro-batch's forward + backward, counted once (the first one).
+            counting = self.throughput.flops_per_step is None and index == 0
+            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
+            with strategy.sync_context(self.wrapped, sync=index == last), counter:
+                with timer.phase("forward"), precision.autocast(self.device):
                     output = self.wrapped(batch, self.batch_idx)
                 loss, metrics = split_step_output(output, "training_step")
                 self.batch_idx += 1
@@ -321,18 +339,24 @@ class _Run:
                     nonfinite |= ~torch.isfinite(loss.detach())
                 counts = micro_batch.num_real > 0
                 num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                if by_tokens:
-                    if num_tokens is None:
-                        raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
-                    weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
-                    local_tokens += weight
-                    # Backward the token sum; gradients are divided by the global token count below.
-                    precision.scale_loss(loss * weight.to(loss.dtype)).backward()
-                else:
-                    weight = micro_batch.num_real
-                    # Mean over the micro-batch x its share of the global batch x the ranks the sync
-                    # averages over = this micro-batch's part of the global-batch mean.
-                    precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
+                if num_tokens is not None:
+                    self._counts_tokens = True  # the same on every rank (same code), so the reduce below matches
+                    self._tokens_since_log += torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                with timer.phase("backward"):
+                    if by_tokens:
+                        if num_tokens is None:
+                            raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
+                        weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                        local_tokens += weight
+                        # Backward the token sum; gradients are divided by the global token count below.
+                        precision.scale_loss(loss * weight.to(loss.dtype)).backward()
+                    else:
+                        weight = micro_batch.num_real
+                        # Mean over the micro-batch x its share of the global batch x the ranks the sync
+                        # averages over = this micro-batch's part of the global-batch mean.
+                        precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
+            if counting:
+                self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
             if sums is not None:
                 sums.add({"loss": loss, **metrics}, weight)
         if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
@@ -342,25 +366,29 @@ class _Run:
                 "trainer.nonfinite_loss=ignore to train on regardless"
             )
         grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
-        if by_tokens:
-            global_tokens = strategy.all_reduce_sum(local_tokens.clone())
-            torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
         stepped = True
-        if precision.scaler is not None:
-            # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
-            stepped = precision.scaler.unscale_(grads, strategy.all_reduce_max)
-            precision.scaler.update(found_inf=not stepped)
+        with timer.phase("collectives"):
+            if by_tokens:
+                global_tokens = strategy.all_reduce_sum(local_tokens.clone())
+                torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
+            if precision.scaler is not None:
+                # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
+                stepped = precision.scaler.unscale_(grads, strategy.all_reduce_max)
+                precision.scaler.update(found_inf=not stepped)
         grad_norm = None
-        if stepped:
-            if trainer.gradient_clip_val is not None:
-                grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
-            module.on_before_optimizer_step(self.optimizer)
-            strategy.optimizer_step(self.optimizer)
-            if self.scheduler is not None:
-                self.scheduler.step()
-        else:
-            log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
-        self.optimizer.zero_grad(set_to_none=True)
+        with timer.phase("optimizer"):
+            if stepped:
+                if trainer.gradient_clip_val is not None:
+                    grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+                module.on_before_optimizer_step(self.optimizer)
+                strategy.optimizer_step(self.optimizer)
+                if self.scheduler is not None:
+                    self.scheduler.step()
+            else:
+                log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
+            self.optimizer.zero_grad(set_to_none=True)
+        timer.step_finished()
+        self.throughput.step(plan.global_count)
         if sums is None:
             return None
         metrics = sums.reduce("train/", strategy)
@@ -370,6 +398,10 @@ class _Run:
         if precision.scaler is not None:
             metrics["train/loss_scale"] = float(precision.scaler.scale)
             metrics["train/skipped_steps"] = precision.scaler.skipped_steps
+        tokens = float(strategy.all_reduce_sum(self._tokens_since_log.clone())) if self._counts_tokens else None
+        self._tokens_since_log.zero_()
+        metrics.update(self.throughput.metrics(tokens))
+        metrics.update(timer.metrics())
         return metrics
 
     # ----- validation -----------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ class Trainer:
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
         nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
+        profile: ``{"wall_clock_breakdown": bool, "trace_steps": [first, last] or None}``: per-phase step
+            times (``time/*`` metrics; synchronises CUDA, so off by default) and a torch.profiler trace.
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch.
@@ -102,6 +104,7 @@ class Trainer:
         activation_checkpointing: bool = False,
         compile: bool = False,
         nonfinite_loss: str = "error",
+        profile: Mapping[str, Any] | None = None,
         checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
         resume: str | None = None,
         init_from: str | None = None,
@@ -143,6 +146,15 @@ class Trainer:
         self.activation_checkpointing = activation_checkpointing
         self.compile = compile
         self.nonfinite_loss = nonfinite_loss
+        self.profile = {"wall_clock_breakdown": False, "trace_steps": None, **dict(profile or {})}
+        unknown = sorted(set(self.profile) - {"wall_clock_breakdown", "trace_steps"})
+        _require(not unknown, f"unknown trainer.profile option(s) {unknown}; known: wall_clock_breakdown, trace_steps")
+        steps = self.profile["trace_steps"]
+        _require(
+            steps is None or (len(steps) == 2 and all(_is_int(s) for s in steps) and 1 <= steps[0] <= steps[1]),
+            f"trainer.profile.trace_steps={steps!r}: give [first, last] with 1 <= first <= last, or null",
+        )
+        self.profile["trace_steps"] = None if steps is None else tuple(steps)
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
