@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from trainer import distributed, elastic
+from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
 from trainer.checkpoint.layout import resolve as resolve_checkpoint
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
@@ -97,6 +98,7 @@ class _Run:
         self.optimizer: Any = None
         self.scheduler: Any = None
         self.last_metrics: dict[str, float] = {}
+        self.callbacks = CallbackList(trainer.callbacks)
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -173,6 +175,10 @@ class _Run:
         for logger in self.loggers:
             logger.log_metrics(metrics, self.step)
 
+    def request_stop(self, reason: str) -> None:
+        """End training at the end of the current step (for callbacks; see ``Callback``)."""
+        self.callbacks.request_stop(reason)
+
     def teardown(self, clean: bool) -> None:
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
@@ -204,10 +210,11 @@ class _Run:
         self.restore(plan)
         module.train()
         module.on_fit_start()
+        self.callbacks.on_fit_start(self)
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
         validated_at = saved_at = -1
         try:
-            while self.step < total_steps and not self.preempted:
+            while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 steps = plan.rank_steps(self.epoch, self.rank)[self.epoch_step:]
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
@@ -226,6 +233,7 @@ class _Run:
                         self.log(metrics)
                         log.info("step %d/%d  %s", self.step, total_steps, _format(metrics))
                     module.on_train_step_end(self.step, metrics)
+                    self.callbacks.on_train_step_end(self, self.step, metrics)
                     progress.update(metrics)
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         self.validate()
@@ -242,9 +250,12 @@ class _Run:
                                 saved_at = self.step
                             self.preempted = True
                             break
-                if self.preempted:
+                    if self.callbacks.should_stop(self.step):  # the same answer on every rank
+                        break
+                if self.preempted or self.callbacks.stopping:  # an epoch cut short has no epoch end
                     break
                 module.on_train_epoch_end(self.epoch)
+                self.callbacks.on_train_epoch_end(self, self.epoch)
                 self.epoch += 1
                 self.epoch_step = 0
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
@@ -259,6 +270,7 @@ class _Run:
         if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
             self.checkpoints.save(self)
         module.on_fit_end()
+        self.callbacks.on_fit_end(self)
         return self.last_metrics
 
     # ----- checkpoints ------------------------------------------------------------------------------------
@@ -412,6 +424,7 @@ class _Run:
             self.log(metrics)
             log.info("validation at step %d  %s", self.step, _format(metrics))
         module.on_validation_end(metrics)
+        self.callbacks.on_validation_end(self, metrics)
         return metrics
 
 
