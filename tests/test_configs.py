@@ -7,8 +7,8 @@ and instantiated with ``trainer.cli.build``; the optimizer and scheduler factori
 called on the module's real parameters. Nothing is trained and no process is started, so this
 runs in seconds.
 
-A group the primary config selects as a list (``logger: [jsonl, tensorboard]``: several options
-at once) stays out of that product, which it would multiply: each of its options is composed
+A group the primary config selects as a list (``logger: [jsonl, tensorboard]``, ``callbacks: []``:
+several options at once) stays out of that product, which it would multiply: each of its options is composed
 alone, and all of them together, with the other groups' defaults.
 """
 
@@ -80,7 +80,7 @@ def test_discovery_found_the_groups():
     assert os.path.isfile(os.path.join(CONF_DIR, PRIMARY + ".yaml"))
     for group in ID_ORDER:
         assert GROUPS.get(group), f"no options found for group {group!r} in {CONF_DIR}"
-    assert "logger" in MULTI_SELECT
+    assert {"logger", "callbacks"} <= MULTI_SELECT
     selected = {override for combination in COMBINATIONS for override in combination}
     selected |= {f"{group}={option}" for group, options in SELECTIONS for option in options}
     for group, options in GROUPS.items():
@@ -142,6 +142,10 @@ def test_multi_select_group_composes_and_builds(group, options, tmp_path):
     built_trainer, _ = build(container, run_dir=str(tmp_path))
     if group == "logger":  # the Trainer checked every option against its backend
         assert built_trainer.loggers == [(option, container[group][option]) for option in options]
+    if group == "callbacks":  # one instance per option, of its _target_, in the order selected
+        assert [type(callback) for callback in built_trainer.callbacks] == [
+            get_class(container[group][option]["_target_"]) for option in options
+        ]
 
 
 @pytest.mark.parametrize(
@@ -151,8 +155,11 @@ def test_multi_select_group_composes_and_builds(group, options, tmp_path):
         (["strategy=nope"], "nope"),  # unknown group option
         (["logger=[jsonl,nope]"], "logger/nope"),  # unknown option in a multi-select group
         (["logger.csv.filename=x.csv"], "csv"),  # options of a logger that is not selected
+        (["callbacks.early_stopping.monitor=val/loss"], "callbacks"),  # a callback that is not selected
+        (["callbacks=[early_stopping]", "callbacks.early_stopping.monitr=x"], "monitr"),  # misspelt option
     ],
-    ids=["misspelt-key", "unknown-option", "unknown-logger", "unselected-logger-option"],
+    ids=["misspelt-key", "unknown-option", "unknown-logger", "unselected-logger-option", "unselected-callback-option",
+         "misspelt-callback-option"],
 )
 def test_bad_override_fails_at_compose_time(overrides, match):
     with pytest.raises((HydraException, OmegaConfBaseException), match=match):

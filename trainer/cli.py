@@ -47,8 +47,11 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     loggers = OmegaConf.to_container(cfg.logger) if cfg.get("logger") is not None else []
     checkpoint = OmegaConf.to_container(cfg.checkpoint) if cfg.get("checkpoint") is not None else None
     precision = instantiate(cfg.precision) if cfg.get("precision") is not None else None
+    # The ``callbacks`` group composes to {name: {_target_: ...}} in the order selected; ``callbacks=[]`` leaves no node.
+    callbacks = [instantiate(node) for node in cfg.callbacks.values()] if cfg.get("callbacks") is not None else []
     trainer = Trainer(
-        strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, precision=precision, **trainer_args, **data_args
+        strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, precision=precision,
+        callbacks=callbacks, **trainer_args, **data_args
     )
     return trainer, module
 

@@ -16,6 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed, elastic
+from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
 from trainer.checkpoint.layout import resolve as resolve_checkpoint
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
@@ -102,6 +103,7 @@ class _Run:
         self.scheduler: Any = None
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self.last_metrics: dict[str, float] = {}
+        self.callbacks = CallbackList(trainer.callbacks)
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -178,6 +180,10 @@ class _Run:
         for logger in self.loggers:
             logger.log_metrics(metrics, self.step)
 
+    def request_stop(self, reason: str) -> None:
+        """End training at the end of the current step (for callbacks; see ``Callback``)."""
+        self.callbacks.request_stop(reason)
+
     def teardown(self, clean: bool) -> None:
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
@@ -213,10 +219,11 @@ class _Run:
         self._tokens_since_log = torch.zeros((), dtype=torch.float64, device=self.device)  # reduced on logging steps
         module.train()
         module.on_fit_start()
+        self.callbacks.on_fit_start(self)
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
         validated_at = saved_at = -1
         try:
-            while self.step < total_steps and not self.preempted:
+            while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 steps = plan.rank_steps(self.epoch, self.rank)[self.epoch_step:]
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
@@ -237,6 +244,7 @@ class _Run:
                         self.log(metrics)
                         log.info("step %d/%d  %s", self.step, total_steps, _format(metrics))
                     module.on_train_step_end(self.step, metrics)
+                    self.callbacks.on_train_step_end(self, self.step, metrics)
                     progress.update(metrics)
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         self.validate()
@@ -253,9 +261,12 @@ class _Run:
                                 saved_at = self.step
                             self.preempted = True
                             break
-                if self.preempted:
+                    if self.callbacks.should_stop(self.step):  # the same answer on every rank
+                        break
+                if self.preempted or self.callbacks.stopping:  # an epoch cut short has no epoch end
                     break
                 module.on_train_epoch_end(self.epoch)
+                self.callbacks.on_train_epoch_end(self, self.epoch)
                 self.epoch += 1
                 self.epoch_step = 0
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
@@ -271,6 +282,7 @@ class _Run:
         if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
             self.checkpoints.save(self)
         module.on_fit_end()
+        self.callbacks.on_fit_end(self)
         return self.last_metrics
 
     # ----- checkpoints ------------------------------------------------------------------------------------
@@ -444,6 +456,7 @@ class _Run:
             self.log(metrics)
             log.info("validation at step %d  %s", self.step, _format(metrics))
         module.on_validation_end(metrics)
+        self.callbacks.on_validation_end(self, metrics)
         return metrics
 
 

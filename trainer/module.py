@@ -11,7 +11,8 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
         optimizer[, scheduler] = module.configure_optimizers()
-        module.on_fit_start()
+        restore a checkpoint (trainer.resume), callbacks' state included
+        module.on_fit_start();                callback.on_fit_start(run) for each callback
         for epoch in epochs:
             for step in global batches of the epoch:      # one optimizer step each
                 for micro_batch in the step's K micro-batches:   # gradient sync only on the last
@@ -19,10 +20,18 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     backward(loss scaled to the global batch)
                 clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
                 optimizer.step(); scheduler.step(); optimizer.zero_grad()
-                module.on_train_step_end(step, metrics_or_None)
-                every val_every_n_steps:  module.validation_step(batch, index) over the val set
-            module.on_train_epoch_end(epoch)
-        module.on_fit_end()
+                module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(run, step, metrics_or_None)
+                every val_every_n_steps:
+                    module.validation_step(batch, index) over the val set
+                    module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
+                checkpoint if due
+                stop here, on every rank, if a callback called run.request_stop(reason)
+            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # not after a stop
+        final validation (unless the last step validated); save_last checkpoint
+        module.on_fit_end();                  callback.on_fit_end(run)
+
+Callbacks (``Trainer(callbacks=[...])``, see ``trainer/callbacks/base.py``) run after the module's
+hook of the same name, in the order given.
 
 A user's module never calls ``torch.distributed``: the trainer spreads the data, reduces the
 metrics and syncs the gradients.

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
+from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
@@ -40,6 +41,8 @@ class Trainer:
         accelerator: "auto" (GPU if present), "cpu" or "cuda".
         max_steps: optimizer steps to run (-1: no limit, then ``max_epochs`` decides).
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
+        max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
+            :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).
         batch_size: samples per rank per micro-batch (``data.batch_size``).
         global_batch_size: optional; if given, ``accumulate_grad_batches`` follows from it and it
             must equal ``batch_size x accumulate x world size`` exactly.
@@ -73,6 +76,9 @@ class Trainer:
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch.
         init_from: a file with a full state dict to start from (read on rank 0 only).
+        callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
+            Timer, your own), called after the module's hook of the same name, in this order (what
+            ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers.
     """
 
@@ -84,6 +90,7 @@ class Trainer:
         accelerator: str = "auto",
         max_steps: int = -1,
         max_epochs: int | None = None,
+        max_time: Any = None,
         batch_size: int = 32,
         global_batch_size: int | None = None,
         accumulate_grad_batches: int = 1,
@@ -108,6 +115,7 @@ class Trainer:
         checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
         resume: str | None = None,
         init_from: str | None = None,
+        callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
     ):
         _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
@@ -158,6 +166,13 @@ class Trainer:
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
+        self.callbacks = check_callbacks(callbacks)
+        if max_time is not None:
+            _require(
+                not any(isinstance(callback, Timer) for callback in self.callbacks),
+                "trainer.max_time and a Timer callback both limit the time: keep one",
+            )
+            self.callbacks.append(Timer(max_time))
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
             log.warning(

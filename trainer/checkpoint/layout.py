@@ -7,7 +7,7 @@
       step-000000500/
         COMMITTED             json: step, format, world size, monitored metric (written last)
         trainer_state.json    progress (epoch, step, position in the epoch) and the config
-        extras.pt             scheduler (and loss scaler) state
+        extras.pt             scheduler, loss scaler and callback states
         rng/rank-00000.pt     every generator of each rank
         model_optim/          sharded: torch.distributed.checkpoint files, one per rank
         model_optim.pt        full: one consolidated {"model", "optim"} file

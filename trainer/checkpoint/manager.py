@@ -125,7 +125,8 @@ class CheckpointManager:
     # ----- saving ----------------------------------------------------------------------------------------------
     def save(self, run: Any) -> None:
         """Checkpoint the run's current state (a collective). ``run`` has ``module``, ``optimizer``,
-        ``scheduler``, ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()``."""
+        ``scheduler``, ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()`` (and may
+        have ``precision`` and ``callbacks``, whose states go into extras.pt)."""
         self.wait()
         started = time.perf_counter()
         rank, step, full = distributed.rank(), run.step, self.config.format == "full"
@@ -150,6 +151,7 @@ class CheckpointManager:
             extras = {
                 "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
                 "precision": precision.state_dict() if precision is not None else {},  # the loss scaler
+                "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
         distributed.barrier()  # every rank's small files are written before anyone may commit
@@ -230,6 +232,8 @@ class CheckpointManager:
             run.scheduler.load_state_dict(extras["scheduler"])
         if getattr(run, "precision", None) is not None:
             run.precision.load_state_dict(extras.get("precision") or {})
+        if getattr(run, "callbacks", None) is not None:
+            run.callbacks.load_state_dict(extras.get("callbacks") or {})
         with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
             progress = json.load(handle)
         rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")

@@ -1,0 +1,22 @@
+"""Callbacks: code that watches a run (and may stop it) without being part of the model.
+
+``Trainer(callbacks=[LearningRateMonitor(), EarlyStopping(monitor="val/loss")])``, or from the
+command line ``python train.py callbacks=[lr_monitor,early_stopping]`` (``conf/callbacks/``).
+The hook order is documented once, in ``trainer/callbacks/base.py``.
+"""
+
+from trainer.callbacks.base import Callback
+from trainer.callbacks.callback_list import CallbackList, check_callbacks
+from trainer.callbacks.early_stopping import EarlyStopping
+from trainer.callbacks.lr_monitor import LearningRateMonitor
+from trainer.callbacks.timer import Timer, parse_duration
+
+__all__ = [
+    "Callback",
+    "CallbackList",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "Timer",
+    "check_callbacks",
+    "parse_duration",
+]

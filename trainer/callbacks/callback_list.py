@@ -1,0 +1,117 @@
+"""The callbacks of one run: calls their hooks in order, collects stop requests and agrees on them
+across ranks, and gathers their checkpoint state."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Sequence
+
+from trainer import distributed
+from trainer.callbacks.base import Callback
+
+log = logging.getLogger(__name__)
+
+
+def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Callback]:
+    """``Trainer(callbacks=...)`` as a list: None, one Callback, or a sequence of them."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        return [callbacks]
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+        raise TypeError(f"trainer callbacks must be a list of Callback instances, got {callbacks!r}")
+    items = list(callbacks)
+    for item in items:
+        if not isinstance(item, Callback):
+            raise TypeError(
+                f"trainer callbacks: {item!r} ({type(item).__name__}) is not a Callback; "
+                "subclass trainer.callbacks.Callback"
+            )
+    return items
+
+
+class CallbackList:
+    """The run's callbacks (in the order given) and the run's stop request."""
+
+    def __init__(self, callbacks: Sequence[Callback]):
+        self.callbacks = list(callbacks)
+        #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
+        self.stop: tuple[str, str] | None = None
+        self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            self._calling = callback
+            try:
+                getattr(callback, hook)(*args)
+            finally:
+                self._calling = None
+
+    def on_fit_start(self, run: Any) -> None:
+        self._call("on_fit_start", run)
+
+    def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
+        self._call("on_train_step_end", run, step, metrics)
+
+    def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
+        self._call("on_validation_end", run, metrics)
+
+    def on_train_epoch_end(self, run: Any, epoch: int) -> None:
+        self._call("on_train_epoch_end", run, epoch)
+
+    def on_fit_end(self, run: Any) -> None:
+        self._call("on_fit_end", run)
+
+    # ----- stopping --------------------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Record a stop request (the first one wins); acted on at the end of the step."""
+        if self.stop is None:
+            who = type(self._calling).__name__ if self._calling is not None else "user code"
+            self.stop = (who, str(reason))
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop is not None
+
+    def should_stop(self, step: int) -> bool:
+        """At the end of ``step``, on every rank: whether training stops here, the same answer on
+        every rank. Makes a collective only on steps where a callback's decision may differ
+        between ranks (``Callback.stop_needs_agreement``), none otherwise."""
+        requested = self.stop is not None
+        if any(callback.stop_needs_agreement(step) for callback in self.callbacks):
+            if not distributed.any_rank(requested):
+                return False
+            # Once per run: learn who asked, also on the ranks that did not.
+            requests = distributed.all_gather_object(self.stop)
+            rank, (who, reason) = next((r, s) for r, s in enumerate(requests) if s is not None)
+            self.stop = (who if rank == distributed.rank() else f"{who} on rank {rank}", reason)
+        elif not requested:
+            return False
+        log.info("%s stopped training at step %d: %s", self.stop[0], step, self.stop[1])
+        return True
+
+    # ----- checkpoints ----------------------------------------------------------------------------------
+    def _keys(self) -> list[str]:
+        """Each callback's ``state_key``; repeats get ``#2``, ``#3`` ... in the order given."""
+        keys: list[str] = []
+        for callback in self.callbacks:
+            key, n = callback.state_key, 1
+            while key in keys:
+                n += 1
+                key = f"{callback.state_key}#{n}"
+            keys.append(key)
+        return keys
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+
+    def load_state_dict(self, states: dict[str, Any]) -> None:
+        keys = self._keys()
+        for key, callback in zip(keys, self.callbacks):
+            if key in states:
+                callback.load_state_dict(states[key])
+            else:
+                log.info("the checkpoint has no state for callback %s: it starts fresh", key)
+        unused = sorted(set(states) - set(keys))
+        if unused:
+            log.info("the checkpoint holds state of callbacks this run does not have: %s", unused)

@@ -1,0 +1,107 @@
+"""EarlyStopping: stop when a validation metric stops improving."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from trainer.callbacks.base import Callback
+
+log = logging.getLogger(__name__)
+
+MODES = ("min", "max")
+
+
+class EarlyStopping(Callback):
+    """Stop training when ``monitor`` has not improved for ``patience`` validations in a row.
+
+    It reads the validation metrics in ``on_validation_end``. They are reduced over all ranks, so
+    every rank takes the same decision at the same step without any extra collective. Validate
+    regularly (``trainer.val_every_n_steps``): a check happens once per validation.
+
+    Args:
+        monitor: a validation metric as logged, e.g. "val/loss" or "val/accuracy". A name missing
+            from the validation metrics is an error that lists the ones there are.
+        mode: "min" (lower is better) or "max".
+        patience: validations without improvement after which training stops (>= 1).
+        min_delta: an improvement must beat the best value by more than this (>= 0).
+        check_finite: stop as soon as the metric is NaN or infinite.
+        stopping_threshold: stop as soon as the metric is better than this (e.g. a target loss).
+    """
+
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        mode: str = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"EarlyStopping mode={mode!r} is not one of {MODES}")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"EarlyStopping patience must be an integer >= 1, got {patience!r}")
+        if not min_delta >= 0:
+            raise ValueError(f"EarlyStopping min_delta must be >= 0, got {min_delta!r}")
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = patience
+        self.min_delta = float(min_delta)
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.best = math.inf if mode == "min" else -math.inf
+        self.best_step: int | None = None
+        self.wait = 0  # validations in a row without improvement
+        self.stopped_step: int | None = None
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping[{self.monitor},{self.mode}]"
+
+    def _better(self, value: float, than: float) -> bool:
+        return value < than if self.mode == "min" else value > than
+
+    def on_fit_start(self, run: Any) -> None:
+        if run.val_set is None:
+            log.warning("EarlyStopping(monitor=%r) will never run: the module has no val_dataset()", self.monitor)
+        elif not run.trainer.val_every_n_steps:
+            log.warning("EarlyStopping(monitor=%r): trainer.val_every_n_steps is not set, so validation (and this "
+                        "check) runs only once, at the end of training", self.monitor)
+
+    def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
+        if self.monitor not in metrics:
+            raise ValueError(
+                f"EarlyStopping(monitor={self.monitor!r}): no such validation metric; "
+                f"the validation metrics are {sorted(metrics)}"
+            )
+        value = float(metrics[self.monitor])
+        reason = self._reason_to_stop(value, run.step)
+        if reason is not None:
+            self.stopped_step = run.step
+            run.request_stop(reason)
+
+    def _reason_to_stop(self, value: float, step: int) -> str | None:
+        """Update the best value and the count; why training should stop now, or None."""
+        if self.check_finite and not math.isfinite(value):
+            return f"{self.monitor}={value} is not finite (best {self.best:.6g} at step {self.best_step})"
+        if self.stopping_threshold is not None and self._better(value, self.stopping_threshold):
+            return f"{self.monitor}={value:.6g} reached stopping_threshold={self.stopping_threshold}"
+        # An improvement beats the best by more than min_delta (in the direction of mode).
+        shifted = value + self.min_delta if self.mode == "min" else value - self.min_delta
+        if self._better(shifted, self.best):
+            self.best, self.best_step, self.wait = value, step, 0
+            return None
+        self.wait += 1
+        if self.wait < self.patience:
+            return None
+        return (f"{self.monitor} did not improve by more than {self.min_delta:g} in {self.wait} validations "
+                f"(best {self.best:.6g} at step {self.best_step}, now {value:.6g})")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_step": self.best_step, "wait": self.wait, "stopped_step": self.stopped_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.best_step = float(state["best"]), state["best_step"]
+        self.wait, self.stopped_step = int(state["wait"]), state["stopped_step"]
