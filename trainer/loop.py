@@ -27,6 +27,7 @@ from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.throughput import Throughput
 from trainer.profiling import TraceWindow, WallClockBreakdown
+from trainer.comms_log import CommsLog
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
@@ -147,6 +148,8 @@ class _Run:
             # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
             # the data-parallel group of DDP and FSDP (hybrid included).
             convert_sync_batchnorm(module, process_group=None)
+        if trainer.profile["comms_steps"] is not None and hasattr(strategy, "log_gradient_comms"):
+            strategy.log_gradient_comms = True
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
         # Different random streams per rank from here on (dropout, augmentation).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
@@ -216,6 +219,7 @@ class _Run:
         self.throughput = Throughput(self.device, distributed.world_size(), self.precision.compute_dtype != torch.float32)
         self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
         self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
+        self.comms = CommsLog(trainer.profile["comms_steps"], self.run_dir, self.rank)
         self._tokens_since_log = torch.zeros((), dtype=torch.float64, device=self.device)  # reduced on logging steps
         module.train()
         module.on_fit_start()
@@ -235,8 +239,10 @@ class _Run:
                         break
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
                     self.trace.before_step(self.step + 1)
+                    self.comms.before_step(self.step + 1)
                     metrics = self._train_step(step_plan, batches, log_now)
                     self.step += 1
+                    self.comms.after_step(self.step)
                     self.trace.after_step(self.step)
                     self.epoch_step += 1
                     if metrics is not None:
@@ -275,6 +281,7 @@ class _Run:
         finally:
             progress.close()
             self.trace.close()
+            self.comms.close()
         if self.preempted:
             return self.last_metrics
         if validated_at != self.step:

@@ -70,8 +70,9 @@ class Trainer:
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
         nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
-        profile: ``{"wall_clock_breakdown": bool, "trace_steps": [first, last] or None}``: per-phase step
-            times (``time/*`` metrics; synchronises CUDA, so off by default) and a torch.profiler trace.
+        profile: ``{"wall_clock_breakdown": bool, "trace_steps": [first, last], "comms_steps": [first, last]}``:
+            per-phase step times (``time/*`` metrics; synchronises CUDA, so off by default), a
+            torch.profiler trace, and a log of the collectives over those steps (``<run_dir>/comms/``).
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch.
@@ -154,15 +155,16 @@ class Trainer:
         self.activation_checkpointing = activation_checkpointing
         self.compile = compile
         self.nonfinite_loss = nonfinite_loss
-        self.profile = {"wall_clock_breakdown": False, "trace_steps": None, **dict(profile or {})}
-        unknown = sorted(set(self.profile) - {"wall_clock_breakdown", "trace_steps"})
-        _require(not unknown, f"unknown trainer.profile option(s) {unknown}; known: wall_clock_breakdown, trace_steps")
-        steps = self.profile["trace_steps"]
-        _require(
-            steps is None or (len(steps) == 2 and all(_is_int(s) for s in steps) and 1 <= steps[0] <= steps[1]),
-            f"trainer.profile.trace_steps={steps!r}: give [first, last] with 1 <= first <= last, or null",
-        )
-        self.profile["trace_steps"] = None if steps is None else tuple(steps)
+        self.profile = {"wall_clock_breakdown": False, "trace_steps": None, "comms_steps": None, **dict(profile or {})}
+        unknown = sorted(set(self.profile) - {"wall_clock_breakdown", "trace_steps", "comms_steps"})
+        _require(not unknown, f"unknown trainer.profile option(s) {unknown}; known: wall_clock_breakdown, trace_steps, comms_steps")
+        for key in ("trace_steps", "comms_steps"):
+            steps = self.profile[key]
+            _require(
+                steps is None or (len(steps) == 2 and all(_is_int(s) for s in steps) and 1 <= steps[0] <= steps[1]),
+                f"trainer.profile.{key}={steps!r}: give [first, last] with 1 <= first <= last, or null",
+            )
+            self.profile[key] = None if steps is None else tuple(steps)
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
