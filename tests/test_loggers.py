@@ -463,3 +463,14 @@ def test_train_py_with_three_loggers_and_no_api_key(tmp_path):
     assert config["logger"]["wandb"]["mode"] == "auto" and config["trainer"]["max_steps"] == 3
     assert [step for step, values in history if "train/loss" in values] == [1, 2, 3]
     assert files_containing(tmp_path, [ENV_SECRET]) == []
+
+
+def test_resume_into_a_new_run_dir_continues_the_wandb_run(tmp_path):
+    # trainer.resume=<old run>/checkpoints from a new run directory: the same W&B run id.
+    first, second = tmp_path / "first", tmp_path / "second"
+    fit(first, Regressor(), loggers=["jsonl", "wandb"], max_steps=2, checkpoint={"save_last": True})
+    run_id = (first / RUN_ID_FILE).read_text().strip()
+    fit(second, Regressor(), loggers=["jsonl", "wandb"], max_steps=4, resume=str(first / "checkpoints"),
+        checkpoint={"save_last": False})
+    assert (second / RUN_ID_FILE).read_text().strip() == run_id
+    assert all(f"-{run_id}" in os.path.basename(run) for run in offline_runs(second))

@@ -25,7 +25,7 @@ from trainer.loggers import Logger, build_loggers
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
-from trainer.throughput import Throughput
+from trainer.throughput import Throughput, write_flops_by_module
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.comms_log import CommsLog
 from trainer.weight_init import WeightInit, has_meta_tensors
@@ -157,6 +157,16 @@ class _Run:
         if trainer.init_from is not None:
             load_weights(trainer.init_from, module)
         if self.rank == 0:
+            if trainer.resume not in (None, "auto"):
+                # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
+                from trainer.loggers import adopt_run_id
+
+                checkpoints = os.path.abspath(trainer.resume)
+                while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
+                    os.path.join(checkpoints, "latest")
+                ):
+                    checkpoints = os.path.dirname(checkpoints)
+                adopt_run_id(os.path.dirname(checkpoints), self.run_dir)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
             if trainer.config is not None:
                 for logger in self.loggers:
@@ -376,6 +386,8 @@ class _Run:
                         precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
             if counting:
                 self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
+                if self.rank == 0:
+                    write_flops_by_module(counter, os.path.join(self.run_dir, "flops.txt"))
             if sums is not None:
                 sums.add({"loss": loss, **metrics}, weight)
         if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
@@ -449,13 +461,17 @@ class _Run:
         sums = WeightedSums(self.device)
         was_training = module.training
         module.eval()
+        enabled = self.trainer.progress_bar if self.rank == 0 else False
+        bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
         with torch.no_grad():
             for index, (weight, batch) in enumerate(zip(weights, self.loader(self.val_set, shards, "val"))):
+                bar.update()
                 batch = self.precision.convert_input(move_to_device(batch, self.device))
                 loss, metrics = split_step_output(step(batch, index), "validation_step")
                 if loss is not None:
                     metrics["loss"] = loss
                 sums.add(metrics, weight)
+        bar.close()
         strategy.after_evaluation(self.wrapped)
         module.train(was_training)
         metrics = sums.reduce("val/", self.strategy, some_ranks_may_be_empty=True)

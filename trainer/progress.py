@@ -1,26 +1,35 @@
-"""The rank-0 progress bar: steps, loss on logging steps, it/s. Off when stderr is not a TTY."""
+"""Progress bars on rank 0: training (steps, loss, lr, samples/s) and validation (batches).
+Off when stderr is not a terminal, so log files stay clean (``trainer.progress_bar`` forces it)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Mapping
 
+# Shown in the bar when a logging step has them: metric -> label, format.
+SHOWN = {"train/loss": ("loss", "{:.4f}"), "train/lr": ("lr", "{:.3g}"), "perf/samples_per_s": ("samples/s", "{:.1f}")}
+
 
 class ProgressBar:
-    def __init__(self, total: int | None, enabled: bool | None, initial: int = 0):
+    """A tqdm bar, or nothing. ``enabled=None``: only when stderr is a terminal."""
+
+    def __init__(self, total: int | None, enabled: bool | None, initial: int = 0, desc: str = "train",
+                 unit: str = "step", leave: bool = True):
         self._bar = None
         if enabled is None:
             enabled = sys.stderr.isatty()
         if enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave)
 
-    def update(self, metrics: Mapping[str, float] | None) -> None:
+    def update(self, metrics: Mapping[str, float] | None = None) -> None:
         if self._bar is None:
             return
-        if metrics is not None and "train/loss" in metrics:
-            self._bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", refresh=False)
+        if metrics:
+            shown = {label: fmt.format(metrics[key]) for key, (label, fmt) in SHOWN.items() if key in metrics}
+            if shown:
+                self._bar.set_postfix(shown, refresh=False)
         self._bar.update(1)
 
     def close(self) -> None:

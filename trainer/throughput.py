@@ -12,6 +12,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from typing import Any
 import torch
 
 #: Peak dense TFLOP/s by GPU name fragment: (16-bit tensor cores, fp32). Most specific first.
@@ -121,3 +122,18 @@ class Throughput:
         out.update(peak_memory_gb(self.device))
         self._start, self._steps, self._samples = now, 0, 0
         return out
+
+
+def write_flops_by_module(counter: Any, path: str, depth: int = 3) -> None:
+    """The FLOPs of one micro-batch's forward + backward per module (``FlopCounterMode`` counts),
+    down to ``depth`` levels, as a text table."""
+    rows = []
+    for name, per_op in counter.get_flop_counts().items():
+        name = name.replace("TrainingStepForward.module.", "", 1)  # the trainer's wrapper, not the user's model
+        if name != "TrainingStepForward" and name.count(".") < depth:
+            rows.append((name, sum(per_op.values())))
+    total = counter.get_total_flops() or 1
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"{'module':60s} {'GFLOP':>12s} {'share':>7s}\n")
+        for name, flops in rows:
+            handle.write(f"{name:60s} {flops / 1e9:12.3f} {flops / total:7.1%}\n")
