@@ -411,6 +411,8 @@ class _Run:
             if stepped:
                 if trainer.gradient_clip_val is not None:
                     grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+                elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
+                    grad_norm = strategy.grad_norm(module)
                 module.on_before_optimizer_step(self.optimizer)
                 strategy.optimizer_step(self.optimizer)
                 if self.scheduler is not None:

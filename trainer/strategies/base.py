@@ -111,9 +111,15 @@ class Strategy:
         """Context for one micro-batch's forward+backward; ``sync=False`` skips gradient sync."""
         return contextlib.nullcontext()
 
+    def grad_norm(self, module: nn.Module) -> torch.Tensor:
+        """The global 2-norm of all gradients (over every rank's shards where they are sharded)."""
+        return torch.nn.utils.get_total_norm([p.grad for p in module.parameters() if p.grad is not None])
+
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
         """Clip by the global norm over all parameters; returns the norm before clipping."""
-        return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+        total = self.grad_norm(module)
+        torch.nn.utils.clip_grads_with_norm_([p for p in module.parameters() if p.grad is not None], max_norm, total)
+        return total
 
     # ----- checkpoints: optimizers that keep their state elsewhere (ZeRO-1) ------------------------------
     def export_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:

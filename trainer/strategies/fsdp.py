@@ -231,16 +231,12 @@ class FSDPStrategy(Strategy):
         wrapped.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
 
-    def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
+    def grad_norm(self, module: nn.Module) -> torch.Tensor:
         from torch.distributed.tensor import DTensor
 
-        parameters = [p for p in module.parameters() if p.grad is not None]
         # The norm of sharded gradients is a partial result per rank; full_tensor() reduces it.
-        total = torch.nn.utils.get_total_norm([p.grad for p in parameters])
-        if isinstance(total, DTensor):
-            total = total.full_tensor()
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
-        return total
+        total = super().grad_norm(module)
+        return total.full_tensor() if isinstance(total, DTensor) else total
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
         """Free the parameters an evaluation forward left gathered (the root keeps them otherwise)."""
