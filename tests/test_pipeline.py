@@ -71,3 +71,49 @@ def test_interleaved_equals_one_process(single, tmp_path):
 def test_pipeline_by_data_parallel_equals_one_process(single, tmp_path):
     strategy = PipelineStrategy(stages=2, schedule="1f1b", microbatches=2)
     assert_same_training(run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2), single[0])
+
+
+def test_clipping_uses_the_global_norm(tmp_path):
+    # A small clip value so that every step is clipped: the norm must be over both stages.
+    single = run(tmp_path / "single", gradient_clip_val=0.05)
+    piped = run(tmp_path / "pp", PipelineStrategy(schedule="1f1b", microbatches=2), devices=2, gradient_clip_val=0.05)
+    assert_same_training(piped, single)
+    norms = {n: [r["train/grad_norm"] for r in read_metrics(str(tmp_path / n)) if "train/grad_norm" in r] for n in ("single", "pp")}
+    assert min(norms["single"]) > 0.05
+    torch.testing.assert_close(torch.tensor(norms["pp"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
+
+
+def test_gpt_recipe_two_stages_equal_one_process(tmp_path):
+    import functools
+
+    from recipes.gpt import GPTModule
+
+    def gpt_run(path, strategy="single", devices=1):
+        module = GPTModule(optimizer=functools.partial(torch.optim.AdamW, lr=3e-3), max_bytes=40_000, block_size=16,
+                           layers=2, heads=2, width=32)
+        from helpers import run_trainer, train_losses
+
+        run_trainer(path, module, strategy=strategy, devices=devices, batch_size=8, max_steps=4)
+        return train_losses(str(path))
+
+    single = gpt_run(tmp_path / "single")
+    piped = gpt_run(tmp_path / "pp", PipelineStrategy(schedule="1f1b", microbatches=4, partition="uniform"), 2)
+    torch.testing.assert_close(torch.tensor(piped), torch.tensor(single), **TOL)
+
+
+def test_bad_inputs(tmp_path):
+    from helpers import Regressor
+
+    with pytest.raises(ValueError, match=r"strategy.microbatches=3 does not divide data.batch_size=16"):
+        run(tmp_path / "a", PipelineStrategy(microbatches=3))
+    with pytest.raises(ValueError, match="exposes 3 pipeline layers, fewer than the 4 stages"):
+        fit(tmp_path / "b", BlockRegressor(depth=1), strategy=PipelineStrategy(schedule="interleaved_1f1b", virtual_stages=4),
+            batch_size=16, max_steps=1)
+    with pytest.raises(ValueError, match=r"Regressor.pipeline_layers\(\)"):
+        fit(tmp_path / "c", Regressor(), strategy=PipelineStrategy(), batch_size=16, max_steps=1)
+    with pytest.raises(ValueError, match="strategy.stages=3 does not divide the world size 4"):
+        run(tmp_path / "d", PipelineStrategy(stages=3), devices=4)
+    with pytest.raises(ValueError, match="strategy.microbatches=1 must be >= strategy.stages=2 for schedule 1f1b"):
+        run(tmp_path / "e", PipelineStrategy(microbatches=1), devices=2)
+    with pytest.raises(ValueError, match="strategy.schedule='pipedream'"):
+        PipelineStrategy(schedule="pipedream")

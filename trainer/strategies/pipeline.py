@@ -331,12 +331,13 @@ class PipelineStrategy(Strategy):
         return self._run(batch, _batch_len(batch), None, precision.autocast(self.device))
 
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
-        grads = [p.grad for p in self.stage_parameters if p.grad is not None]
+        parameters = [p for p in self.stage_parameters if p.grad is not None]
+        grads = [p.grad for p in parameters]
         squares = torch.nn.utils.get_total_norm(grads).to(torch.float64) ** 2 if grads else torch.zeros((), dtype=torch.float64)
         if self.pp_group is not None:
             torch.distributed.all_reduce(squares, group=self.pp_group)  # dp replicas hold equal gradients
         total = squares.sqrt().to(torch.float32)
-        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, total)
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
         return total
 
     def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
