@@ -63,8 +63,10 @@ def test_two_stages_equal_one_process(single, tmp_path, schedule):
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
 
 
-def test_interleaved_equals_one_process(single, tmp_path):
-    strategy = PipelineStrategy(schedule="interleaved_1f1b", microbatches=4, partition="uniform")
+@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "looped_bfs", "zero_bubble"])
+def test_interleaved_equals_one_process(single, tmp_path, schedule):
+    # 2 ranks x 2 virtual stages: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+    strategy = PipelineStrategy(schedule=schedule, microbatches=4, partition="uniform")
     assert_same_training(run(tmp_path, strategy, devices=2), single[0])
 
 
