@@ -12,7 +12,8 @@ dp > 1 the gradients of each stage are averaged over its dp group after the pipe
 (one flat all-reduce per step, as DDP without overlap).
 
 Build: every rank builds the whole model on the CPU, seeded as one process would (so the weights
-equal one process's), then moves the layers of other stages to the meta device (frees them).
+equal one process's), then deletes the other stages' tensors from the module (its parameters,
+state dict and checkpoints are this rank's stages only).
 """
 
 from __future__ import annotations
@@ -252,9 +253,13 @@ class PipelineStrategy(Strategy):
         self.stage_ids = [self.pp_rank + k * self.pp_size for k in range(self.virtual_stages)]
         self.stage_modules = [_Stage(layers[bounds[s]:bounds[s + 1]]).to(self.device) for s in self.stage_ids]
         mine = {id(t) for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
-        for layer in layers:  # free the other stages' layers (their parameters never get gradients)
-            if not any(id(p) in mine for p in layer.parameters()):
-                layer.to("meta")
+        self._full_order = list(names.values())
+        # Drop the other stages' tensors from the module, so that its parameters (the optimizer's),
+        # state dict and checkpoints hold only this rank's stages.
+        for owner in module.modules():
+            for registry in (owner._parameters, owner._buffers):
+                for key in [k for k, t in registry.items() if t is not None and id(t) not in mine]:
+                    del registry[key]
         # Full names of this rank's tensors, for full_state_dict.
         self.local_names = {names[id(t)]: t for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
         self.stage_parameters = [p for m in self.stage_modules for p in m.parameters()]
@@ -348,8 +353,7 @@ class PipelineStrategy(Strategy):
         if distributed.rank() != 0:
             return {}
         merged = {k: v for piece in pieces for k, v in piece.items()}
-        order = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
-        return {n: merged[n] for n in order if n in merged}
+        return {n: merged[n] for n in self._full_order if n in merged}
 
 
 STRATEGY = PipelineStrategy
