@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
