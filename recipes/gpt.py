@@ -111,6 +111,18 @@ class GPT(nn.Module):
         return self.head(self.norm(x))
 
 
+class Embedding(nn.Module):
+    """Token + position embedding: the first pipeline layer (holds the GPT's own embeddings)."""
+
+    def __init__(self, gpt: GPT):
+        super().__init__()
+        self.token_embedding, self.position_embedding = gpt.token_embedding, gpt.position_embedding
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.token_embedding(tokens) + self.position_embedding(positions)
+
+
 class GPTModule(TrainModule):
     """Next-byte prediction with a small GPT.
 
@@ -157,6 +169,14 @@ class GPTModule(TrainModule):
 
     def block_classes(self) -> tuple[type[nn.Module], ...]:
         return (Block,)
+
+    def pipeline_layers(self) -> list[nn.Module]:
+        # strategy=pipeline: embedding, each block, then final norm + head, cut into stages.
+        return [Embedding(self.model), *self.model.blocks, nn.Sequential(self.model.norm, self.model.head)]
+
+    def pipeline_loss(self, logits: torch.Tensor, batch) -> torch.Tensor:
+        _, targets = batch
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.

@@ -198,6 +198,13 @@ class BlockRegressor(RegressionModule):
     def block_classes(self):
         return (ResidualBlock,)
 
+    def pipeline_layers(self):
+        return [self.inp, *self.blocks, self.out]
+
+    def pipeline_loss(self, output, batch):
+        _, y = batch
+        return {"loss": F.mse_loss(output, y), "abs_error": (output - y).abs().mean()}
+
     def forward(self, x):
         h = self.inp(x)
         for block in self.blocks:

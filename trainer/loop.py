@@ -113,6 +113,7 @@ class _Run:
         self.device = strategy.device
         self.rank = distributed.rank()
         self.dp_size = strategy.gradient_average_size
+        self.data_rank = strategy.data_parallel_rank  # which samples this rank loads
         # Under torchrun every rank built its own Trainer: rank 0's run directory wins.
         self.run_dir = trainer.run_dir = distributed.broadcast_object(trainer.run_dir)
         if self.rank == 0:
@@ -239,7 +240,7 @@ class _Run:
         try:
             while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
-                steps = plan.rank_steps(self.epoch, self.rank)[self.epoch_step:]
+                steps = plan.rank_steps(self.epoch, self.data_rank)[self.epoch_step:]
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
                 batches = iter(self.loader(
                     train_set, [mb.indices for s in steps for mb in s.micro_batches], "train", self.batch_idx
@@ -351,7 +352,12 @@ class _Run:
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device) if check_finite else None
         last = len(plan.micro_batches) - 1
         timer.step_started()
-        for index, micro_batch in enumerate(plan.micro_batches):
+        micro_batches = plan.micro_batches
+        if strategy.owns_step:
+            # Pipeline parallel: the strategy runs each micro-batch's forward and backward itself.
+            self._strategy_micro_batches(plan, batches, sums)
+            micro_batches = ()
+        for index, micro_batch in enumerate(micro_batches):
             with timer.phase("data"):
                 batch = precision.convert_input(move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory))
             # FLOPs of one micro-batch's forward + backward, counted once (the first one).
@@ -437,13 +443,28 @@ class _Run:
         metrics.update(timer.metrics())
         return metrics
 
+    def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None) -> None:
+        """``_train_step``'s micro-batches when the strategy owns the step (``strategy.owns_step``)."""
+        last = len(plan.micro_batches) - 1
+        for index, micro_batch in enumerate(plan.micro_batches):
+            with self.breakdown.phase("data"):
+                batch = self.precision.convert_input(
+                    move_to_device(next(batches), self.device, non_blocking=self.trainer.pin_memory)
+                )
+            with self.breakdown.phase("forward"):
+                self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
+                                       index == last, sums, self.precision)
+            self.batch_idx += 1
+        if sums is not None:
+            self.strategy.complete_metrics(sums)
+
     # ----- validation -----------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
         if self.val_set is None:
             return {}
         module, strategy = self.module, self.strategy
         batch_size = self.trainer.batch_size
-        shards = validation_shard(len(self.val_set), batch_size, self.rank, self.dp_size)
+        shards = validation_shard(len(self.val_set), batch_size, self.data_rank, self.dp_size)
         weights = [len(indices) for indices in shards]
         if strategy.lockstep_forward:
             # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
@@ -469,6 +490,10 @@ class _Run:
             for index, (weight, batch) in enumerate(zip(weights, self.loader(self.val_set, shards, "val"))):
                 bar.update()
                 batch = self.precision.convert_input(move_to_device(batch, self.device))
+                if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
+                    for part_weight, values in strategy.evaluate(batch, self.precision):
+                        sums.add(values, part_weight)
+                    continue
                 loss, metrics = split_step_output(step(batch, index), "validation_step")
                 if loss is not None:
                     metrics["loss"] = loss

@@ -87,6 +87,26 @@ class TrainModule(nn.Module):
         each block its own sharding unit (``strategy.wrap=auto``); () lets the strategy guess."""
         return ()
 
+    # ----- pipeline parallel (strategy=pipeline) ---------------------------------------------------
+    def pipeline_layers(self) -> list[nn.Module] | None:
+        """The model as an ordered list of layers for pipeline parallelism (like DeepSpeed's
+        LayerSpec list): ``layers[0]`` takes ``pipeline_input(batch)``, each next layer takes the
+        previous one's output (one tensor), the last one's output goes to ``pipeline_loss``. The
+        layers must be this module's own submodules (or thin wrappers holding them), so that
+        parameter names stay those of the whole model. None (the default): no pipeline."""
+        return None
+
+    def pipeline_input(self, batch: Any) -> torch.Tensor:
+        """What the first pipeline layer takes from a batch (default: its first element)."""
+        return batch[0] if isinstance(batch, (list, tuple)) else batch
+
+    def pipeline_loss(self, output: torch.Tensor, batch: Any) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The loss (mean over the micro-batch) from the last layer's ``output`` and the matching
+        slice of the batch, or a dict with "loss" and more metrics, as ``training_step`` returns.
+        Runs on the last pipeline stage; under strategy=pipeline it replaces ``training_step``
+        and ``validation_step``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement pipeline_loss() for strategy=pipeline")
+
     def init_weights(self, module: nn.Module) -> None:
         """Initialise the parameters and buffers that ``module`` (a submodule of this model, or
         the model itself) holds directly. Called for every submodule in ``modules()`` order:

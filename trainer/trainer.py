@@ -188,7 +188,7 @@ class Trainer:
         self.strategy.check_world_size(self.world_size, devices)
         self.batch_size = batch_size
         self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
-        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.world_size
+        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)
         self.max_steps = max_steps
         self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
         self.gradient_clip_val = gradient_clip_val
@@ -210,7 +210,7 @@ class Trainer:
     def _resolve_accumulation(self, global_batch_size: int | None, accumulate: int) -> int:
         if global_batch_size is None:
             return accumulate
-        per_micro_step = self.batch_size * self.world_size
+        per_micro_step = self.batch_size * self.strategy.data_parallel_size(self.world_size)
         derived, rest = divmod(global_batch_size, per_micro_step)
         _require(
             _is_int(global_batch_size) and rest == 0 and derived >= 1,

@@ -42,6 +42,9 @@ class Strategy:
     #: whether every rank must run the same number of forwards (collectives inside forward, as in
     #: FSDP); validation then pads short ranks with zero-weight batches and calls the wrapper
     lockstep_forward = False
+    #: whether the strategy runs a micro-batch's forward and backward itself (pipeline parallel:
+    #: ``run_step`` / ``evaluate`` replace ``training_step`` / ``validation_step`` in the loop)
+    owns_step = False
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):
@@ -69,6 +72,16 @@ class Strategy:
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
         Trainer before any worker starts, and again with the launcher's actual numbers)."""
+
+    def data_parallel_size(self, world_size: int) -> int:
+        """Ranks that each load different samples, out of ``world_size`` (all of them but under
+        pipeline parallelism, whose stages of one pipeline share a batch)."""
+        return world_size
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This rank's index among the data-parallel ranks (which samples it loads)."""
+        return distributed.rank()
 
     def init_context(self) -> ContextManager:
         """Context ``configure_model`` runs in (FSDP's meta_init: the meta device)."""

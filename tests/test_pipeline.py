@@ -1,0 +1,121 @@
+"""Pipeline parallel (``strategy=pipeline``) computes the same training as one process.
+
+Tolerance: CPU fp32, AdamW, rtol=1e-5 / atol=1e-6 over 15 steps (the gradients are summed per
+microbatch instead of over the whole batch at once, which reorders float additions).
+"""
+
+import pytest
+import torch
+
+from helpers import BlockRegressor, fit, read_metrics
+from trainer.strategies.pipeline import PipelineStrategy, partition_layers
+
+pytestmark = pytest.mark.timeout(300)
+TOL = dict(rtol=1e-5, atol=1e-6)
+STEPS = 15
+GLOBAL_BATCH = 16
+
+
+def assert_same_training(a, b):
+    losses_a, params_a = a
+    losses_b, params_b = b
+    assert len(losses_a) == len(losses_b) == STEPS
+    torch.testing.assert_close(torch.tensor(losses_a), torch.tensor(losses_b), **TOL)
+    assert params_a.keys() == params_b.keys()
+    for name in params_a:
+        torch.testing.assert_close(params_a[name], params_b[name], **TOL, msg=f"parameter {name} differs")
+
+
+def run(path, strategy="single", devices=1, batch_size=GLOBAL_BATCH, **options):
+    module = BlockRegressor(depth=4, val_samples=20)
+    return fit(path, module, strategy=strategy, devices=devices, batch_size=batch_size, max_steps=STEPS,
+               val_every_n_steps=5, **options)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    path = tmp_path_factory.mktemp("single")
+    return run(path), path
+
+
+def val_losses(path):
+    return [r["val/loss"] for r in read_metrics(str(path)) if "val/loss" in r]
+
+
+def test_partition():
+    assert partition_layers([1] * 6, 2, "uniform") == [0, 3, 6]
+    assert partition_layers([1] * 5, 2, "uniform") == [0, 3, 5]
+    assert partition_layers([10, 1, 1, 1, 10], 2, "parameters") == [0, 2, 5]
+    assert partition_layers([1, 1, 100, 1], 3, "parameters") == [0, 2, 3, 4]
+    assert partition_layers([1] * 6, 3, [1, 4]) == [0, 1, 4, 6]
+    with pytest.raises(ValueError, match="fewer than the 4 stages"):
+        partition_layers([1] * 3, 4, "uniform")
+    with pytest.raises(ValueError, match=r"strategy.partition=\[4, 2\]"):
+        partition_layers([1] * 6, 3, [4, 2])
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_two_stages_equal_one_process(single, tmp_path, schedule):
+    piped = run(tmp_path, PipelineStrategy(schedule=schedule, microbatches=4), devices=2)
+    assert_same_training(piped, single[0])
+    # validation (every 5 steps, 20 samples: a short last batch padded inside the pipeline)
+    assert len(val_losses(tmp_path)) == 3
+    torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
+
+
+@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "looped_bfs", "zero_bubble"])
+def test_interleaved_equals_one_process(single, tmp_path, schedule):
+    # 2 ranks x 2 virtual stages: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+    strategy = PipelineStrategy(schedule=schedule, microbatches=4, partition="uniform")
+    assert_same_training(run(tmp_path, strategy, devices=2), single[0])
+
+
+def test_pipeline_by_data_parallel_equals_one_process(single, tmp_path):
+    strategy = PipelineStrategy(stages=2, schedule="1f1b", microbatches=2)
+    assert_same_training(run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2), single[0])
+
+
+def test_clipping_uses_the_global_norm(tmp_path):
+    # A small clip value so that every step is clipped: the norm must be over both stages.
+    single = run(tmp_path / "single", gradient_clip_val=0.05)
+    piped = run(tmp_path / "pp", PipelineStrategy(schedule="1f1b", microbatches=2), devices=2, gradient_clip_val=0.05)
+    assert_same_training(piped, single)
+    norms = {n: [r["train/grad_norm"] for r in read_metrics(str(tmp_path / n)) if "train/grad_norm" in r] for n in ("single", "pp")}
+    assert min(norms["single"]) > 0.05
+    torch.testing.assert_close(torch.tensor(norms["pp"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
+
+
+def test_gpt_recipe_two_stages_equal_one_process(tmp_path):
+    import functools
+
+    from recipes.gpt import GPTModule
+
+    def gpt_run(path, strategy="single", devices=1):
+        module = GPTModule(optimizer=functools.partial(torch.optim.AdamW, lr=3e-3), max_bytes=40_000, block_size=16,
+                           layers=2, heads=2, width=32)
+        from helpers import run_trainer, train_losses
+
+        run_trainer(path, module, strategy=strategy, devices=devices, batch_size=8, max_steps=4)
+        return train_losses(str(path))
+
+    single = gpt_run(tmp_path / "single")
+    piped = gpt_run(tmp_path / "pp", PipelineStrategy(schedule="1f1b", microbatches=4, partition="uniform"), 2)
+    torch.testing.assert_close(torch.tensor(piped), torch.tensor(single), **TOL)
+
+
+def test_bad_inputs(tmp_path):
+    from helpers import Regressor
+
+    with pytest.raises(ValueError, match=r"strategy.microbatches=3 does not divide data.batch_size=16"):
+        run(tmp_path / "a", PipelineStrategy(microbatches=3))
+    with pytest.raises(ValueError, match="exposes 3 pipeline layers, fewer than the 4 stages"):
+        fit(tmp_path / "b", BlockRegressor(depth=1), strategy=PipelineStrategy(schedule="interleaved_1f1b", virtual_stages=4),
+            batch_size=16, max_steps=1)
+    with pytest.raises(ValueError, match=r"Regressor.pipeline_layers\(\)"):
+        fit(tmp_path / "c", Regressor(), strategy=PipelineStrategy(), batch_size=16, max_steps=1)
+    with pytest.raises(ValueError, match="strategy.stages=3 does not divide the world size 4"):
+        run(tmp_path / "d", PipelineStrategy(stages=3), devices=4)
+    with pytest.raises(ValueError, match="strategy.microbatches=1 must be >= strategy.stages=2 for schedule 1f1b"):
+        run(tmp_path / "e", PipelineStrategy(microbatches=1), devices=2)
+    with pytest.raises(ValueError, match="strategy.schedule='pipedream'"):
+        PipelineStrategy(schedule="pipedream")
