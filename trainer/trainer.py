@@ -186,6 +186,12 @@ class Trainer:
         self.num_nodes = num_nodes
         self.world_size = devices * num_nodes
         self.strategy.check_world_size(self.world_size, devices)
+        _require(
+            not (resume is not None and self.strategy.owns_step),
+            f"trainer.resume with strategy={self.strategy.name} is not supported yet (resumed pipeline stages do not "
+            "continue the same training); its checkpoints can be consolidated (python -m trainer.checkpoint "
+            "consolidate PATH OUT) into full weights",
+        )
         self.batch_size = batch_size
         self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
         self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)

@@ -224,7 +224,8 @@ class CheckpointManager:
         """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
         at ``path``; returns the saved progress. A collective."""
         marker = layout.read_marker(path)
-        load_training_state(path, run.module, run.optimizer, marker["format"])
+        load_training_state(path, run.module, run.optimizer, marker["format"],
+                            part_of_model=getattr(self.strategy, "owns_step", False))
         if run.optimizer is not None:
             self.strategy.import_optimizer_state(run.optimizer)
         extras = load_file(os.path.join(path, "extras.pt"))
@@ -245,10 +246,17 @@ class CheckpointManager:
         return progress
 
 
-def load_training_state(path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str) -> None:
+def load_training_state(
+    path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False
+) -> None:
     """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
-    clear error if the checkpoint belongs to another model. A collective."""
+    clear error if the checkpoint belongs to another model. A collective. ``part_of_model``: this
+    rank holds only some of the model's layers (pipeline stages), so other names are expected."""
     import torch.distributed.checkpoint as dcp
+
+    if part_of_model and fmt == "full":
+        raise CheckpointError(f"{path}: a full-format checkpoint cannot be loaded into pipeline stages yet; "
+                              "save with checkpoint.format=sharded, or consolidate it and use trainer.init_from")
 
     warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
     expected = expected_shapes(module)
@@ -274,6 +282,8 @@ def load_training_state(path: str, module: torch.nn.Module, optimizer: torch.opt
     except Exception as error:
         raise CheckpointError(f"{folder}: cannot read the checkpoint metadata ({type(error).__name__}: {error})") from None
     found = {k[len("model."):]: tuple(v.size) for k, v in metadata.items() if k.startswith("model.") and hasattr(v, "chunks")}
+    if part_of_model:  # the other stages' layers are in the checkpoint too
+        found = {name: shape for name, shape in found.items() if name in expected}
     problem = describe_mismatch(expected, found)
     if problem:
         raise CheckpointError(f"{folder} does not fit the model: {problem}")
