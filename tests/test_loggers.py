@@ -119,7 +119,18 @@ def wandb_records(path) -> list:
 
 
 def wandb_run(run_file) -> tuple[str, dict, list[tuple[int, dict]]]:
-    """(run id, config, [(step, {metric: value})]) from an offline run's ``.wandb`` file."""
+    """(run id, config, [(step, {metric: value})]) from an offline run's ``.wandb`` file. W&B's
+    service process may still be flushing the file just after ``finish()``: read it again for up
+    to 15 s until the run record is there (seen once in CI)."""
+    deadline = time.time() + 15
+    while True:
+        found = _parse_wandb_run(run_file)
+        if found[0] is not None or time.time() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _parse_wandb_run(run_file) -> tuple[str, dict, list[tuple[int, dict]]]:
     run_id, config, history = None, {}, []
     for record in wandb_records(run_file):
         kind = record.WhichOneof("record_type")

@@ -57,7 +57,7 @@ def test_mfu_divides_by_the_device_peak():
 
 
 def test_wall_clock_breakdown_adds_up_to_the_step_time(tmp_path):
-    fit(tmp_path, BlockRegressor(width=128), strategy="ddp", devices=2, batch_size=16, max_steps=6,
+    fit(tmp_path, BlockRegressor(width=384, depth=4), strategy="ddp", devices=2, batch_size=64, max_steps=6,
         accumulate_grad_batches=2, profile={"wall_clock_breakdown": True})
     rows = [r for r in read_metrics(str(tmp_path)) if "time/step_ms" in r]
     assert len(rows) == 6

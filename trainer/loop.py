@@ -366,29 +366,34 @@ class _Run:
             counting = self.throughput.flops_per_step is None and index == 0
             counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
             with strategy.sync_context(self.wrapped, sync=index == last), counter:
-                with timer.phase("forward"), precision.autocast(self.device):
-                    output = self.wrapped(batch, self.batch_idx)
-                loss, metrics = split_step_output(output, "training_step")
-                self.batch_idx += 1
-                if loss is None:
-                    raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
-                if nonfinite is not None:
-                    nonfinite |= ~torch.isfinite(loss.detach())
-                counts = micro_batch.num_real > 0
-                num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                if num_tokens is not None:
-                    self._counts_tokens = True  # the same on every rank (same code), so the reduce below matches
-                    self._tokens_since_log += torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
-                with timer.phase("backward"):
+                with timer.phase("forward"):  # the step's forward and its bookkeeping
+                    with precision.autocast(self.device):
+                        output = self.wrapped(batch, self.batch_idx)
+                    loss, metrics = split_step_output(output, "training_step")
+                    self.batch_idx += 1
+                    if loss is None:
+                        raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                    if nonfinite is not None:
+                        nonfinite |= ~torch.isfinite(loss.detach())
+                    counts = micro_batch.num_real > 0
+                    num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
+                    if num_tokens is not None:
+                        self._counts_tokens = True  # the same on every rank (same code), so the reduce below matches
+                        self._tokens_since_log += torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
                     if by_tokens:
                         if num_tokens is None:
                             raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
                         weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                    else:
+                        weight = micro_batch.num_real
+                    if sums is not None:
+                        sums.add({"loss": loss, **metrics}, weight)
+                with timer.phase("backward"):
+                    if by_tokens:
                         local_tokens += weight
                         # Backward the token sum; gradients are divided by the global token count below.
                         precision.scale_loss(loss * weight.to(loss.dtype)).backward()
                     else:
-                        weight = micro_batch.num_real
                         # Mean over the micro-batch x its share of the global batch x the ranks the sync
                         # averages over = this micro-batch's part of the global-batch mean.
                         precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
@@ -396,17 +401,15 @@ class _Run:
                 self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
                 if self.rank == 0:
                     write_flops_by_module(counter, os.path.join(self.run_dir, "flops.txt"))
-            if sums is not None:
-                sums.add({"loss": loss, **metrics}, weight)
-        if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
-            raise FloatingPointError(
-                f"non-finite training loss at step {self.step + 1} (epoch {self.epoch}) on rank {self.rank}; "
-                "lower the learning rate, clip gradients (trainer.gradient_clip_val), use fp32 / bf16, or set "
-                "trainer.nonfinite_loss=ignore to train on regardless"
-            )
-        grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
         stepped = True
-        with timer.phase("collectives"):
+        with timer.phase("collectives"):  # (the finiteness check waits for the backward's syncs too)
+            if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
+                raise FloatingPointError(
+                    f"non-finite training loss at step {self.step + 1} (epoch {self.epoch}) on rank {self.rank}; "
+                    "lower the learning rate, clip gradients (trainer.gradient_clip_val), use fp32 / bf16, or set "
+                    "trainer.nonfinite_loss=ignore to train on regardless"
+                )
+            grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
             if by_tokens:
                 global_tokens = strategy.all_reduce_sum(local_tokens.clone())
                 torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
