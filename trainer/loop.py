@@ -1,7 +1,10 @@
 """The loop one rank runs: set-up, optimizer steps over global batches, validation, logging.
 
-The hot path (``_train_step``) has no host-device sync and no collective besides the gradient
-sync, except on logging steps, where the step's metrics are reduced in one all-reduce.
+Per step, besides the gradient sync: one host sync for the non-finite loss check (unless
+``trainer.nonfinite_loss=ignore`` or fp16 scaling, whose overflow check is an all-reduce instead),
+one small CPU all-reduce when checkpointing listens for preemption signals, and the token count
+all-reduce with ``loss_normalization=tokens``. Metrics are reduced on logging steps only, in one
+all-reduce.
 """
 
 from __future__ import annotations
