@@ -264,8 +264,9 @@ class PipelineStrategy(Strategy):
         self.local_names = {names[id(t)]: t for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
         self.stage_parameters = [p for m in self.stage_modules for p in m.parameters()]
         self._module = module
-        stages = [PipelineStage(m, s, parts, self.device, group=self.pp_group)
-                  for m, s in zip(self.stage_modules, self.stage_ids)]
+        #: this rank's ``PipelineStage`` objects (bench/pipeline_bubble.py times their chunks)
+        self.pipeline_stages = stages = [PipelineStage(m, s, parts, self.device, group=self.pp_group)
+                                         for m, s in zip(self.stage_modules, self.stage_ids)]
         cls_name, multi = SCHEDULES[self.schedule_name]
         cls = getattr(schedules, cls_name)
         # scale_grads=False: the loss function below scales each microbatch to its global share.
