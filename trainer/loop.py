@@ -321,8 +321,6 @@ class _Run:
         trainer = self.trainer
         # A torchrun elastic restart continues from the latest checkpoint unless told otherwise.
         resume = trainer.resume if trainer.resume is not None else ("auto" if elastic.restart_count() else None)
-        if resume is not None and self.strategy.owns_step:
-            raise ValueError(f"resuming with strategy={self.strategy.name} is not supported yet (torchrun restart?)")
         if resume is None:
             return
         root = self.checkpoints.root if self.checkpoints is not None else os.path.join(self.run_dir, "checkpoints")

@@ -187,10 +187,11 @@ class Trainer:
         self.world_size = devices * num_nodes
         self.strategy.check_world_size(self.world_size, devices)
         _require(
-            not (resume is not None and self.strategy.owns_step),
-            f"trainer.resume with strategy={self.strategy.name} is not supported yet (resumed pipeline stages do not "
-            "continue the same training); its checkpoints can be consolidated (python -m trainer.checkpoint "
-            "consolidate PATH OUT) into full weights",
+            self.checkpoint is None or self.checkpoint.format in self.strategy.checkpoint_formats,
+            f"checkpoint.format={getattr(self.checkpoint, 'format', None)!r} is not supported with "
+            f"strategy={self.strategy.name}; use one of {list(self.strategy.checkpoint_formats)}"
+            + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
+               if "sharded" in self.strategy.checkpoint_formats else ""),
         )
         self.batch_size = batch_size
         self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)

@@ -45,6 +45,8 @@ class Strategy:
     #: whether the strategy runs a micro-batch's forward and backward itself (pipeline parallel:
     #: ``run_step`` / ``evaluate`` replace ``training_step`` / ``validation_step`` in the loop)
     owns_step = False
+    #: checkpoint formats the strategy can save and resume from (see CheckpointConfig.format)
+    checkpoint_formats = ("sharded", "full")
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):

@@ -153,6 +153,9 @@ class PipelineStrategy(Strategy):
     supports_multiple_devices = True
     #: the loop hands each micro-batch to ``run_step`` instead of calling ``training_step``
     owns_step = True
+    #: stages hold different layers and the full format gathers on rank 0 only through DTensors:
+    #: each stage writes its own layers (sharded), consolidated afterwards into one file.
+    checkpoint_formats = ("sharded",)
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
