@@ -227,6 +227,43 @@ class BlockRegressor(RegressionModule):
             torch.save(state, os.path.join(self.trainer.run_dir, "params.pt"))
 
 
+class BuildRecorder(BlockRegressor):
+    """A BlockRegressor that owns its init (plain ``reset_parameters``) and records the most
+    parameter elements its rank held at any point of the build, and what it kept, in
+    ``<run_dir>/build_rank<r>.json``."""
+
+    most_held = 0
+
+    def init_weights(self, submodule):
+        if submodule is not self and callable(getattr(submodule, "reset_parameters", None)):
+            submodule.reset_parameters()
+        held = sum(p.numel() for p in self.parameters() if not p.is_meta)
+        self.most_held = max(self.most_held, held)
+
+    def on_fit_start(self):
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with open(os.path.join(self.trainer.run_dir, f"build_rank{rank}.json"), "w") as f:
+            json.dump({"most_held": self.most_held, "kept": sum(p.numel() for p in self.parameters())}, f)
+
+
+class TiedAcrossStages(RegressionModule):
+    """Pipeline layers whose middle one shares the first one's weight (or, with ``extra``, a
+    parameter outside every layer): both refused by strategy=pipeline."""
+
+    def __init__(self, extra: bool = False):
+        super().__init__(optimizer=partial(torch.optim.SGD, lr=0.1))
+        self.extra_parameter = extra
+
+    def configure_model(self):
+        self.inp, self.mid, self.out = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 1)
+        self.mid.weight = self.inp.weight
+        if self.extra_parameter:
+            self.extra = nn.Parameter(torch.zeros(1))
+
+    def pipeline_layers(self):
+        return [self.inp, self.mid, self.out]
+
+
 class CheckpointedRegressor(BlockRegressor):
     """A BlockRegressor with dropout (so resuming must restore the RNG) that can die or be
     preempted at a given step, as a killed or signalled job would."""

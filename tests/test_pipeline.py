@@ -146,6 +146,48 @@ def test_pipeline_checkpoint_consolidates_into_a_one_process_model(tmp_path):
     assert torch.equal(plain(x), trained(x))
 
 
+def test_each_rank_materialises_only_its_stages(tmp_path):
+    # Built on the meta device: a rank holds at most its own stages plus one layer at any time,
+    # and still trains exactly as one process (whose eager build is the reference).
+    import json
+
+    from helpers import BuildRecorder
+
+    def build(path, **options):
+        losses, params = fit(path, BuildRecorder(depth=4), batch_size=GLOBAL_BATCH, max_steps=3, **options)
+        records = [json.loads(p.read_text()) for p in sorted(path.glob("build_rank*.json"))]
+        return losses, params, records
+
+    single, single_params, [whole] = build(tmp_path / "single")
+    total = sum(p.numel() for p in single_params.values())
+    assert whole["most_held"] == whole["kept"] == total
+    piped, piped_params, ranks = build(tmp_path / "pp", strategy=PipelineStrategy(microbatches=2), devices=2)
+    reference = BuildRecorder(depth=4)
+    reference.configure_model()
+    largest_layer = max(sum(p.numel() for p in layer.parameters()) for layer in reference.pipeline_layers())
+    assert len(ranks) == 2 and sum(r["kept"] for r in ranks) == total
+    for rank in ranks:
+        assert rank["most_held"] <= rank["kept"] + largest_layer < total
+    torch.testing.assert_close(torch.tensor(piped), torch.tensor(single), **TOL)
+    for name in single_params:
+        torch.testing.assert_close(piped_params[name], single_params[name], **TOL)
+    # meta_init=false builds the whole model on every rank first (same training).
+    eager, _, ranks = build(tmp_path / "eager", strategy=PipelineStrategy(microbatches=2, meta_init=False), devices=2)
+    assert [r["most_held"] for r in ranks] == [total, total]
+    torch.testing.assert_close(torch.tensor(eager), torch.tensor(single), **TOL)
+
+
+def test_parameters_outside_the_layers_or_tied_across_stages_are_refused(tmp_path):
+    from helpers import TiedAcrossStages
+
+    with pytest.raises(ValueError, match=r"\['extra'\] are in none of TiedAcrossStages.pipeline_layers\(\)"):
+        fit(tmp_path / "a", TiedAcrossStages(extra=True), strategy=PipelineStrategy(), batch_size=16, max_steps=1)
+    with pytest.raises(ValueError, match=r"inp.weight is used by layers of pipeline stages 0 and 1 \(tied weights\?\)"):
+        # one rank, two (virtual) stages: inp in stage 0, mid (sharing inp's weight) in stage 1
+        fit(tmp_path / "b", TiedAcrossStages(), batch_size=16, max_steps=1,
+            strategy=PipelineStrategy(schedule="interleaved_1f1b", virtual_stages=2, partition=[1]))
+
+
 def test_full_format_checkpoints_are_refused_before_the_workers_start():
     # Stages hold different layers: each writes its own (sharded); resume of such runs is tested
     # (bitwise after a kill) in test_checkpoint.py.

@@ -79,10 +79,15 @@ class WeightInit:
         device: torch.device,
         units: list[nn.Module],
         shard_unit: Callable[[nn.Module], None],
+        keep: Callable[[str], bool] | None = None,
     ) -> None:
         """Allocate and initialise the meta-device module unit by unit, calling ``shard_unit`` on
         each unit (children first) as soon as its whole subtree is initialised. The root is
-        materialised but not passed to ``shard_unit``."""
+        materialised but not passed to ``shard_unit``.
+
+        ``keep(name)``: whether submodule ``name``'s own tensors stay; the others are initialised
+        (their random draws keep every later layer's weights equal to one process's) and put back
+        on the meta device at once, so a rank holds its kept tensors plus one submodule's."""
         # Where each unit's subtree ends in the pre-order walk; nested units end innermost first.
         ends: dict[str, list[nn.Module]] = {}
         unit_names = {id(m): n for n, m in self.module.named_modules() if any(m is u for u in units)}
@@ -98,9 +103,11 @@ class WeightInit:
                 if any(t.is_meta for t in _direct_tensors(submodule)):
                     submodule.to_empty(device=device, recurse=False)
                     self._init_one(submodule, name)
+                    if keep is not None and not keep(name):
+                        submodule.to_empty(device="meta", recurse=False)
                 elif self.owns_init:
                     self._init_one(submodule, name)  # keep the RNG stream identical to the eager pass
                 for unit in ends.get(name, []):
                     shard_unit(unit)
-        if has_meta_tensors(self.module):
+        if keep is None and has_meta_tensors(self.module):
             raise RuntimeError("meta-device init left tensors on the meta device (a module shared by two parents?)")

@@ -11,17 +11,23 @@ Mesh: ``world = stages x dp``, ranks laid out (pp, dp): rank = pp_index * dp + d
 dp > 1 the gradients of each stage are averaged over its dp group after the pipeline step
 (one flat all-reduce per step, as DDP without overlap).
 
-Build: every rank builds the whole model on the CPU, seeded as one process would (so the weights
-equal one process's), then deletes the other stages' tensors from the module (its parameters,
-state dict and checkpoints are this rank's stages only).
+Build (``meta_init``, the default): ``configure_model`` runs on the meta device; each rank then
+walks the model in order, allocating and initialising one submodule at a time, seeded as one
+process's build, and keeps only its own stages' tensors (the others go back to the meta device at
+once). The weights equal one process's, and no rank ever holds more than its stages plus one
+layer. This replays ``reset_parameters()`` (or ``TrainModule.init_weights``), as FSDP's meta
+build does (trainer/weight_init.py); ``meta_init=false`` builds the whole model eagerly instead.
+Either way the other stages' tensors are then deleted from the module, so its parameters, state
+dict and checkpoints are this rank's stages only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import torch
 from torch import nn
@@ -92,6 +98,29 @@ def partition_layers(sizes: Sequence[int], parts: int, how: str | Sequence[int])
     return bounds[::-1]
 
 
+def _check_layers_cover_parameters(module: nn.Module, layers: Sequence[nn.Module], bounds: list[int]) -> None:
+    """Every parameter belongs to exactly one stage: one outside the layers would never be trained,
+    one in two stages (tied weights) would be updated apart on two ranks."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    names.update({id(b): n for n, b in module.named_buffers()})
+    covered = {id(p) for layer in layers for p in layer.parameters()}
+    outside = [n for n, p in module.named_parameters() if id(p) not in covered]
+    if outside:
+        raise ValueError(f"parameters {outside[:5]}{' ...' if len(outside) > 5 else ''} are in none of "
+                         f"{type(module).__name__}.pipeline_layers(); every parameter must belong to a layer")
+    stage_of: dict[int, int] = {}
+    for stage in range(len(bounds) - 1):
+        for layer in layers[bounds[stage]:bounds[stage + 1]]:
+            for tensor in [*layer.parameters(), *layer.buffers()]:
+                first = stage_of.setdefault(id(tensor), stage)
+                if first != stage:
+                    raise ValueError(
+                        f"{names.get(id(tensor), 'a tensor')} is used by layers of pipeline stages {first} and {stage} "
+                        "(tied weights?); tensors shared across stages are not supported: untie them or keep the "
+                        "layers that share them in one stage (strategy.partition=[split indices])"
+                    )
+
+
 class _Stage(nn.Module):
     """One pipeline stage: a contiguous run of the module's layers (the same objects, not copies)."""
 
@@ -147,6 +176,8 @@ class PipelineStrategy(Strategy):
         partition: "parameters" (balanced parameter counts), "uniform" (layer counts), or a list of
             the first layer index of each stage after the first (over all virtual stages).
         virtual_stages: stages per rank (None = 2 for the interleaved schedules, else 1).
+        meta_init: build the model on the meta device and materialise only this rank's stages
+            (see the module docstring); False builds the whole model on every rank first.
     """
 
     name = "pipeline"
@@ -159,7 +190,7 @@ class PipelineStrategy(Strategy):
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
-                 virtual_stages: int | None = None):
+                 virtual_stages: int | None = None, meta_init: bool = True):
         super().__init__(accelerator)
         if schedule not in SCHEDULES:
             raise ValueError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -176,6 +207,7 @@ class PipelineStrategy(Strategy):
             raise ValueError(f"strategy.partition={partition!r} is not one of {PARTITIONS} or a list of split indices")
         self.stages, self.schedule_name, self.virtual_stages = stages, schedule, virtual_stages
         self.microbatches = microbatches
+        self.meta_init = meta_init
         self.partition = partition if isinstance(partition, str) else list(partition)
         self.pp_size, self.dp_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
         self.pp_group = self.dp_group = None
@@ -218,6 +250,9 @@ class PipelineStrategy(Strategy):
                 if p == self.pp_rank:
                     self.dp_group = group
 
+    def init_context(self) -> ContextManager:
+        return torch.device("meta") if self.meta_init else contextlib.nullcontext()
+
     @property
     def gradient_average_size(self) -> int:
         return self.dp_size
@@ -230,8 +265,6 @@ class PipelineStrategy(Strategy):
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         from torch.distributed.pipelining import PipelineStage, schedules
 
-        if has_meta_tensors(module):
-            raise ValueError("strategy=pipeline builds the model eagerly; do not build it on the meta device")
         layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
         if not layers:
             raise ValueError(f"strategy=pipeline needs {type(module).__name__}.pipeline_layers() to return the model's "
@@ -254,6 +287,15 @@ class PipelineStrategy(Strategy):
                 log.info("  stage %d (pp rank %d): layers %d-%d, %d parameters", s, s % self.pp_size,
                          bounds[s], bounds[s + 1] - 1, sum(sizes[bounds[s]:bounds[s + 1]]))
         self.stage_ids = [self.pp_rank + k * self.pp_size for k in range(self.virtual_stages)]
+        _check_layers_cover_parameters(module, layers, bounds)
+        if has_meta_tensors(module):  # built under init_context(): materialise this rank's stages only
+            module_names = {id(m): n for n, m in module.named_modules()}
+            kept = {module_names[id(m)] for s in self.stage_ids for layer in layers[bounds[s]:bounds[s + 1]]
+                    for m in layer.modules() if id(m) in module_names}
+            (init or WeightInit(module, module.trainer.seed)).materialize(self.device, [], lambda unit: None,
+                                                                          keep=kept.__contains__)
+            names = {id(p): n for n, p in module.named_parameters()}  # to_empty may swap the tensors
+            names.update({id(b): n for n, b in module.named_buffers()})
         self.stage_modules = [_Stage(layers[bounds[s]:bounds[s + 1]]).to(self.device) for s in self.stage_ids]
         mine = {id(t) for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
         self._full_order = list(names.values())
