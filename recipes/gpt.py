@@ -174,9 +174,11 @@ class GPTModule(TrainModule):
         # strategy=pipeline: embedding, each block, then final norm + head, cut into stages.
         return [Embedding(self.model), *self.model.blocks, nn.Sequential(self.model.norm, self.model.head)]
 
-    def pipeline_loss(self, logits: torch.Tensor, batch) -> torch.Tensor:
+    def pipeline_loss(self, logits: torch.Tensor, batch):
         _, targets = batch
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        # validation (eval mode) reports what validation_step reports
+        return loss if self.training else {"loss": loss, "bits_per_byte": loss / math.log(2)}
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.

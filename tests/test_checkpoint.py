@@ -33,8 +33,8 @@ LAYOUTS = {
     "fsdp": dict(strategy="fsdp", devices=2, batch_size=8),
     "zero1": dict(strategy={"name": "ddp", "zero1": True}, devices=2, batch_size=8),
     "pipeline": dict(strategy={"name": "pipeline", "schedule": "1f1b", "microbatches": 2}, devices=2, batch_size=16),
-    "pipeline_x_dp": dict(strategy={"name": "pipeline", "stages": 2, "schedule": "interleaved_1f1b", "microbatches": 2,
-                                    "partition": "uniform"}, devices=4, batch_size=8),
+    "pipeline_x_fsdp": dict(strategy={"name": "pipeline", "stages": 2, "schedule": "interleaved_1f1b", "microbatches": 2,
+                                      "partition": "uniform", "data_parallel": "fsdp"}, devices=4, batch_size=8),
 }
 
 
@@ -68,7 +68,7 @@ def checkpointed(path, layout_name, module=None, **options):
 @pytest.mark.parametrize(
     "layout_name, fmt",
     [("single", "sharded"), ("single", "full"), ("ddp", "sharded"), ("zero1", "sharded"), ("fsdp", "sharded"), ("fsdp", "full"),
-     ("pipeline", "sharded"), ("pipeline_x_dp", "sharded")],
+     ("pipeline", "sharded"), ("pipeline_x_fsdp", "sharded")],
 )
 def test_killed_run_resumes_exactly(tmp_path, layout_name, fmt):
     reference_losses, reference_params = checkpointed(tmp_path / "whole", layout_name, checkpoint=dict(format=fmt))

@@ -73,6 +73,27 @@ def test_interleaved_equals_one_process(single, tmp_path, schedule):
 def test_pipeline_by_data_parallel_equals_one_process(single, tmp_path):
     strategy = PipelineStrategy(stages=2, schedule="1f1b", microbatches=2)
     assert_same_training(run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2), single[0])
+    # validation: 10 samples per replica, a batch of 8 and one of 2 (padded inside a microbatch)
+    torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b"])
+def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, schedule):
+    # 2 stages x 2 replicas, each stage sharded over its replicas (FSDP inside the stage).
+    import json
+
+    strategy = PipelineStrategy(stages=2, schedule=schedule, microbatches=2, partition="uniform", data_parallel="fsdp")
+    module = BlockRegressor(depth=4, val_samples=20, record_memory=True)
+    piped = fit(tmp_path / "pp", module, strategy=strategy, devices=4, batch_size=GLOBAL_BATCH // 2,
+                max_steps=STEPS, val_every_n_steps=5)
+    assert_same_training(piped, single[0])
+    torch.testing.assert_close(torch.tensor(val_losses(tmp_path / "pp")), torch.tensor(val_losses(single[1])), **TOL)
+    # Every parameter, gradient and optimizer state is held once over the 4 ranks (sharded), not
+    # once per replica: the sum over ranks is about one process's (shard padding aside).
+    fit(tmp_path / "one", BlockRegressor(depth=4, record_memory=True), batch_size=GLOBAL_BATCH, max_steps=3)
+    whole = json.loads((tmp_path / "one" / "memory_rank0.json").read_text())["total"]
+    ranks = [json.loads((tmp_path / "pp" / f"memory_rank{r}.json").read_text())["total"] for r in range(4)]
+    assert whole <= sum(ranks) <= 1.05 * whole
 
 
 def test_clipping_uses_the_global_norm(tmp_path):

@@ -497,7 +497,7 @@ class _Run:
                 bar.update()
                 batch = self.precision.convert_input(move_to_device(batch, self.device))
                 if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
-                    for part_weight, values in strategy.evaluate(batch, self.precision):
+                    for part_weight, values in strategy.evaluate(batch, self.precision, weight):
                         sums.add(values, part_weight)
                     continue
                 loss, metrics = split_step_output(step(batch, index), "validation_step")

@@ -104,7 +104,8 @@ class TrainModule(nn.Module):
         """The loss (mean over the micro-batch) from the last layer's ``output`` and the matching
         slice of the batch, or a dict with "loss" and more metrics, as ``training_step`` returns.
         Runs on the last pipeline stage; under strategy=pipeline it replaces ``training_step``
-        and ``validation_step``."""
+        and ``validation_step`` (during validation the module is in eval mode: ``self.training``
+        is False, so validation-only metrics can be returned then)."""
         raise NotImplementedError(f"{type(self).__name__} must implement pipeline_loss() for strategy=pipeline")
 
     def init_weights(self, module: nn.Module) -> None:

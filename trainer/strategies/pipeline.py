@@ -8,8 +8,10 @@ The module lists its layers in order (``TrainModule.pipeline_layers``); the laye
 those of the global-batch mean, and reported to every rank through the metric reduction.
 
 Mesh: ``world = stages x dp``, ranks laid out (pp, dp): rank = pp_index * dp + dp_index. With
-dp > 1 the gradients of each stage are averaged over its dp group after the pipeline step
-(one flat all-reduce per step, as DDP without overlap).
+dp > 1 and ``data_parallel=ddp`` each replica holds its stages whole and their gradients are
+averaged over the dp group once per optimizer step (one flat all-reduce, no overlap with the
+backward); with ``data_parallel=fsdp`` each stage is sharded over its dp group (FSDP2, a unit per
+pipeline layer), the schedule reduce-scatters the gradients after its last backward.
 
 Build (``meta_init``, the default): ``configure_model`` runs on the meta device; each rank then
 walks the model in order, allocating and initialising one submodule at a time, seeded as one
@@ -49,6 +51,7 @@ SCHEDULES = {
     "zero_bubble": ("ScheduleInterleavedZeroBubble", True),
 }
 PARTITIONS = ("parameters", "uniform")
+DATA_PARALLEL = ("ddp", "fsdp")
 
 
 def partition_layers(sizes: Sequence[int], parts: int, how: str | Sequence[int]) -> list[int]:
@@ -178,6 +181,9 @@ class PipelineStrategy(Strategy):
         virtual_stages: stages per rank (None = 2 for the interleaved schedules, else 1).
         meta_init: build the model on the meta device and materialise only this rank's stages
             (see the module docstring); False builds the whole model on every rank first.
+        data_parallel: with replicas (world > stages), "ddp" keeps each stage whole on every
+            replica and all-reduces its gradients once per optimizer step; "fsdp" shards each
+            stage over its replicas (FSDP2, every pipeline layer a unit; ZeRO-3 inside the stage).
     """
 
     name = "pipeline"
@@ -190,7 +196,7 @@ class PipelineStrategy(Strategy):
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
-                 virtual_stages: int | None = None, meta_init: bool = True):
+                 virtual_stages: int | None = None, meta_init: bool = True, data_parallel: str = "ddp"):
         super().__init__(accelerator)
         if schedule not in SCHEDULES:
             raise ValueError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -208,6 +214,10 @@ class PipelineStrategy(Strategy):
         self.stages, self.schedule_name, self.virtual_stages = stages, schedule, virtual_stages
         self.microbatches = microbatches
         self.meta_init = meta_init
+        if data_parallel not in DATA_PARALLEL:
+            raise ValueError(f"strategy.data_parallel={data_parallel!r} is not one of {', '.join(DATA_PARALLEL)}")
+        self.data_parallel = data_parallel
+        self.dp_mesh = None
         self.partition = partition if isinstance(partition, str) else list(partition)
         self.pp_size, self.dp_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
         self.pp_group = self.dp_group = None
@@ -249,6 +259,20 @@ class PipelineStrategy(Strategy):
                 group = torch.distributed.new_group([p * self.dp_size + d for d in range(self.dp_size)])
                 if p == self.pp_rank:
                     self.dp_group = group
+        if self.shards_stages:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            self.dp_mesh = DeviceMesh.from_group(self.dp_group, self.device.type, mesh_dim_names=("dp",))
+
+    @property
+    def shards_stages(self) -> bool:
+        """FSDP inside each stage (``data_parallel=fsdp`` with more than one replica)."""
+        return self.data_parallel == "fsdp" and self.dp_size > 1
+
+    @property
+    def lockstep_forward(self) -> bool:  # type: ignore[override]
+        # FSDP's gathers are collectives over the replicas: they run the same number of forwards.
+        return self.shards_stages
 
     def init_context(self) -> ContextManager:
         return torch.device("meta") if self.meta_init else contextlib.nullcontext()
@@ -288,15 +312,24 @@ class PipelineStrategy(Strategy):
                          bounds[s], bounds[s + 1] - 1, sum(sizes[bounds[s]:bounds[s + 1]]))
         self.stage_ids = [self.pp_rank + k * self.pp_size for k in range(self.virtual_stages)]
         _check_layers_cover_parameters(module, layers, bounds)
+        my_layers = [layer for s in self.stage_ids for layer in layers[bounds[s]:bounds[s + 1]]]
+        module_names = {id(m): n for n, m in module.named_modules()}
+        # FSDP units: each pipeline layer (a wrapper the module does not register: its children).
+        units = [u for layer in my_layers
+                 for u in ([layer] if id(layer) in module_names else layer.children())] if self.shards_stages else []
+        shard = self._shard_unit
         if has_meta_tensors(module):  # built under init_context(): materialise this rank's stages only
-            module_names = {id(m): n for n, m in module.named_modules()}
-            kept = {module_names[id(m)] for s in self.stage_ids for layer in layers[bounds[s]:bounds[s + 1]]
-                    for m in layer.modules() if id(m) in module_names}
-            (init or WeightInit(module, module.trainer.seed)).materialize(self.device, [], lambda unit: None,
+            kept = {module_names[id(m)] for layer in my_layers for m in layer.modules() if id(m) in module_names}
+            (init or WeightInit(module, module.trainer.seed)).materialize(self.device, units, shard,
                                                                           keep=kept.__contains__)
-            names = {id(p): n for n, p in module.named_parameters()}  # to_empty may swap the tensors
-            names.update({id(b): n for n, b in module.named_buffers()})
+        else:
+            for unit in units:
+                shard(unit.to(self.device))
         self.stage_modules = [_Stage(layers[bounds[s]:bounds[s + 1]]).to(self.device) for s in self.stage_ids]
+        for stage in self.stage_modules if self.shards_stages else []:
+            shard(stage)
+        names = {id(p): n for n, p in module.named_parameters()}  # materialising / sharding swapped tensors
+        names.update({id(b): n for n, b in module.named_buffers()})
         mine = {id(t) for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
         self._full_order = list(names.values())
         # Drop the other stages' tensors from the module, so that its parameters (the optimizer's),
@@ -320,11 +353,18 @@ class PipelineStrategy(Strategy):
         self.is_first = 0 in self.stage_ids
         return self.stage_modules[0]
 
+    def _shard_unit(self, unit: nn.Module) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(unit, mesh=self.dp_mesh)
+
     # ----- the step ---------------------------------------------------------------------------------------
     def _loss_fn(self, output: Any, index: torch.Tensor) -> torch.Tensor:
         """Called by the schedule on the last stage per microbatch; ``index`` = the sample positions."""
         start, stop = int(index[0]), int(index[-1]) + 1
         real = max(0, min(stop, self._real) - start)
+        if 0 < real < stop - start:  # padding inside the microbatch: the loss is the real samples' mean
+            output, stop = _slice(output, 0, real), start + real
         loss, metrics = split_step_output(self._module.pipeline_loss(output, _slice(self._batch, start, stop)),
                                           "pipeline_loss")
         # Keyed by microbatch: the schedule's first run after a (re)start also calls the loss
@@ -358,7 +398,7 @@ class PipelineStrategy(Strategy):
         for weight, values in self._run(batch, num_real, scale, precision.autocast(self.device)):
             if sums is not None:
                 sums.add(values, weight)
-        if sync and self.dp_size > 1:
+        if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
             grads = [p.grad for p in self.stage_parameters if p.grad is not None]
             flat = torch.cat([g.reshape(-1) for g in grads])
             torch.distributed.all_reduce(flat, group=self.dp_group)
@@ -377,22 +417,47 @@ class PipelineStrategy(Strategy):
             if name not in sums.sums:
                 sums.sums[name] = torch.zeros((), dtype=torch.float64, device=self.device)
 
-    def evaluate(self, batch: Any, precision: Any) -> list:
-        """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage."""
-        return self._run(batch, _batch_len(batch), None, precision.autocast(self.device))
+    def evaluate(self, batch: Any, precision: Any, num_real: int | None = None) -> list:
+        """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage.
+        ``num_real``: samples that count (0 for the padding batches of lockstep validation)."""
+        real = _batch_len(batch) if num_real is None else num_real
+        return self._run(batch, real, None, precision.autocast(self.device))
 
-    def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
-        parameters = [p for p in self.stage_parameters if p.grad is not None]
-        grads = [p.grad for p in parameters]
-        squares = torch.nn.utils.get_total_norm(grads).to(torch.float64) ** 2 if grads else torch.zeros((), dtype=torch.float64)
+    def after_evaluation(self, wrapped: nn.Module) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        for stage in self.stage_modules:  # free what the evaluation forwards left gathered
+            if isinstance(stage, FSDPModule):
+                stage.reshard()
+
+    def grad_norm(self, module: nn.Module) -> torch.Tensor:
+        """The 2-norm over every stage's gradients (each stage's squares summed over the pipeline)."""
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for p in self.stage_parameters if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
+        if isinstance(norm, DTensor):  # a partial norm per replica's shard
+            norm = norm.full_tensor()
+        squares = norm.to(torch.float64) ** 2
         if self.pp_group is not None:
             torch.distributed.all_reduce(squares, group=self.pp_group)  # dp replicas hold equal gradients
-        total = squares.sqrt().to(torch.float32)
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        return squares.sqrt().to(torch.float32)
+
+    def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
+        total = self.grad_norm(module)
+        factor = min(1.0, max_norm / (float(total) + 1e-6))  # a float multiplies plain and sharded grads alike
+        if factor < 1.0:
+            for parameter in self.stage_parameters:
+                if parameter.grad is not None:
+                    parameter.grad.mul_(factor)
         return total
 
     def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        mine = {n: t.detach().cpu() for n, t in self.local_names.items()} if self.dp_rank == 0 else {}
+        from torch.distributed.tensor import DTensor
+
+        # Sharded stages: every replica takes part in each gather; the first keeps the result.
+        mine = {n: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for n, t in self.local_names.items()}
+        mine = mine if self.dp_rank == 0 else {}
         if not distributed.is_distributed():
             return mine
         pieces = distributed.all_gather_object(mine)
