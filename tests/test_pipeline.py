@@ -42,6 +42,13 @@ def val_losses(path):
     return [r["val/loss"] for r in read_metrics(str(path)) if "val/loss" in r]
 
 
+def assert_same_grad_norms(path, reference_path):
+    # logged on every step without clipping: the norm over all stages (and shards), not one rank's
+    norms = [[r["train/grad_norm"] for r in read_metrics(str(p)) if "train/grad_norm" in r] for p in (path, reference_path)]
+    assert len(norms[0]) == STEPS
+    torch.testing.assert_close(torch.tensor(norms[0]), torch.tensor(norms[1]), rtol=1e-5, atol=0)
+
+
 def test_partition():
     assert partition_layers([1] * 6, 2, "uniform") == [0, 3, 6]
     assert partition_layers([1] * 5, 2, "uniform") == [0, 3, 5]
@@ -60,6 +67,7 @@ def test_two_stages_equal_one_process(single, tmp_path, schedule):
     assert_same_training(piped, single[0])
     # validation (every 5 steps, 20 samples: a short last batch padded inside the pipeline)
     assert len(val_losses(tmp_path)) == 3
+    assert_same_grad_norms(tmp_path, single[1])
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
 
 
@@ -88,6 +96,7 @@ def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, 
                 max_steps=STEPS, val_every_n_steps=5)
     assert_same_training(piped, single[0])
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path / "pp")), torch.tensor(val_losses(single[1])), **TOL)
+    assert_same_grad_norms(tmp_path / "pp", single[1])
     # Every parameter, gradient and optimizer state is held once over the 4 ranks (sharded), not
     # once per replica: the sum over ranks is about one process's (shard padding aside).
     fit(tmp_path / "one", BlockRegressor(depth=4, record_memory=True), batch_size=GLOBAL_BATCH, max_steps=3)
