@@ -105,6 +105,22 @@ def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, 
     assert whole <= sum(ranks) <= 1.05 * whole
 
 
+@pytest.mark.parametrize("options", [dict(precision="bf16-mixed"), dict(precision="fp16-mixed"), dict(precision="bf16-true"),
+                                     dict(activation_checkpointing=True, compile=True)], ids=str)
+def test_precision_and_speedups_equal_one_process(tmp_path, options):
+    # The reference accumulates 4 micro-batches of 4, as the pipeline's microbatches: low-precision
+    # matmuls then round alike (fp16-mixed also skips the same overflowing steps).
+    steps = 10
+    single = fit(tmp_path / "single", BlockRegressor(depth=4), batch_size=4, accumulate_grad_batches=4, max_steps=steps,
+                 **options)
+    piped = fit(tmp_path / "pp", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=4), devices=2,
+                batch_size=16, max_steps=steps, **options)
+    assert len(piped[0]) == steps
+    torch.testing.assert_close(torch.tensor(piped[0]), torch.tensor(single[0]), **TOL)
+    for name in single[1]:
+        torch.testing.assert_close(piped[1][name], single[1][name], **TOL, msg=f"parameter {name} differs")
+
+
 def test_clipping_uses_the_global_norm(tmp_path):
     # A small clip value so that every step is clipped: the norm must be over both stages.
     single = run(tmp_path / "single", gradient_clip_val=0.05)

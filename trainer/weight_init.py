@@ -52,6 +52,21 @@ class WeightInit:
         self.seed = derive_seed(seed, "init") if self.owns_init else seed
 
     def _init_one(self, submodule: nn.Module, name: str) -> None:
+        # Initialise in fp32 and cast back: an eager build initialises in fp32 before the precision
+        # plugin converts the model (bf16-true), and random draws in bf16 would differ.
+        tensors = _direct_tensors(submodule)
+        dtypes = [t.dtype for t in tensors]
+        for t in tensors:
+            if t.is_floating_point() and t.dtype != torch.float32 and not t.is_meta:
+                t.data = t.data.float()
+        try:
+            self._init_in_place(submodule, name)
+        finally:
+            for t, dtype in zip(_direct_tensors(submodule), dtypes):
+                if t.dtype != dtype:
+                    t.data = t.data.to(dtype)
+
+    def _init_in_place(self, submodule: nn.Module, name: str) -> None:
         if self.owns_init:
             self.module.init_weights(submodule)  # type: ignore[attr-defined]
             return
