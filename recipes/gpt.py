@@ -177,8 +177,9 @@ class GPTModule(TrainModule):
     def pipeline_loss(self, logits: torch.Tensor, batch):
         _, targets = batch
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        # validation (eval mode) reports what validation_step reports
-        return loss if self.training else {"loss": loss, "bits_per_byte": loss / math.log(2)}
+        if self.training:  # as training_step (num_tokens: tokens/s, and loss_normalization=tokens)
+            return {"loss": loss, "num_tokens": targets.numel()}
+        return {"loss": loss, "bits_per_byte": loss / math.log(2)}  # as validation_step
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.

@@ -133,17 +133,25 @@ class VariableLengthTokens(TrainModule):
         return TensorDataset(tokens, mask)
 
     def training_step(self, batch, batch_idx):
+        return self.pipeline_loss(self.head(self.embed(self.pipeline_input(batch))), batch)
+
+    def pipeline_layers(self):
+        return [self.embed, self.head]
+
+    def pipeline_input(self, batch):
+        return batch[0][:, :-1]
+
+    def pipeline_loss(self, logits, batch):
         tokens, mask = batch
-        logits = self.head(self.embed(tokens[:, :-1]))
         losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
         valid = mask[:, 1:].float()
         num_tokens = valid.sum()
         return {"loss": (losses * valid).sum() / num_tokens.clamp_min(1), "num_tokens": num_tokens}
 
     def on_fit_end(self):
-        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
-            return
-        torch.save({k: v.detach().cpu() for k, v in self.state_dict().items()}, os.path.join(self.trainer.run_dir, "params.pt"))
+        state = self.trainer.strategy.full_state_dict(self)  # every rank: a collective under pipeline
+        if state:
+            torch.save(state, os.path.join(self.trainer.run_dir, "params.pt"))
 
 
 class PrepareDataRecorder(Regressor):
@@ -314,7 +322,12 @@ class OverflowAt(BlockRegressor):
         self.done = 0
 
     def training_step(self, batch, batch_idx):
-        out = super().training_step(batch, batch_idx)
+        return self._spoil(super().training_step(batch, batch_idx))
+
+    def pipeline_loss(self, output, batch):
+        return self._spoil(super().pipeline_loss(output, batch)) if self.training else super().pipeline_loss(output, batch)
+
+    def _spoil(self, out):
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         if self.done + 1 == self.bad_step and rank == self.bad_rank:
             out["loss"] = out["loss"] * self.value

@@ -234,6 +234,15 @@ def test_parameters_outside_the_layers_or_tied_across_stages_are_refused(tmp_pat
             strategy=PipelineStrategy(schedule="interleaved_1f1b", virtual_stages=2, partition=[1]))
 
 
+def test_nan_loss_stops_the_run_under_pipeline(tmp_path):
+    from helpers import OverflowAt
+
+    # one rank, 2 virtual stages: the loss is on the same rank (the check runs where the loss is)
+    with pytest.raises(FloatingPointError, match=r"non-finite training loss at step 3 \(epoch 0\) on rank 0"):
+        fit(tmp_path, OverflowAt(bad_step=3, value=float("nan"), depth=4), batch_size=16, max_steps=5,
+            strategy=PipelineStrategy(schedule="interleaved_1f1b", microbatches=2))
+
+
 def test_full_format_checkpoints_are_refused_before_the_workers_start():
     # Stages hold different layers: each writes its own (sharded); resume of such runs is tested
     # (bitwise after a kill) in test_checkpoint.py.

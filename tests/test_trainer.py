@@ -9,6 +9,7 @@ import torch
 from helpers import MismatchedMetrics, PrepareDataRecorder, Regressor, VariableLengthTokens, fit, read_metrics
 from trainer import Trainer
 from trainer.launch import WorkerFailed
+from trainer.strategies.pipeline import PipelineStrategy
 
 pytestmark = pytest.mark.timeout(240)
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -26,7 +27,10 @@ def test_token_normalisation_is_exact_across_splits(tmp_path):
     big = fit(tmp_path / "big", VariableLengthTokens(), batch_size=8, **common)
     accumulated = fit(tmp_path / "acc", VariableLengthTokens(), batch_size=2, accumulate_grad_batches=4, **common)
     ddp = fit(tmp_path / "ddp", VariableLengthTokens(), strategy="ddp", devices=2, batch_size=2, accumulate_grad_batches=2, **common)
-    for other in (accumulated, ddp):
+    # 2 stages, 4 microbatches of 2 sequences: the token sums cross the pipeline's microbatches
+    pipeline = fit(tmp_path / "pp", VariableLengthTokens(), strategy=PipelineStrategy(microbatches=4), devices=2,
+                   batch_size=8, **common)
+    for other in (accumulated, ddp, pipeline):
         torch.testing.assert_close(torch.tensor(other[0]), torch.tensor(big[0]), **TOL)
         assert_params_close(other[1], big[1])
     # Sample normalisation weights micro-batches by samples, not tokens: a different training.

@@ -358,7 +358,7 @@ class _Run:
         micro_batches = plan.micro_batches
         if strategy.owns_step:
             # Pipeline parallel: the strategy runs each micro-batch's forward and backward itself.
-            self._strategy_micro_batches(plan, batches, sums)
+            local_tokens, nonfinite = self._strategy_micro_batches(plan, batches, sums, local_tokens, nonfinite)
             micro_batches = ()
         for index, micro_batch in enumerate(micro_batches):
             with timer.phase("data"):
@@ -449,8 +449,10 @@ class _Run:
         metrics.update(timer.metrics())
         return metrics
 
-    def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None) -> None:
-        """``_train_step``'s micro-batches when the strategy owns the step (``strategy.owns_step``)."""
+    def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None,
+                                local_tokens: torch.Tensor | None, nonfinite: torch.Tensor | None) -> tuple:
+        """``_train_step``'s micro-batches when the strategy owns the step (``strategy.owns_step``);
+        returns the updated (token count for tokens normalisation, non-finite flag)."""
         last = len(plan.micro_batches) - 1
         for index, micro_batch in enumerate(plan.micro_batches):
             with self.breakdown.phase("data"):
@@ -458,11 +460,19 @@ class _Run:
                     move_to_device(next(batches), self.device, non_blocking=self.trainer.pin_memory)
                 )
             with self.breakdown.phase("forward"):
-                self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
-                                       index == last, sums, self.precision)
+                tokens, bad = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
+                                                     index == last, sums, self.precision, local_tokens is not None)
+            if tokens is not None:  # (the same on every rank: the strategy agrees on it)
+                self._counts_tokens = True
+                self._tokens_since_log += tokens
+                if local_tokens is not None:
+                    local_tokens = local_tokens + tokens
+            if nonfinite is not None:
+                nonfinite = nonfinite | bad
             self.batch_idx += 1
         if sums is not None:
             self.strategy.complete_metrics(sums)
+        return local_tokens, nonfinite
 
     # ----- validation -----------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:

@@ -222,6 +222,8 @@ class PipelineStrategy(Strategy):
         self.pp_size, self.dp_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
         self.pp_group = self.dp_group = None
         self._metric_names: list[str] | None = None
+        self._counts_tokens: bool | None = None
+        self._by_tokens = False
 
     # ----- set-up --------------------------------------------------------------------------------------
     def _pp(self, world_size: int) -> int:
@@ -241,6 +243,11 @@ class PipelineStrategy(Strategy):
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
         super().setup_environment(env, timeout)
+        if not distributed.is_distributed():
+            # One process (several virtual stages on it, or a quick check of a pipeline set-up):
+            # torch's pipeline stages need a process group, so a group of one.
+            distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
+            self._owns_process_group = True
         world = distributed.world_size()
         self.check_world_size(world, env.local_world_size)
         self.pp_size = self._pp(world)
@@ -297,8 +304,6 @@ class PipelineStrategy(Strategy):
         if batch_size % self.microbatches:
             raise ValueError(f"strategy.microbatches={self.microbatches} does not divide data.batch_size={batch_size}; "
                              f"choose a divisor of {batch_size}")
-        if module.trainer.loss_normalization != "samples":
-            raise ValueError("strategy=pipeline averages the loss over samples; set trainer.loss_normalization=samples")
         parts = self.pp_size * self.virtual_stages
         sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
         bounds = partition_layers(sizes, parts, self.partition)
@@ -367,11 +372,19 @@ class PipelineStrategy(Strategy):
             output, stop = _slice(output, 0, real), start + real
         loss, metrics = split_step_output(self._module.pipeline_loss(output, _slice(self._batch, start, stop)),
                                           "pipeline_loss")
+        tokens = metrics.pop("num_tokens", None)  # a count (tokens/s, token normalisation), not a metric
+        if tokens is not None:
+            tokens = torch.as_tensor(tokens, dtype=torch.float64, device=loss.device) * (real > 0)
         # Keyed by microbatch: the schedule's first run after a (re)start also calls the loss
         # function once while it infers shapes; the microbatch's real call comes later and wins.
-        self._records[start] = (real, {"loss": loss, **metrics})
+        self._records[start] = (real, {"loss": loss, **metrics}, tokens)
         if self._scale is None:  # evaluation
             return loss
+        if self._by_tokens:  # the token sum; the loop divides the gradients by the global token count
+            if tokens is None:
+                raise ValueError("trainer.loss_normalization=tokens needs pipeline_loss to return 'num_tokens' "
+                                 "(the micro-batch's token count) next to 'loss'")
+            return self._scale_loss(loss * tokens.to(loss.dtype))
         return self._scale_loss(loss * (real * self._scale))
 
     def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
@@ -390,14 +403,27 @@ class PipelineStrategy(Strategy):
         return records
 
     def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: WeightedSums | None,
-                 precision: Any) -> None:
+                 precision: Any, by_tokens: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Forward and backward of one of the loop's micro-batches through the pipeline. ``scale``:
         the loop's factor per real sample (dp_size / global count); ``sync``: the last micro-batch
-        of the step (gradients are then averaged over the data-parallel group)."""
-        self._scale_loss = precision.scale_loss
-        for weight, values in self._run(batch, num_real, scale, precision.autocast(self.device)):
+        of the step (gradients are then averaged over the data-parallel group); ``by_tokens``:
+        backward each microbatch's token sum (trainer.loss_normalization=tokens).
+
+        Returns (this rank's token count, or None if ``pipeline_loss`` reports none; whether a
+        loss was not finite), both zero on the stages without the loss."""
+        self._scale_loss, self._by_tokens = precision.scale_loss, by_tokens
+        tokens = torch.zeros((), dtype=torch.float64, device=self.device)
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        saw_tokens = False
+        for weight, values, count in self._run(batch, num_real, scale, precision.autocast(self.device)):
+            nonfinite |= ~torch.isfinite(values["loss"].detach())
+            if count is not None:
+                tokens += count
+                saw_tokens = True
             if sums is not None:
-                sums.add(values, weight)
+                sums.add(values, count if by_tokens else weight)
+        if self._counts_tokens is None:  # agreed once: only the last stage sees pipeline_loss's output
+            self._counts_tokens = any(distributed.all_gather_object(saw_tokens))
         if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
             grads = [p.grad for p in self.stage_parameters if p.grad is not None]
             flat = torch.cat([g.reshape(-1) for g in grads])
@@ -407,6 +433,7 @@ class PipelineStrategy(Strategy):
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
+        return (tokens if self._counts_tokens else None), nonfinite
 
     def complete_metrics(self, sums: WeightedSums) -> None:
         """Stages without the loss add zero-weight zeros under the last stage's metric names, so
@@ -421,7 +448,7 @@ class PipelineStrategy(Strategy):
         """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage.
         ``num_real``: samples that count (0 for the padding batches of lockstep validation)."""
         real = _batch_len(batch) if num_real is None else num_real
-        return self._run(batch, real, None, precision.autocast(self.device))
+        return [(weight, values) for weight, values, _ in self._run(batch, real, None, precision.autocast(self.device))]
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
         from torch.distributed.fsdp import FSDPModule
