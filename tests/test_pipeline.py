@@ -42,6 +42,12 @@ def val_losses(path):
     return [r["val/loss"] for r in read_metrics(str(path)) if "val/loss" in r]
 
 
+def flops_per_step(path, world):
+    rows = [r for r in read_metrics(str(path)) if "perf/tflops_per_device" in r]
+    assert rows, "no FLOP figures logged"
+    return rows[-1]["perf/tflops_per_device"] * 1e12 * world * rows[-1]["perf/step_time_s"]
+
+
 def assert_same_grad_norms(path, reference_path):
     # logged on every step without clipping: the norm over all stages (and shards), not one rank's
     norms = [[r["train/grad_norm"] for r in read_metrics(str(p)) if "train/grad_norm" in r] for p in (path, reference_path)]
@@ -68,6 +74,8 @@ def test_two_stages_equal_one_process(single, tmp_path, schedule):
     # validation (every 5 steps, 20 samples: a short last batch padded inside the pipeline)
     assert len(val_losses(tmp_path)) == 3
     assert_same_grad_norms(tmp_path, single[1])
+    # FLOPs per step (summed over the stages) are one process's (perf/* derive from them)
+    assert flops_per_step(tmp_path, world=2) == pytest.approx(flops_per_step(single[1], world=1), rel=1e-6)
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
 
 

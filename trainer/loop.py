@@ -106,6 +106,7 @@ class _Run:
         self.optimizer: Any = None
         self.scheduler: Any = None
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
+        self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
         self.last_metrics: dict[str, float] = {}
         self.callbacks = CallbackList(trainer.callbacks)
 
@@ -459,9 +460,16 @@ class _Run:
                 batch = self.precision.convert_input(
                     move_to_device(next(batches), self.device, non_blocking=self.trainer.pin_memory)
                 )
-            with self.breakdown.phase("forward"):
+            # FLOPs counted once, on the second step (the first also infers the stages' shapes);
+            # the stages differ, so the job's count is the sum over ranks.
+            counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps == 1
+            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
+            with self.breakdown.phase("forward"), counter:
                 tokens, bad = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
                                                      index == last, sums, self.precision, local_tokens is not None)
+            if counting:
+                flops = torch.tensor(float(counter.get_total_flops()), dtype=torch.float64, device=self.device)
+                self.throughput.set_flops_per_step(float(self.strategy.all_reduce_sum(flops)) * len(plan.micro_batches))
             if tokens is not None:  # (the same on every rank: the strategy agrees on it)
                 self._counts_tokens = True
                 self._tokens_since_log += tokens
@@ -472,6 +480,7 @@ class _Run:
             self.batch_idx += 1
         if sums is not None:
             self.strategy.complete_metrics(sums)
+        self._owned_steps += 1
         return local_tokens, nonfinite
 
     # ----- validation -----------------------------------------------------------------------------------

@@ -96,7 +96,12 @@ class Throughput:
         self._samples = 0
 
     def set_flops_per_micro_batch(self, flops: int, micro_batches_per_step: int) -> None:
+        """One rank's count for one micro-batch; every rank does the same work (data parallel)."""
         self.flops_per_step = float(flops) * micro_batches_per_step * self.world_size
+
+    def set_flops_per_step(self, flops: float) -> None:
+        """The whole job's count per step, when ranks do different work (pipeline stages)."""
+        self.flops_per_step = float(flops)
 
     def step(self, global_samples: int) -> None:
         self._steps += 1
