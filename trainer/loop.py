@@ -28,7 +28,7 @@ from trainer.loggers import Logger, build_loggers
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
-from trainer.throughput import Throughput, write_flops_by_module
+from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.comms_log import CommsLog
 from trainer.weight_init import WeightInit, has_meta_tensors
@@ -463,7 +463,7 @@ class _Run:
             # FLOPs counted once, on the second step (the first also infers the stages' shapes);
             # the stages differ, so the job's count is the sum over ranks.
             counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps == 1
-            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
+            counter = FlopSum() if counting else contextlib.nullcontext()
             with self.breakdown.phase("forward"), counter:
                 tokens, bad = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
                                                      index == last, sums, self.precision, local_tokens is not None)

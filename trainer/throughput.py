@@ -129,6 +129,40 @@ class Throughput:
         return out
 
 
+class FlopSum:
+    """Context that sums the FLOPs of the aten ops run inside it (PyTorch's formulas), without
+    ``FlopCounterMode``'s per-module tracking: that tracking hooks the autograd graph, which
+    ``torch.autograd.grad`` on stage inputs (the zero-bubble schedules' split backward) rejects."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def __enter__(self) -> "FlopSum":
+        from torch.utils import flop_counter
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                formula = flop_counter.flop_registry.get(func._overloadpacket)
+                if formula is not None:
+                    counter.total += formula(*args, **kwargs, out_val=out)
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    def get_total_flops(self) -> int:
+        return self.total
+
+
 def write_flops_by_module(counter: Any, path: str, depth: int = 3) -> None:
     """The FLOPs of one micro-batch's forward + backward per module (``FlopCounterMode`` counts),
     down to ``depth`` levels, as a text table."""
