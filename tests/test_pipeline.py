@@ -93,15 +93,16 @@ def test_pipeline_by_data_parallel_equals_one_process(single, tmp_path):
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b"])
-def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, schedule):
-    # 2 stages x 2 replicas, each stage sharded over its replicas (FSDP inside the stage).
+@pytest.mark.parametrize("schedule, accumulate", [("1f1b", 2), ("interleaved_1f1b", 1)])
+def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, schedule, accumulate):
+    # 2 stages x 2 replicas, each stage sharded over its replicas (FSDP inside the stage);
+    # with gradient accumulation over 2 of the loop's micro-batches, or without.
     import json
 
     strategy = PipelineStrategy(stages=2, schedule=schedule, microbatches=2, partition="uniform", data_parallel="fsdp")
     module = BlockRegressor(depth=4, val_samples=20, record_memory=True)
-    piped = fit(tmp_path / "pp", module, strategy=strategy, devices=4, batch_size=GLOBAL_BATCH // 2,
-                max_steps=STEPS, val_every_n_steps=5)
+    piped = fit(tmp_path / "pp", module, strategy=strategy, devices=4, batch_size=GLOBAL_BATCH // 2 // accumulate,
+                accumulate_grad_batches=accumulate, max_steps=STEPS, val_every_n_steps=5)
     assert_same_training(piped, single[0])
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path / "pp")), torch.tensor(val_losses(single[1])), **TOL)
     assert_same_grad_norms(tmp_path / "pp", single[1])
