@@ -176,15 +176,18 @@ def test_bad_inputs(tmp_path):
         PipelineStrategy(schedule="pipedream")
 
 
-def test_pipeline_checkpoint_consolidates_into_a_one_process_model(tmp_path):
-    # Each stage saves its own layers (sharded); consolidated, they load strictly into a plain
-    # single-process model, which then computes what the trained pipeline's parameters compute.
+@pytest.mark.parametrize("devices, data_parallel", [(2, "ddp"), (4, "fsdp")])
+def test_pipeline_checkpoint_consolidates_into_a_one_process_model(tmp_path, devices, data_parallel):
+    # Each stage saves its own layers (sharded; under pipeline x FSDP, each replica its shards);
+    # consolidated, they load strictly into a plain single-process model, which then computes what
+    # the trained pipeline's parameters compute.
     import subprocess
     import sys
 
     from helpers import REPO
 
-    _, params = run(tmp_path / "run", PipelineStrategy(schedule="1f1b", microbatches=2), devices=2, batch_size=16,
+    strategy = PipelineStrategy(stages=2, schedule="1f1b", microbatches=2, data_parallel=data_parallel)
+    _, params = run(tmp_path / "run", strategy, devices=devices, batch_size=GLOBAL_BATCH * 2 // devices,
                     checkpoint={"save_last": True})
     out = tmp_path / "model.pt"
     result = subprocess.run(
