@@ -1,4 +1,5 @@
-"""The loop one rank runs: set-up, optimizer steps over global batches, validation, logging.
+"""The loop one rank runs: set-up, optimizer steps over global batches, logging (validation is in
+trainer/validation.py, resuming in trainer/checkpoint/resume.py).
 
 Per step, besides the gradient sync: one host sync for the non-finite loss check (unless
 ``trainer.nonfinite_loss=ignore`` or fp16 scaling, whose overflow check is an all-reduce instead),
@@ -18,72 +19,31 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainer import distributed, elastic
+from trainer import distributed
 from trainer.callbacks import CallbackList
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, load_weights
-from trainer.checkpoint.layout import resolve as resolve_checkpoint
-from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything, validation_shard
+from trainer.checkpoint import CheckpointManager, load_weights
+from trainer.checkpoint.resume import restore_run
+from trainer.comms_log import CommsLog
+from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
-from trainer.metrics import WeightedSums, split_step_output
+from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.optimizers import split_optimizers
+from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.speedups import apply_activation_checkpointing, compile_blocks
+from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
-from trainer.profiling import TraceWindow, WallClockBreakdown
-from trainer.comms_log import CommsLog
+from trainer.validation import run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
-from trainer.speedups import apply_activation_checkpointing, compile_blocks
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
     from trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
-
-
-def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Tensors anywhere in nested lists / tuples / dicts moved to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        moved = [move_to_device(v, device, non_blocking) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
-    return batch
-
-
-def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of a sharded (DTensor) tensor, the tensor itself otherwise (a view: writing
-    to it writes to the DTensor)."""
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
-    """``(optimizer, scheduler or None)`` from what ``configure_optimizers`` returned."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured, None
-    if isinstance(configured, dict):
-        optimizer, scheduler = configured.get("optimizer"), configured.get("lr_scheduler")
-        if isinstance(scheduler, dict):
-            if scheduler.get("interval", "step") != "step":
-                raise ValueError(f"lr_scheduler interval {scheduler['interval']!r}: only 'step' is supported")
-            scheduler = scheduler["scheduler"]
-    elif isinstance(configured, (tuple, list)) and len(configured) == 2:
-        optimizer, scheduler = configured
-    else:
-        raise TypeError(
-            f"configure_optimizers returned {type(configured).__name__}; return an optimizer, "
-            "(optimizer, scheduler) or {'optimizer': ..., 'lr_scheduler': ...}"
-        )
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"configure_optimizers gave optimizer={optimizer!r}, not a torch.optim.Optimizer")
-    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        raise TypeError("ReduceLROnPlateau needs a metric; use a per-step scheduler")
-    return optimizer, scheduler
 
 
 class _Run:
@@ -263,7 +223,7 @@ class _Run:
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
-                        log.info("step %d/%d  %s", self.step, total_steps, _format(metrics))
+                        log.info("step %d/%d  %s", self.step, total_steps, format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
                     self.callbacks.on_train_step_end(self, self.step, metrics)
                     progress.update(metrics)
@@ -319,31 +279,7 @@ class _Run:
 
     def restore(self, plan: GlobalBatchPlan) -> None:
         """Resume from ``trainer.resume`` (after the optimizer and scheduler exist)."""
-        trainer = self.trainer
-        # A torchrun elastic restart continues from the latest checkpoint unless told otherwise.
-        resume = trainer.resume if trainer.resume is not None else ("auto" if elastic.restart_count() else None)
-        if resume is None:
-            return
-        root = self.checkpoints.root if self.checkpoints is not None else os.path.join(self.run_dir, "checkpoints")
-        # Rank 0 decides which checkpoint, so every rank loads the same one.
-        path = distributed.broadcast_object(resolve_checkpoint(resume, root) if self.rank == 0 else None)
-        if path is None:
-            log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
-            return
-        manager = self.checkpoints or CheckpointManager(
-            CheckpointConfig(save_last=False, save_on_signal=False), self.run_dir, self.strategy
-        )
-        progress = manager.load(path, self)
-        if progress["global_batch_size"] != trainer.global_batch_size:
-            log.warning(
-                "the checkpoint was trained with global batch %d, this run uses %d: the sample order from here "
-                "differs from the original run's (set data.global_batch_size=%d to continue it exactly)",
-                progress["global_batch_size"], trainer.global_batch_size, progress["global_batch_size"],
-            )
-        self.step, self.epoch, self.epoch_step = progress["step"], progress["epoch"], progress["epoch_step"]
-        if self.epoch_step > plan.steps_per_epoch:
-            raise ValueError(f"{path}: epoch position {self.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
-        log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, self.step, self.epoch, self.epoch_step)
+        restore_run(self, plan)
 
     def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         trainer, strategy, module, precision = self.trainer, self.strategy, self.module, self.precision
@@ -485,58 +421,7 @@ class _Run:
 
     # ----- validation -----------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
-        if self.val_set is None:
-            return {}
-        module, strategy = self.module, self.strategy
-        batch_size = self.trainer.batch_size
-        shards = validation_shard(len(self.val_set), batch_size, self.data_rank, self.dp_size)
-        weights = [len(indices) for indices in shards]
-        if strategy.lockstep_forward:
-            # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
-            # sample and count with weight 0, so the metrics stay exact means over the set.
-            most = len(validation_shard(len(self.val_set), batch_size, 0, self.dp_size))
-            shards += [[0]] * (most - len(shards))
-            weights += [0] * (most - len(weights))
-
-            def forward(batch: Any, index: int) -> Any:
-                return self.wrapped(batch, index, "validation_step")
-        else:
-            forward = module.validation_step
-
-        def step(batch: Any, index: int) -> Any:
-            with self.precision.autocast(self.device):
-                return forward(batch, index)
-        sums = WeightedSums(self.device)
-        was_training = module.training
-        module.eval()
-        enabled = self.trainer.progress_bar if self.rank == 0 else False
-        bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
-        with torch.no_grad():
-            for index, (weight, batch) in enumerate(zip(weights, self.loader(self.val_set, shards, "val"))):
-                bar.update()
-                batch = self.precision.convert_input(move_to_device(batch, self.device))
-                if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
-                    for part_weight, values in strategy.evaluate(batch, self.precision, weight):
-                        sums.add(values, part_weight)
-                    continue
-                loss, metrics = split_step_output(step(batch, index), "validation_step")
-                if loss is not None:
-                    metrics["loss"] = loss
-                sums.add(metrics, weight)
-        bar.close()
-        strategy.after_evaluation(self.wrapped)
-        module.train(was_training)
-        metrics = sums.reduce("val/", self.strategy, some_ranks_may_be_empty=True)
-        if metrics:
-            self.log(metrics)
-            log.info("validation at step %d  %s", self.step, _format(metrics))
-        module.on_validation_end(metrics)
-        self.callbacks.on_validation_end(self, metrics)
-        return metrics
-
-
-def _format(metrics: dict[str, float]) -> str:
-    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        return run_validation(self)
 
 
 def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:

@@ -76,3 +76,8 @@ class WeightedSums:
         total = packed[-1].clamp_min(1e-300)
         means = (packed[:-1] / total).tolist()
         return {f"{prefix}{name}": value for name, value in zip(names, means)}
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    """``name=value`` pairs for a log line (4 significant digits)."""
+    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())

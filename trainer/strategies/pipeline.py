@@ -38,7 +38,7 @@ from trainer import distributed
 from trainer.launch import ClusterEnvironment
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.strategies.base import Strategy
-from trainer.strategies.pipeline_partition import PARTITIONS, Stage, check_layers_cover_parameters, partition_layers
+from trainer.pipeline_partition import PARTITIONS, Stage, check_layers_cover_parameters, partition_layers
 from trainer.weight_init import WeightInit, has_meta_tensors
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,76 @@
+"""A validation pass over the whole validation set, on every rank, with exact means.
+
+Each rank takes its share of the set (every sample exactly once, no padding duplicates); the
+metric sums and weights are reduced in one all-reduce. Strategies whose forwards are collectives
+(FSDP, pipeline x FSDP) run in lockstep: short ranks add zero-weight forwards. Under the pipeline
+the strategy runs the forward (``evaluate``) and the last stage reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.data import validation_shard
+from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.progress import ProgressBar
+from trainer.tensors import move_to_device
+
+if TYPE_CHECKING:
+    from trainer.loop import _Run
+
+log = logging.getLogger("trainer.loop")  # the same logger as the training lines
+
+
+def run_validation(run: _Run) -> dict[str, float]:
+    """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics."""
+    if run.val_set is None:
+        return {}
+    module, strategy = run.module, run.strategy
+    batch_size = run.trainer.batch_size
+    shards = validation_shard(len(run.val_set), batch_size, run.data_rank, run.dp_size)
+    weights = [len(indices) for indices in shards]
+    if strategy.lockstep_forward:
+        # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
+        # sample and count with weight 0, so the metrics stay exact means over the set.
+        most = len(validation_shard(len(run.val_set), batch_size, 0, run.dp_size))
+        shards += [[0]] * (most - len(shards))
+        weights += [0] * (most - len(weights))
+
+        def forward(batch: Any, index: int) -> Any:
+            return run.wrapped(batch, index, "validation_step")
+    else:
+        forward = module.validation_step
+
+    def step(batch: Any, index: int) -> Any:
+        with run.precision.autocast(run.device):
+            return forward(batch, index)
+    sums = WeightedSums(run.device)
+    was_training = module.training
+    module.eval()
+    enabled = run.trainer.progress_bar if run.rank == 0 else False
+    bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
+    with torch.no_grad():
+        for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
+            bar.update()
+            batch = run.precision.convert_input(move_to_device(batch, run.device))
+            if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
+                for part_weight, values in strategy.evaluate(batch, run.precision, weight):
+                    sums.add(values, part_weight)
+                continue
+            loss, metrics = split_step_output(step(batch, index), "validation_step")
+            if loss is not None:
+                metrics["loss"] = loss
+            sums.add(metrics, weight)
+    bar.close()
+    strategy.after_evaluation(run.wrapped)
+    module.train(was_training)
+    metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+    if metrics:
+        run.log(metrics)
+        log.info("validation at step %d  %s", run.step, format_metrics(metrics))
+    module.on_validation_end(metrics)
+    run.callbacks.on_validation_end(run, metrics)
+    return metrics
