@@ -224,8 +224,6 @@ class PipelineStrategy(Strategy):
         parts = self.pp_size * self.virtual_stages
         sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
         bounds = partition_layers(sizes, parts, self.partition)
-        names = {id(p): n for n, p in module.named_parameters()}
-        names.update({id(b): n for n, b in module.named_buffers()})
         if distributed.rank() == 0:
             log.info("pipeline partition (%s) over %d stages, %d per rank, schedule %s, %d microbatches, dp %d:",
                      self.partition, parts, self.virtual_stages, self.schedule_name, self.microbatches, self.dp_size)
