@@ -45,6 +45,8 @@ class Strategy:
     #: whether the strategy runs a micro-batch's forward and backward itself (pipeline parallel:
     #: ``run_step`` / ``evaluate`` replace ``training_step`` / ``validation_step`` in the loop)
     owns_step = False
+    #: whether the strategy needs a process group even in one process (FSDP's sharding, pipeline stages)
+    needs_process_group = False
     #: checkpoint formats the strategy can save and resume from (see CheckpointConfig.format)
     checkpoint_formats = ("sharded", "full")
 
@@ -70,6 +72,10 @@ class Strategy:
         self._owns_process_group = distributed.init_process_group(
             env, distributed.default_backend(self.device), timeout
         )
+        if self.needs_process_group and not distributed.is_distributed():
+            # Alone, but the strategy's machinery needs a group: one of one, in-memory store.
+            distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
+            self._owns_process_group = True
 
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the

@@ -80,6 +80,8 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     supports_multiple_devices = True
     lockstep_forward = True
+    #: one process still gets FSDP's semantics (mixed-precision policy, offload, units)
+    needs_process_group = True
 
     def __init__(
         self,
@@ -142,12 +144,7 @@ class FSDPStrategy(Strategy):
             )
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
-        super().setup_environment(env, timeout)
-        if not distributed.is_distributed():
-            # One process still gets FSDP's semantics (mixed-precision policy, offload, units):
-            # a process group of one, with an in-memory store.
-            distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
-            self._owns_process_group = True
+        super().setup_environment(env, timeout)  # alone: a group of one (needs_process_group)
         from torch.distributed.device_mesh import init_device_mesh
 
         world = distributed.world_size()

@@ -110,6 +110,8 @@ class PipelineStrategy(Strategy):
     #: stages hold different layers and the full format gathers on rank 0 only through DTensors:
     #: each stage writes its own layers (sharded), consolidated afterwards into one file.
     checkpoint_formats = ("sharded",)
+    #: torch's pipeline stages need a process group, also for several virtual stages in one process
+    needs_process_group = True
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
@@ -159,12 +161,7 @@ class PipelineStrategy(Strategy):
         return world_size // self._pp(world_size)
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
-        super().setup_environment(env, timeout)
-        if not distributed.is_distributed():
-            # One process (several virtual stages on it, or a quick check of a pipeline set-up):
-            # torch's pipeline stages need a process group, so a group of one.
-            distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
-            self._owns_process_group = True
+        super().setup_environment(env, timeout)  # alone: a group of one (needs_process_group)
         world = distributed.world_size()
         self.check_world_size(world, env.local_world_size)
         self.pp_size = self._pp(world)
