@@ -6,7 +6,9 @@ schedulers exactly as an uninterrupted one.
 All single-process runs of a tiny MLP (tests/helpers.py's Regressor): a few steps each.
 """
 
+import json
 import logging
+import os
 import re
 
 import pytest
@@ -38,6 +40,12 @@ class Scheduled(Regressor):
 
     def on_before_optimizer_step(self, optimizer):
         self.lrs.append(optimizer.param_groups[0]["lr"])
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with open(os.path.join(self.trainer.run_dir, f"lrs_rank{rank}.json"), "w") as f:
+            json.dump(self.lrs, f)
 
 
 def rows(run_dir, key):
@@ -359,3 +367,14 @@ def test_checkpoint_scheduler_state_from_before_the_counters_loads():
     scheduling = LRScheduling(configs)
     scheduling.load_state_dict(old.state_dict())
     assert configs[0].scheduler.last_epoch == 3 and scheduling.events == [0]
+
+
+def test_ranks_step_their_schedulers_together_as_one_process(tmp_path):
+    # The monitored val/loss is reduced over the ranks: both DDP ranks take the decisions one process takes.
+    args = dict(max_steps=8, val_every_n_steps=1)
+    run_trainer(tmp_path / "one", Scheduled(three_schedulers, num_samples=64, val_samples=8), batch_size=16, **args)
+    run_trainer(tmp_path / "ddp", Scheduled(three_schedulers, num_samples=64, val_samples=8), batch_size=8,
+                strategy="ddp", devices=2, **args)
+    one, *ranks = (json.load(open(tmp_path / d / f"lrs_rank{r}.json")) for d, r in [("one", 0), ("ddp", 0), ("ddp", 1)])
+    assert ranks[0] == ranks[1] == one
+    assert len(set(one)) > 2
