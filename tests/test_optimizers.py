@@ -86,10 +86,14 @@ def test_lightning_shapes_step_the_scheduler_every_optimizer_step(tmp_path, shap
     assert module.lrs == [LR, LR / 2, LR / 4, LR / 8]
 
 
-@pytest.mark.parametrize("shape", ["optimizer", "[optimizer]", "(optimizer,)", "([optimizer], [])", "{optimizer}"])
+ALONE = {"optimizer": lambda o: o, "[optimizer]": lambda o: [o], "(optimizer,)": lambda o: (o,),
+         "([optimizer], [])": lambda o: ([o], []), "{optimizer}": lambda o: {"optimizer": o},
+         "(optimizer, None)": lambda o: (o, None), "{optimizer, lr_scheduler: None}": lambda o: {"optimizer": o, "lr_scheduler": None}}
+
+
+@pytest.mark.parametrize("shape", list(ALONE))
 def test_optimizer_alone_keeps_its_learning_rate(tmp_path, shape):
-    make = {"optimizer": lambda o: o, "[optimizer]": lambda o: [o], "(optimizer,)": lambda o: (o,),
-            "([optimizer], [])": lambda o: ([o], []), "{optimizer}": lambda o: {"optimizer": o}}[shape]
+    make = ALONE[shape]
     module = Scheduled(make)
     run_trainer(tmp_path, module, max_steps=3)
     assert module.lrs == [LR] * 3

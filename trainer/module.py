@@ -163,7 +163,7 @@ class TrainModule(nn.Module):
         """The optimizer and its learning-rate schedulers. Return one of (Lightning's single-optimizer shapes):
 
         - ``optimizer``
-        - ``(optimizer, scheduler)``
+        - ``(optimizer, scheduler)`` (``scheduler`` None: no scheduler)
         - ``[optimizer]``
         - ``([optimizer], [scheduler, ...])``
         - ``{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "val/loss"}`` (``lr_scheduler``

@@ -49,7 +49,7 @@ def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, list[LRSch
             raise TypeError(f"configure_optimizers returned ([], ...): no optimizer. {ACCEPTED}")
         optimizer, schedulers = optimizers[0], list(schedulers)
     elif isinstance(configured, (list, tuple)) and len(configured) == 2:  # (optimizer, scheduler), types checked below
-        optimizer, schedulers = configured[0], [configured[1]]
+        optimizer, schedulers = configured[0], [] if configured[1] is None else [configured[1]]
     else:
         raise TypeError(f"configure_optimizers returned {_describe(configured)}. {ACCEPTED}")
     if not _is_optimizer(optimizer):
