@@ -174,7 +174,8 @@ class TrainModule(nn.Module):
 
             {"scheduler": scheduler,
              "interval": "step",      # or "epoch": step after every `frequency` optimizer steps / finished epochs
-                                      # (default "step"; Lightning's is "epoch"); not used by ReduceLROnPlateau
+                                      # (an epoch cut short by max_steps or a stop is none); default "step"
+                                      # (Lightning's is "epoch"); not used by ReduceLROnPlateau (one warning)
              "frequency": 1,          # an integer >= 1
              "monitor": "val/loss",   # ReduceLROnPlateau only (and required): a "val/..." metric steps it at
                                       # validation ends, a "train/..." metric at logging steps; `frequency`
