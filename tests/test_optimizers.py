@@ -19,6 +19,7 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau, StepLR
 from helpers import OverflowAt, Regressor, read_metrics, run_trainer
 from trainer.callbacks import LearningRateMonitor
 from trainer.checkpoint import layout
+from trainer.lr_scheduling import LRScheduling
 from trainer.optimizers import split_optimizers
 from trainer.precision import Precision
 
@@ -359,8 +360,6 @@ def test_resumed_run_steps_its_schedulers_as_the_uninterrupted_run(tmp_path):
 
 
 def test_checkpoint_scheduler_state_from_before_the_counters_loads():
-    from trainer.lr_scheduling import LRScheduling
-
     optimizer, _ = _two_sgd()
     old = LambdaLR(optimizer, lambda step: 0.5 ** step)
     for _ in range(3):
@@ -382,3 +381,26 @@ def test_ranks_step_their_schedulers_together_as_one_process(tmp_path):
     one, *ranks = (json.load(open(tmp_path / d / f"lrs_rank{r}.json")) for d, r in [("one", 0), ("ddp", 0), ("ddp", 1)])
     assert ranks[0] == ranks[1] == one
     assert len(set(one)) > 2
+
+
+def test_checkpoint_of_other_schedulers_is_not_loaded_and_says_so(caplog):
+    optimizer, _ = _two_sgd()
+    saved = LRScheduling([split_optimizers((optimizer, StepLR(optimizer, 1)))[1][0]])
+    saved.events = [4]
+    fresh_optimizer, _ = _two_sgd()
+    _, configs = split_optimizers((fresh_optimizer, {"scheduler": ReduceLROnPlateau(fresh_optimizer), "monitor": "val/loss"}))
+    scheduling = LRScheduling(configs)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        scheduling.load_state_dict(saved.state_dict())
+    assert scheduling.events == [0]
+    assert "the checkpoint's lr schedulers ['StepLR'] differ from this run's ['ReduceLROnPlateau']" in caplog.text
+
+
+def test_interval_on_reduce_on_plateau_and_validation_once_at_the_end_warn(caplog):
+    optimizer, _ = _two_sgd()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        _, configs = split_optimizers((optimizer, {"scheduler": ReduceLROnPlateau(optimizer), "monitor": "val/loss",
+                                                   "interval": "epoch"}))
+        LRScheduling(configs).check_fit(has_val_set=True, val_every_n_steps=None, rank=0)
+    assert "interval='epoch' is not used; it steps when its monitor is computed (each validation end)" in caplog.text
+    assert "trainer.val_every_n_steps is not set, so validation (and this scheduler) runs only once" in caplog.text
