@@ -74,7 +74,8 @@ def _describe(value: Any) -> str:
         return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (str, int, float, bool)) or value is None:
         return repr(value)
-    return f"a {type(value).__name__}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
 
 
 def _refuse_several(optimizers: Any) -> None:
