@@ -54,7 +54,7 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 
 
 def run_object(model, optimizer) -> SimpleNamespace:
-    return SimpleNamespace(module=model, optimizer=optimizer, scheduler=None, step=1, last_metrics={},
+    return SimpleNamespace(module=model, optimizer=optimizer, step=1, last_metrics={},
                            progress=lambda: {"step": 1, "epoch": 0, "epoch_step": 1})
 
 

@@ -27,6 +27,7 @@ from trainer.comms_log import CommsLog
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
+from trainer.lr_scheduling import LRScheduling
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.optimizers import split_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
@@ -64,7 +65,7 @@ class _Run:
         self.preempted = False
         self.checkpoints: CheckpointManager | None = None
         self.optimizer: Any = None
-        self.scheduler: Any = None
+        self.lr_scheduling = LRScheduling()  # the schedulers and when they step
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
         self.last_metrics: dict[str, float] = {}
@@ -179,7 +180,9 @@ class _Run:
         )
         epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
-        self.optimizer, self.scheduler = split_optimizers(module.configure_optimizers())
+        self.optimizer, schedulers = split_optimizers(module.configure_optimizers())
+        self.lr_scheduling = LRScheduling(schedulers)
+        self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
@@ -223,6 +226,7 @@ class _Run:
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
+                        self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
                         log.info("step %d/%d  %s", self.step, total_steps, format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
                     self.callbacks.on_train_step_end(self, self.step, metrics)
@@ -248,6 +252,8 @@ class _Run:
                     break
                 module.on_train_epoch_end(self.epoch)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
+                if self.epoch_step == plan.steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
+                    self.lr_scheduling.after_epoch()
                 self.epoch += 1
                 self.epoch_step = 0
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
@@ -364,8 +370,7 @@ class _Run:
                     grad_norm = strategy.grad_norm(module)
                 module.on_before_optimizer_step(self.optimizer)
                 strategy.optimizer_step(self.optimizer)
-                if self.scheduler is not None:
-                    self.scheduler.step()
+                self.lr_scheduling.after_optimizer_step()
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
             self.optimizer.zero_grad(set_to_none=True)

@@ -10,7 +10,7 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                                               # with strategy.meta_init=true
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
-        optimizer[, scheduler] = module.configure_optimizers()
+        optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
         restore a checkpoint (trainer.resume), callbacks' state included
         module.on_fit_start();                callback.on_fit_start(run) for each callback
         for epoch in epochs:
@@ -19,14 +19,17 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
                     backward(loss scaled to the global batch)
                 clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
-                optimizer.step(); scheduler.step(); optimizer.zero_grad()
+                optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
+                on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
                 module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(run, step, metrics_or_None)
                 every val_every_n_steps:
                     module.validation_step(batch, index) over the val set
+                    ReduceLROnPlateau schedulers monitoring "val/..." metrics
                     module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
             module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # not after a stop
+            interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
         module.on_fit_end();                  callback.on_fit_end(run)
 
@@ -60,7 +63,8 @@ class TrainModule(nn.Module):
         optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
             Hydra builds one from the ``optimizer`` group with ``_partial_: true``). Used by the
             default ``configure_optimizers``.
-        scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step.
+        scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step (for other
+            intervals, override ``configure_optimizers``).
     """
 
     def __init__(self, optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None):
@@ -156,9 +160,34 @@ class TrainModule(nn.Module):
 
     # ----- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
-        """Return an optimizer, a tuple ``(optimizer, scheduler)`` or a dict
-        ``{"optimizer": ..., "lr_scheduler": ...}``. The default uses the factories given to
-        ``__init__`` (the Hydra ``optimizer`` and ``scheduler`` groups)."""
+        """The optimizer and its learning-rate schedulers. Return one of (Lightning's single-optimizer shapes):
+
+        - ``optimizer``
+        - ``(optimizer, scheduler)`` (``scheduler`` None: no scheduler)
+        - ``[optimizer]``
+        - ``([optimizer], [scheduler, ...])``
+        - ``{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "val/loss"}`` (``lr_scheduler``
+          and ``monitor`` optional; ``monitor`` is for a bare ``ReduceLROnPlateau``), or ``[that dict]``
+
+        where ``optimizer`` is a ``torch.optim.Optimizer`` and each ``scheduler`` is a torch
+        ``LRScheduler`` / ``ReduceLROnPlateau`` built on it, or a dict (every key but "scheduler" optional)::
+
+            {"scheduler": scheduler,
+             "interval": "step",      # or "epoch": step after every `frequency` optimizer steps / finished epochs
+                                      # (an epoch cut short by max_steps or a stop is none); default "step"
+                                      # (Lightning's is "epoch"); not used by ReduceLROnPlateau (one warning)
+             "frequency": 1,          # an integer >= 1
+             "monitor": "val/loss",   # ReduceLROnPlateau only (and required): a "val/..." metric steps it at
+                                      # validation ends, a "train/..." metric at logging steps; `frequency`
+                                      # counts those events. A monitor missing there is an error ...
+             "strict": True,          # ... or, with False, that event is skipped (one warning); ReduceLROnPlateau only
+             "name": None,            # LearningRateMonitor logs "{name}/group{i}" instead of "lr/group{i}"
+             "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
+
+        A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
+        Anything else (two optimizers included: they come with manual optimization, later) is an
+        error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
+        ``optimizer`` and ``scheduler`` groups)."""
         if self.optimizer_factory is None:
             raise ValueError(
                 f"{type(self).__name__} has no optimizer: pass optimizer=... to TrainModule.__init__ "

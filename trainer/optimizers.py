@@ -1,31 +1,162 @@
-"""What ``TrainModule.configure_optimizers`` may return, read into (optimizer, scheduler)."""
+"""What ``TrainModule.configure_optimizers`` may return, read into (optimizer, scheduler configs).
+
+Lightning's single-optimizer shapes are accepted (see ``ACCEPTED``); anything else is an error that
+lists them. Several optimizers are refused for now (they come with manual optimization, later).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+from trainer import distributed
+from trainer.lr_scheduling import INTERVALS, MONITOR_PREFIXES, LRSchedulerConfig
+
+log = logging.getLogger("trainer.loop")
+
+ACCEPTED = (
+    "configure_optimizers may return: an optimizer; (optimizer, scheduler); [optimizer]; "
+    "([optimizer], [scheduler, ...]); {'optimizer': optimizer, 'lr_scheduler': scheduler, 'monitor': ...} "
+    "(or [that dict]). A scheduler is a torch LRScheduler / ReduceLROnPlateau or a dict "
+    "{'scheduler': ..., 'interval': 'step'|'epoch', 'frequency': n, 'monitor': 'val/...'|'train/...', "
+    "'strict': bool, 'name': str, 'reduce_on_plateau': bool}"
+)
+OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
+SCHEDULER_DICT_KEYS = ("scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict")
 
 
-def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, Any]:
-    """``(optimizer, scheduler or None)`` from what ``configure_optimizers`` returned."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured, None
-    if isinstance(configured, dict):
-        optimizer, scheduler = configured.get("optimizer"), configured.get("lr_scheduler")
-        if isinstance(scheduler, dict):
-            if scheduler.get("interval", "step") != "step":
-                raise ValueError(f"lr_scheduler interval {scheduler['interval']!r}: only 'step' is supported")
-            scheduler = scheduler["scheduler"]
-    elif isinstance(configured, (tuple, list)) and len(configured) == 2:
-        optimizer, scheduler = configured
+def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
+    """``(optimizer, scheduler configs)`` from what ``configure_optimizers`` returned."""
+    monitor = None
+    if _is_optimizer(configured):
+        optimizer, schedulers = configured, []
+    elif isinstance(configured, dict):
+        optimizer, schedulers, monitor = _read_optimizer_dict(configured)
+    elif isinstance(configured, (list, tuple)) and configured and all(isinstance(o, dict) for o in configured):
+        _refuse_several([d.get("optimizer") for d in configured])
+        optimizer, schedulers, monitor = _read_optimizer_dict(configured[0])
+    elif isinstance(configured, (list, tuple)) and configured and all(_is_optimizer(o) for o in configured):
+        _refuse_several(configured)
+        optimizer, schedulers = configured[0], []
+    elif (isinstance(configured, (list, tuple)) and len(configured) == 2
+          and all(isinstance(part, (list, tuple)) for part in configured)):
+        optimizers, schedulers = configured
+        _refuse_several(optimizers)
+        if len(optimizers) != 1:
+            raise TypeError(f"configure_optimizers returned ([], ...): no optimizer. {ACCEPTED}")
+        optimizer, schedulers = optimizers[0], list(schedulers)
+    elif isinstance(configured, (list, tuple)) and len(configured) == 2:  # (optimizer, scheduler), types checked below
+        optimizer, schedulers = configured[0], [] if configured[1] is None else [configured[1]]
     else:
+        raise TypeError(f"configure_optimizers returned {_describe(configured)}. {ACCEPTED}")
+    if not _is_optimizer(optimizer):
+        raise TypeError(f"configure_optimizers gave optimizer={_describe(optimizer)}, not a torch.optim.Optimizer. {ACCEPTED}")
+    configs = [_read_scheduler(s, optimizer, monitor) for s in schedulers]
+    names = [c.name for c in configs if c.name is not None]
+    if len(set(names)) != len(names):
+        raise ValueError(f"configure_optimizers: lr_scheduler names {names} repeat; give each scheduler its own name")
+    return optimizer, configs
+
+
+def _is_optimizer(value: Any) -> bool:
+    return isinstance(value, torch.optim.Optimizer)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_describe(v) for v in value)
+        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else (
+            f"({inner})" if isinstance(value, tuple) else f"[{inner}]")
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return repr(value)
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+
+
+def _refuse_several(optimizers: Any) -> None:
+    if isinstance(optimizers, (list, tuple)) and len(optimizers) > 1:
         raise TypeError(
-            f"configure_optimizers returned {type(configured).__name__}; return an optimizer, "
-            "(optimizer, scheduler) or {'optimizer': ..., 'lr_scheduler': ...}"
+            f"configure_optimizers returned {len(optimizers)} optimizers ({_describe(list(optimizers))}): "
+            "one optimizer per run for now (several optimizers and manual optimization come with a later "
+            f"version); return one optimizer over all parameters (with parameter groups if needed). {ACCEPTED}"
         )
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"configure_optimizers gave optimizer={optimizer!r}, not a torch.optim.Optimizer")
-    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        raise TypeError("ReduceLROnPlateau needs a metric; use a per-step scheduler")
-    return optimizer, scheduler
+
+
+def _read_optimizer_dict(configured: dict) -> tuple[Any, list, Any]:
+    unknown = sorted(set(configured) - set(OPTIMIZER_DICT_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"configure_optimizers dict: unknown keys {unknown}; the keys are {list(OPTIMIZER_DICT_KEYS)}")
+    if "optimizer" not in configured:
+        raise ValueError(f"configure_optimizers dict has no 'optimizer' key. {ACCEPTED}")
+    scheduler = configured.get("lr_scheduler")
+    if isinstance(scheduler, (list, tuple)):
+        raise TypeError(f"configure_optimizers dict: 'lr_scheduler' is {_describe(scheduler)}; give one scheduler or "
+                        "scheduler dict there (several: return ([optimizer], [scheduler, ...]))")
+    monitor = configured.get("monitor")
+    if monitor is not None and scheduler is None:
+        raise ValueError(f"configure_optimizers dict: monitor={monitor!r} without an 'lr_scheduler' to use it")
+    return configured["optimizer"], [] if scheduler is None else [scheduler], monitor
+
+
+def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) -> LRSchedulerConfig:
+    """One scheduler (or scheduler dict) as an LRSchedulerConfig, every key checked."""
+    options = dict(given) if isinstance(given, dict) else {"scheduler": given}
+    unknown = sorted(set(options) - set(SCHEDULER_DICT_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"lr_scheduler dict: unknown keys {unknown}; the keys are {list(SCHEDULER_DICT_KEYS)}")
+    if "scheduler" not in options:
+        raise ValueError(f"lr_scheduler dict has no 'scheduler' key; the keys are {list(SCHEDULER_DICT_KEYS)}")
+    scheduler = options["scheduler"]
+    if _is_optimizer(scheduler):
+        raise TypeError(
+            f"configure_optimizers gave a {type(scheduler).__name__} optimizer where a scheduler belongs; several "
+            f"optimizers are not supported yet (they come with manual optimization, later). {ACCEPTED}"
+        )
+    if not isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
+        raise TypeError(f"lr_scheduler {_describe(scheduler)} is not a torch.optim.lr_scheduler.LRScheduler "
+                        f"or ReduceLROnPlateau. {ACCEPTED}")
+    if getattr(scheduler, "optimizer", None) is not optimizer:
+        raise ValueError(f"lr_scheduler {type(scheduler).__name__} was built on another optimizer than the one "
+                         "configure_optimizers returned; build it on that optimizer")
+    is_plateau = isinstance(scheduler, ReduceLROnPlateau)
+    kind = type(scheduler).__name__
+    plateau = options.get("reduce_on_plateau", is_plateau)
+    if plateau is not is_plateau:
+        raise ValueError(f"lr_scheduler dict: reduce_on_plateau={plateau!r} for a {kind}; it is "
+                         f"{is_plateau} for this scheduler (only ReduceLROnPlateau steps with a metric)")
+    interval = options.get("interval", "step")
+    if interval not in INTERVALS:
+        raise ValueError(f"lr_scheduler dict: interval={interval!r}; the intervals are {list(INTERVALS)}")
+    frequency = options.get("frequency", 1)
+    if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+        raise ValueError(f"lr_scheduler dict: frequency={frequency!r}; it must be an integer >= 1")
+    name = options.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"lr_scheduler dict: name={name!r}; it must be a non-empty string or None")
+    strict = options.get("strict", True)
+    if not isinstance(strict, bool):
+        raise ValueError(f"lr_scheduler dict: strict={strict!r}; it must be True or False")
+    own_monitor = options.get("monitor", monitor)
+    if not is_plateau:
+        for key in ("monitor", "strict"):
+            if key in options or (key == "monitor" and monitor is not None):
+                raise ValueError(f"lr_scheduler {kind}: {key!r} is only used by ReduceLROnPlateau, which steps with "
+                                 f"a metric; remove it")
+        return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency)
+    if not isinstance(own_monitor, str) or not own_monitor.startswith(MONITOR_PREFIXES):
+        raise ValueError(
+            f"ReduceLROnPlateau needs monitor='val/...' (it steps at each validation end) or 'train/...' (at each "
+            f"logging step), got monitor={own_monitor!r}; e.g. {{'optimizer': optimizer, 'lr_scheduler': "
+            "{'scheduler': scheduler, 'monitor': 'val/loss'}}"
+        )
+    if "interval" in options and distributed.rank() == 0:
+        log.warning("lr_scheduler ReduceLROnPlateau(monitor=%r): interval=%r is not used; it steps when its monitor "
+                    "is computed (%s), frequency counting those", own_monitor, interval,
+                    "each validation end" if own_monitor.startswith("val/") else "each logging step")
+    return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency, reduce_on_plateau=True,
+                             monitor=own_monitor, strict=strict)

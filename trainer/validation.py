@@ -71,6 +71,7 @@ def run_validation(run: _Run) -> dict[str, float]:
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
+    run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
     module.on_validation_end(metrics)
     run.callbacks.on_validation_end(run, metrics)
     return metrics

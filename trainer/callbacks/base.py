@@ -37,7 +37,8 @@ class Callback:
     training run; a callback may use:
 
     - ``run.trainer`` (its settings, e.g. ``log_every_n_steps``), ``run.module``, ``run.optimizer``,
-      ``run.scheduler``, ``run.step``, ``run.epoch``, ``run.rank``, ``run.run_dir``;
+      ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step``,
+      ``run.epoch``, ``run.rank``, ``run.run_dir``;
     - ``run.log(metrics)``: record ``{name: float}`` at the current step with the run's loggers
       (they exist on rank 0 only; other ranks' calls write nothing);
     - ``run.request_stop(reason)``: end training at the end of the current step, with a final

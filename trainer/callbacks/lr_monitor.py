@@ -8,7 +8,9 @@ from trainer.callbacks.base import Callback
 
 
 class LearningRateMonitor(Callback):
-    """Logs ``lr/group{i}`` for every parameter group ``i`` of the optimizer on logging steps.
+    """Logs ``lr/group{i}`` for every parameter group ``i`` of the optimizer on logging steps; under
+    ``{name}/group{i}`` instead when a scheduler of ``configure_optimizers`` has a ``name`` (Lightning's
+    scheduler-dict key; each named scheduler of the optimizer gives its own keys).
 
     The value logged at step k is the one the optimizer holds after step k's scheduler update,
     i.e. the learning rate step k+1 uses (the same convention as ``train/lr``). Reading the
@@ -24,11 +26,13 @@ class LearningRateMonitor(Callback):
         self.log_momentum = log_momentum
         self.log_weight_decay = log_weight_decay
 
-    def values(self, optimizer: Any) -> dict[str, float]:
-        """The metrics this callback logs for ``optimizer``'s current parameter groups."""
+    def values(self, optimizer: Any, names: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
+        """The metrics this callback logs for ``optimizer``'s current parameter groups (learning rates
+        under each of ``names``, or "lr" if there are none)."""
         values: dict[str, float] = {}
         for index, group in enumerate(optimizer.param_groups):
-            values[f"lr/group{index}"] = float(group["lr"])
+            for name in names or ("lr",):
+                values[f"{name}/group{index}"] = float(group["lr"])
             if self.log_momentum:
                 momentum = group["betas"][0] if "betas" in group else group.get("momentum")
                 if momentum is not None:
@@ -40,4 +44,4 @@ class LearningRateMonitor(Callback):
     def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
         if metrics is None:  # not a logging step
             return
-        run.log(self.values(run.optimizer))
+        run.log(self.values(run.optimizer, [c.name for c in run.lr_scheduling.configs if c.name is not None]))

@@ -125,8 +125,8 @@ class CheckpointManager:
     # ----- saving ----------------------------------------------------------------------------------------------
     def save(self, run: Any) -> None:
         """Checkpoint the run's current state (a collective). ``run`` has ``module``, ``optimizer``,
-        ``scheduler``, ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()`` (and may
-        have ``precision`` and ``callbacks``, whose states go into extras.pt)."""
+        ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()`` (and may
+        have ``lr_scheduling``, ``precision`` and ``callbacks``, whose states go into extras.pt)."""
         self.wait()
         started = time.perf_counter()
         rank, step, full = distributed.rank(), run.step, self.config.format == "full"
@@ -149,7 +149,8 @@ class CheckpointManager:
                 json.dump(run.progress(), handle, indent=1, default=str)
             precision = getattr(run, "precision", None)
             extras = {
-                "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
+                # The schedulers with their event counters (trainer/lr_scheduling.py).
+                "scheduler": run.lr_scheduling.state_dict() if getattr(run, "lr_scheduling", None) is not None else None,
                 "precision": precision.state_dict() if precision is not None else {},  # the loss scaler
                 "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
             }
@@ -229,8 +230,8 @@ class CheckpointManager:
         if run.optimizer is not None:
             self.strategy.import_optimizer_state(run.optimizer)
         extras = load_file(os.path.join(path, "extras.pt"))
-        if run.scheduler is not None and extras.get("scheduler") is not None:
-            run.scheduler.load_state_dict(extras["scheduler"])
+        if getattr(run, "lr_scheduling", None) is not None:
+            run.lr_scheduling.load_state_dict(extras.get("scheduler"))
         if getattr(run, "precision", None) is not None:
             run.precision.load_state_dict(extras.get("precision") or {})
         if getattr(run, "callbacks", None) is not None:
