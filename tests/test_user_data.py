@@ -409,3 +409,14 @@ def test_a_global_batch_larger_than_the_dataset_is_reported_truly(tmp_path, capl
     start = next(r.getMessage() for r in caplog.records if "steps per epoch" in r.getMessage())
     assert "global batch 120 (all samples of the epoch; batch 32 x accumulate 4 x 1 ranks would be 128)" in start
     assert [len(step) for step in seen(tmp_path)["steps"]] == [120, 120]
+
+
+def test_global_batch_size_with_the_loader_batch_size():
+    from trainer.user_loader import RunData
+
+    # data.batch_size unset: data.global_batch_size is checked against the loader's batch size.
+    trainer = Trainer(global_batch_size=48)
+    RunData(LoaderModule(batch_size=16), trainer)
+    assert (trainer.batch_size, trainer.accumulate_grad_batches, trainer.global_batch_size) == (16, 3, 48)
+    with pytest.raises(ValueError, match="global_batch_size=40 is not a multiple of data.batch_size 16"):
+        RunData(LoaderModule(batch_size=16), Trainer(global_batch_size=40))

@@ -9,9 +9,12 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
         module.configure_model()              # build layers here (or in __init__); on the meta device
                                               # with strategy.meta_init=true
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
-        train_dataloader() | train_dataset(); val_dataloader() | val_dataset()   # under one seed on every
-                                              # rank (derived from seed); the per-rank seed follows
+        module.train_dataloader(); module.val_dataloader() or module.val_dataset()   # the data hooks run
+                                              # under one seed on every rank (derived from seed)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
+        seed_everything(per-rank seed)        # dropout, augmentation: a stream per rank from here on
+        module.train_dataset()                # unless train_dataloader() returned a loader; under the
+                                              # same data seed as train_dataloader()
         optimizer[, scheduler] = module.configure_optimizers()
         restore a checkpoint (trainer.resume), callbacks' state included
         module.on_fit_start();                callback.on_fit_start(run) for each callback

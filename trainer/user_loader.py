@@ -202,7 +202,8 @@ class RunData:
                                 if self.val.sampler is not None else None)
         elif self.val_set is not None:
             check_map_style(self.val_set, "val_dataset()")
-            self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, module.collate_fn
+            # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
+            self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader] = {}
 
