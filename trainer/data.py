@@ -5,7 +5,8 @@ The epoch's order is one permutation drawn from ``(seed, epoch)``; global step k
 ``global_batch_size`` samples of it, and only then are they dealt out to micro-steps and ranks.
 So one process with batch 32, two ranks with batch 16, or two ranks with 4 x 4 accumulation
 all see the same 32 samples at step k, and the trainer weights every micro-batch by its share
-of the global batch so the gradient is that of the global batch's mean loss.
+of the global batch so the gradient is that of the global batch's mean loss. A user's sampler (``DataLoader(sampler=...)``)
+replaces the permutation as the source of the epoch's order (``SamplerStream``); the dealing is the same.
 """
 
 from __future__ import annotations

@@ -148,10 +148,11 @@ class TrainModule(nn.Module):
         the order: ``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset
         order, a generator-free ``sampler`` (``WeightedRandomSampler`` ...) gives each epoch's index
         stream, drawn under the trainer's seed (after ``sampler.set_epoch(epoch)`` if it has one) and
-        cut into the same global batches on any world size; ``collate_fn``; ``num_workers`` and
-        ``pin_memory`` (agreeing with ``data.*`` like the batch size), ``persistent_workers``,
-        ``worker_init_fn`` (runs after the trainer seeded the worker), ``prefetch_factor``,
-        ``timeout``, ``multiprocessing_context``. Refused with an error saying what to change: a
+        cut into the same global batches on any world size; ``collate_fn`` (an error if this module
+        also overrides ``collate_fn()``); ``num_workers`` and ``pin_memory`` (agreeing with ``data.*``
+        like the batch size), ``persistent_workers``, ``worker_init_fn`` (runs after the trainer
+        seeded the worker), ``prefetch_factor``, ``timeout``, ``multiprocessing_context``,
+        ``pin_memory_device``. Nothing else is read from the loader. Refused with an error saying what to change: a
         custom ``batch_sampler``, ``batch_size=None``, a ``generator`` on the loader or its sampler,
         a ``DistributedSampler`` (the trainer shards), ``in_order=False``, an IterableDataset.
         Where both this and ``train_dataset()`` are defined, this one is used."""

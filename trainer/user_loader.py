@@ -10,7 +10,7 @@ epoch's index stream, drawn per epoch under the trainer's seed (``set_epoch(epoc
 has one) and cut into global batches like the trainer's own order; ``collate_fn``; and the worker
 settings ``num_workers``, ``pin_memory`` (agreeing with ``data.*`` like the batch size),
 ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
-``multiprocessing_context``. Refused with an error: a custom ``batch_sampler``, ``batch_size=None``,
+``multiprocessing_context``, ``pin_memory_device``. Refused with an error: a custom ``batch_sampler``, ``batch_size=None``,
 a ``generator`` (on the loader or its sampler), a ``DistributedSampler`` and ``in_order=False``.
 
 ``val_dataloader()`` gives the same, except that it keeps its own ``batch_size`` and worker settings
@@ -25,6 +25,7 @@ unseeded ``random_split`` is the same on every rank; the rank's own random strea
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -185,8 +186,8 @@ class RunData:
         pin_memory = _agree("pin_memory", given["pin_memory"], train and train.options.pin_memory, where, False)
         trainer.num_workers, trainer.pin_memory = num_workers, pin_memory
         base = train.options if train is not None else LoaderOptions()
-        self.train_options = LoaderOptions(**{**base.__dict__, "num_workers": num_workers, "pin_memory": pin_memory,
-                                              "prefetch_factor": base.prefetch_factor if num_workers > 0 else None})
+        self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
+                                                 prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
         with seeded(derive_seed(seed, "data", "val")):
             val_loader = module.val_dataloader()
