@@ -420,3 +420,33 @@ def test_global_batch_size_with_the_loader_batch_size():
     assert (trainer.batch_size, trainer.accumulate_grad_batches, trainer.global_batch_size) == (16, 3, 48)
     with pytest.raises(ValueError, match="global_batch_size=40 is not a multiple of data.batch_size 16"):
         RunData(LoaderModule(batch_size=16), Trainer(global_batch_size=40))
+
+
+class PipelinedLoaderModule(LoaderModule):
+    """LoaderModule as two pipeline layers (the pipeline reads the batch size when it wraps)."""
+
+    def __init__(self, **loader):
+        super().__init__(**loader)
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 1))
+
+    def pipeline_layers(self):
+        return list(self.net)
+
+    def pipeline_input(self, batch):
+        return batch[0]
+
+    def pipeline_loss(self, output, batch):
+        return F.mse_loss(output, batch[1])
+
+
+def test_the_loader_batch_size_reaches_the_strategy_before_it_wraps(tmp_path):
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    run_trainer(tmp_path / "single", PipelinedLoaderModule(batch_size=16), max_steps=3)
+    run_trainer(tmp_path / "pp", PipelinedLoaderModule(batch_size=16), strategy=PipelineStrategy(microbatches=4),
+                devices=2, max_steps=3)
+    torch.testing.assert_close(torch.tensor(train_losses(str(tmp_path / "pp"))),
+                               torch.tensor(train_losses(str(tmp_path / "single"))), **TOL)
+    assert [len(step) for step in seen(tmp_path / "single")["steps"]] == [16, 16, 16]
+    assert seen(tmp_path / "pp")["batch_size"] == 16
