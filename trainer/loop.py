@@ -34,8 +34,8 @@ from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
-from trainer.user_loader import RunData
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
+from trainer.user_loader import RunData
 from trainer.validation import run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -176,8 +176,8 @@ class _Run:
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
             self.checkpoints.setup()
-        if plan.short_of_one_batch() and self.rank == 0:
-            log.warning(plan.short_of_one_batch())
+        if self.rank == 0 and (short := plan.short_of_one_batch()):  # every rank would say it alike
+            log.warning(short)
         log.info(
             "strategy %s, world size %d, global batch %s, %d steps per epoch, %d steps, run dir %s",
             self.strategy.name, distributed.world_size(), plan.describe_global_batch(), plan.steps_per_epoch,

@@ -33,7 +33,6 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
-    Dataset,
     IterableDataset,
     RandomSampler,
     SequentialSampler,
