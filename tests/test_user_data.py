@@ -353,7 +353,8 @@ def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused
     class WithSampler(LoaderModule):
         def val_dataloader(self):
             data = labelled_data(13)
-            return DataLoader(data, batch_size=3, sampler=WeightedRandomSampler(torch.ones(13), 9, replacement=False))
+            return DataLoader(data, batch_size=3, sampler=WeightedRandomSampler(torch.ones(13), 9, replacement=False),
+                              num_workers=1, persistent_workers=True, collate_fn=list)
 
     trainer = Trainer(batch_size=4)
     data = RunData(WithSampler(batch_size=4), trainer)
@@ -362,6 +363,9 @@ def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused
     assert len(positions) == 9 and len(set(positions)) == 9  # the stream's 9 draws, once over the ranks
     assert all(len(batch) <= 3 for shard in shards for batch in shard)
     assert data.val_shard(0, 0, 2) == shards[0]  # drawn again the same
+    # Its own batch size and worker settings, not data.batch_size / the train loader's.
+    assert (data.val_batch_size, data.val_options.num_workers, data.val_options.persistent_workers) == (3, 1, True)
+    assert data.val_collate is list and data.train_options.num_workers == 0
 
     class DropLast(LoaderModule):
         def val_dataloader(self):

@@ -152,7 +152,9 @@ class TrainModule(nn.Module):
         also overrides ``collate_fn()``); ``num_workers`` and ``pin_memory`` (agreeing with ``data.*``
         like the batch size), ``persistent_workers``, ``worker_init_fn`` (runs after the trainer
         seeded the worker), ``prefetch_factor``, ``timeout``, ``multiprocessing_context``,
-        ``pin_memory_device``. Nothing else is read from the loader. Refused with an error saying what to change: a
+        ``pin_memory_device``. Nothing else is read from the loader. A sampler that keeps random
+        state of its own across epochs (rather than drawing from the global generators or from
+        ``set_epoch``) gives another stream after a resume. Refused with an error saying what to change: a
         custom ``batch_sampler``, ``batch_size=None``, a ``generator`` on the loader or its sampler,
         a ``DistributedSampler`` (the trainer shards), ``in_order=False``, an IterableDataset.
         Where both this and ``train_dataset()`` are defined, this one is used."""
