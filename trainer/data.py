@@ -5,15 +5,19 @@ The epoch's order is one permutation drawn from ``(seed, epoch)``; global step k
 ``global_batch_size`` samples of it, and only then are they dealt out to micro-steps and ranks.
 So one process with batch 32, two ranks with batch 16, or two ranks with 4 x 4 accumulation
 all see the same 32 samples at step k, and the trainer weights every micro-batch by its share
-of the global batch so the gradient is that of the global batch's mean loss.
+of the global batch so the gradient is that of the global batch's mean loss. A user's sampler (``DataLoader(sampler=...)``)
+replaces the permutation as the source of the epoch's order (``SamplerStream``); the dealing is the same.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import operator
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -36,6 +40,77 @@ def seed_everything(seed: int) -> None:
         np.random.seed(seed % (1 << 32))
     except ImportError:  # NumPy is optional
         pass
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block with Python's ``random``, NumPy and torch (CPU, and CUDA once initialised)
+    seeded with ``seed``, then put back the generators' states as they were: the same numbers on
+    every rank inside, the rank's own streams untouched outside."""
+    try:
+        import numpy as np
+    except ImportError:  # NumPy is optional
+        np = None
+    python_state, torch_state = random.getstate(), torch.get_rng_state()
+    numpy_state = np.random.get_state() if np is not None else None
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    torch.default_generator.manual_seed(seed)  # not torch.manual_seed: it would queue a CUDA seed for later
+    if cuda_states is not None:
+        torch.cuda.manual_seed_all(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        if np is not None:
+            np.random.set_state(numpy_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+class SamplerStream:
+    """An epoch's sample order drawn from a user's sampler (``DataLoader(sampler=...)``), the same on
+    every rank and for every world size: epoch e calls ``sampler.set_epoch(e)`` if it has one, then
+    draws the whole index stream with the global generators seeded from ``(seed, purpose, e)``
+    (so a resumed run draws it again). O(stream) per rank; the trainer's own order (``shuffle``)
+    does not go through here."""
+
+    def __init__(self, sampler: Any, dataset_size: int, seed: int, purpose: str, where: str):
+        try:
+            self.length = len(sampler)
+        except TypeError:
+            raise TypeError(f"{where}: the sampler {type(sampler).__name__} has no len(); the trainer needs the "
+                            "number of samples per epoch to plan the steps: give it __len__") from None
+        if self.length < 1:
+            raise ValueError(f"{where}: the sampler {type(sampler).__name__} yields no samples (len 0)")
+        self.sampler, self.dataset_size, self.seed, self.purpose, self.where = sampler, dataset_size, seed, purpose, where
+        self._cached: tuple[int, list[int]] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        name = type(self.sampler).__name__
+        if callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)
+        with seeded(derive_seed(self.seed, self.purpose, "sampler", epoch)):
+            try:
+                order = [operator.index(i) for i in self.sampler]
+            except TypeError:
+                raise TypeError(f"{self.where}: the sampler {name} must yield integer indices of the dataset") from None
+        if len(order) != self.length:
+            raise ValueError(f"{self.where}: the sampler {name} yielded {len(order)} indices in epoch {epoch}, "
+                             f"but its len() is {self.length}")
+        if order and (min(order) < 0 or max(order) >= self.dataset_size):
+            raise ValueError(f"{self.where}: the sampler {name} yielded an index outside the dataset's "
+                             f"0..{self.dataset_size - 1}")
+        self._cached = (epoch, order)
+        return order
 
 
 def _seed_dataloader_worker(worker_id: int) -> None:
@@ -74,6 +149,8 @@ class GlobalBatchPlan:
         seed: base seed; epoch e is shuffled with ``derive_seed(seed, "epoch", e)``.
         shuffle: draw a new permutation each epoch (False: dataset order).
         drop_last: drop a short last global batch instead of training on it.
+        order: where the epoch's order comes from instead (a user's sampler, ``SamplerStream``);
+            ``num_samples`` is then its length per epoch.
     """
 
     def __init__(
@@ -85,6 +162,7 @@ class GlobalBatchPlan:
         seed: int,
         shuffle: bool = True,
         drop_last: bool = False,
+        order: SamplerStream | None = None,
     ):
         for name, value in (("micro_batch_size", micro_batch_size), ("accumulate", accumulate), ("world_size", world_size)):
             if value < 1:
@@ -96,6 +174,7 @@ class GlobalBatchPlan:
         self.seed = seed
         self.shuffle = shuffle
         self.drop_last = drop_last
+        self.order = order
         self.global_batch_size = micro_batch_size * accumulate * world_size
         if self.steps_per_epoch == 0:
             raise ValueError(
@@ -108,8 +187,31 @@ class GlobalBatchPlan:
         full, rest = divmod(self.num_samples, self.global_batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
+    def describe_global_batch(self) -> str:
+        """The global batch a step trains on, for the start-up log line."""
+        factors = f"batch {self.micro_batch_size} x accumulate {self.accumulate} x {self.world_size} ranks"
+        if self.num_samples >= self.global_batch_size:
+            return f"{self.global_batch_size} ({factors})"
+        return f"{self.num_samples} (all samples of the epoch; {factors} would be {self.global_batch_size})"
+
+    def short_of_one_batch(self) -> str | None:
+        """What really happens when an epoch holds fewer samples than one global batch (None if not)."""
+        if self.num_samples >= self.global_batch_size:
+            return None
+        grid = self.layout(list(range(self.num_samples)))
+        sizes = sorted({len(cell) for row in grid for cell in row})
+        return (
+            f"the dataset has {self.num_samples} samples per epoch, fewer than one global batch of {self.global_batch_size} "
+            f"(batch_size {self.micro_batch_size} x accumulate {self.accumulate} x world size {self.world_size}): every "
+            f"step trains on all {self.num_samples} samples (one step per epoch), as {len(grid)} micro-batch(es) of "
+            f"{' or '.join(map(str, sizes))} samples per rank; lower data.batch_size or trainer.accumulate_grad_batches "
+            "for a global batch that fits"
+        )
+
     def epoch_order(self, epoch: int) -> list[int]:
         """The sample order of an epoch: the same on every rank and for every world size."""
+        if self.order is not None:
+            return self.order.epoch_order(epoch)
         if not self.shuffle:
             return list(range(self.num_samples))
         generator = torch.Generator().manual_seed(derive_seed(self.seed, "epoch", epoch))
@@ -164,6 +266,41 @@ def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: i
     return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
 
 
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The DataLoader settings that only change how batches are loaded, not which (a user's
+    ``train_dataloader()`` / ``val_dataloader()`` gives them, or ``data.num_workers`` / ``pin_memory``)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    worker_init_fn: Callable[[int], None] | None = None
+    prefetch_factor: int | None = None
+    timeout: float = 0
+    multiprocessing_context: Any = None
+    pin_memory_device: str = ""
+
+
+class _Batches:
+    """The batch sampler of a loader: the batches of one pass, replaced for the next pass when the
+    loader's workers persist (``persistent_workers=True``)."""
+
+    def __init__(self, batches: list):
+        self.batches = batches
+
+    def __iter__(self) -> Iterator:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int) -> None:
+    _seed_dataloader_worker(worker_id)
+    if user_worker_init is not None:  # the user's, after the trainer seeded the worker
+        user_worker_init(worker_id)
+
+
 class _SeededBatches(Dataset):
     """Loads ``(seed, indices)`` batches, seeding the worker's generators with ``seed`` first: a
     batch's random augmentations then depend on its position in the epoch only, not on which
@@ -189,32 +326,42 @@ def build_loader(
     dataset: Dataset,
     batches: Sequence[Sequence[int]],
     collate_fn: Callable[[list], Any],
-    num_workers: int,
-    pin_memory: bool,
+    options: LoaderOptions,
     seed: int,
     first_batch: int = 0,
+    reuse: DataLoader | None = None,
 ) -> DataLoader:
     """A DataLoader that loads exactly ``batches`` (lists of indices) in order.
 
     With workers, batch ``first_batch + i`` is loaded with every generator seeded from
     ``(seed, first_batch + i)``, so a run resumed mid-epoch draws the same augmentations. Without
     workers, loading draws from the process's own generators, which checkpoints save.
+    ``reuse``: the loader this function returned for the previous pass; with persistent workers
+    it is given the new batches and returned, so its workers live on.
     """
     if isinstance(dataset, IterableDataset):
         raise TypeError(
             f"{type(dataset).__name__} is an IterableDataset; the trainer needs a map-style dataset "
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
-    sampler: list = [list(b) for b in batches]
-    if num_workers > 0:
-        dataset = _SeededBatches(dataset)
-        sampler = [(derive_seed(seed, "batch", first_batch + i), b) for i, b in enumerate(sampler)]
+    workers = options.num_workers > 0
+    keyed: list = [list(b) for b in batches]
+    if workers:
+        keyed = [(derive_seed(seed, "batch", first_batch + i), b) for i, b in enumerate(keyed)]
+    if reuse is not None and workers and options.persistent_workers:
+        reuse.batch_sampler.batches = keyed  # type: ignore[union-attr]
+        return reuse
     return DataLoader(
-        dataset,
-        batch_sampler=sampler,
+        _SeededBatches(dataset) if workers else dataset,
+        batch_sampler=_Batches(keyed),
         collate_fn=collate_fn,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        worker_init_fn=_seed_dataloader_worker if num_workers > 0 else None,
+        num_workers=options.num_workers,
+        pin_memory=options.pin_memory,
+        worker_init_fn=functools.partial(_init_worker, options.worker_init_fn) if workers else None,
         generator=torch.Generator().manual_seed(seed),
+        prefetch_factor=options.prefetch_factor if workers else None,
+        persistent_workers=options.persistent_workers and workers,
+        timeout=options.timeout,
+        multiprocessing_context=options.multiprocessing_context if workers else None,
+        pin_memory_device=options.pin_memory_device,
     )

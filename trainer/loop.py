@@ -24,7 +24,7 @@ from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointManager, load_weights
 from trainer.checkpoint.resume import restore_run
 from trainer.comms_log import CommsLog
-from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything
+from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
@@ -36,6 +36,7 @@ from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
+from trainer.user_loader import RunData
 from trainer.validation import run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -116,6 +117,7 @@ class _Run:
             convert_sync_batchnorm(module, process_group=None)
         if trainer.profile["comms_steps"] is not None and hasattr(strategy, "log_gradient_comms"):
             strategy.log_gradient_comms = True
+        self.datasets()  # before wrapping: resolves trainer.batch_size (a strategy may need it)
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
         # Different random streams per rank from here on (dropout, augmentation).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
@@ -139,20 +141,13 @@ class _Run:
                     logger.log_hyperparams(trainer.config)
 
     def loader(self, dataset: Any, batches: list, purpose: str, first_batch: int = 0) -> Any:
-        return build_loader(
-            dataset,
-            batches,
-            self.module.collate_fn if self.user_loader is None else self.user_loader.collate_fn,
-            self.trainer.num_workers,
-            self.trainer.pin_memory,
-            derive_seed(self.trainer.seed, purpose, self.epoch, self.rank),
-            first_batch,
-        )
+        seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.rank)
+        return self.data.loader(dataset, batches, purpose, seed, first_batch)
 
     def datasets(self) -> None:
-        self.user_loader = self.module.train_dataloader()
-        self.train_set = self.user_loader.dataset if self.user_loader is not None else None
-        self.val_set = self.module.val_dataset()
+        # The data hooks run under one seed on every rank; the per-rank streams go on after them.
+        self.data = RunData(self.module, self.trainer)
+        self.val_set = self.data.val_set
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)
@@ -173,11 +168,8 @@ class _Run:
     # ----- training -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         trainer, module = self.trainer, self.module
-        train_set = self.train_set if self.train_set is not None else module.train_dataset()
-        plan = GlobalBatchPlan(
-            len(train_set), trainer.batch_size, trainer.accumulate_grad_batches, self.dp_size, trainer.seed,
-            shuffle=True, drop_last=trainer.drop_last,
-        )
+        train_set = self.data.train_set()
+        plan = self.data.plan(self.dp_size)
         epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
         self.optimizer, schedulers = split_optimizers(module.configure_optimizers())
@@ -187,11 +179,12 @@ class _Run:
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
             self.checkpoints.setup()
+        if self.rank == 0 and (short := plan.short_of_one_batch()):  # every rank would say it alike
+            log.warning(short)
         log.info(
-            "strategy %s, world size %d, global batch %d (batch %d x accumulate %d x %d ranks), "
-            "%d steps per epoch, %d steps, run dir %s",
-            self.strategy.name, distributed.world_size(), plan.global_batch_size, trainer.batch_size,
-            trainer.accumulate_grad_batches, self.dp_size, plan.steps_per_epoch, total_steps, self.run_dir,
+            "strategy %s, world size %d, global batch %s, %d steps per epoch, %d steps, run dir %s",
+            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), plan.steps_per_epoch,
+            total_steps, self.run_dir,
         )
         self.restore(plan)
         self.throughput = Throughput(self.device, distributed.world_size(), self.precision.compute_dtype != torch.float32)
@@ -439,7 +432,6 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     try:
         run.setup()
-        run.datasets()
         results = run.fit() if mode == "fit" else run.validate()
         clean = True
     except BaseException:

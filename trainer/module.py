@@ -9,7 +9,12 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
         module.configure_model()              # build layers here (or in __init__); on the meta device
                                               # with strategy.meta_init=true
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
+        module.train_dataloader(); module.val_dataloader() or module.val_dataset()   # the data hooks run
+                                              # under one seed on every rank (derived from seed)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
+        seed_everything(per-rank seed)        # dropout, augmentation: a stream per rank from here on
+        module.train_dataset()                # unless train_dataloader() returned a loader; under the
+                                              # same data seed as train_dataloader()
         optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
         restore a checkpoint (trainer.resume), callbacks' state included
         module.on_fit_start();                callback.on_fit_start(run) for each callback
@@ -127,17 +132,45 @@ class TrainModule(nn.Module):
         """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""
 
     def train_dataset(self) -> Dataset:
-        """The map-style training dataset. The trainer builds the loader with a sampler that keeps
-        every global batch the same whatever the world size and accumulation split."""
+        """The map-style training dataset (called when ``train_dataloader()`` returns None). The trainer
+        builds the loader with a sampler that keeps every global batch the same whatever the world size
+        and accumulation split. Like every data hook, it runs under the same seed on every rank, so
+        data drawn from the global generators (``torch.randn``, an unseeded ``random_split``) is the
+        same on every rank; the training hooks and the validation hooks get different seeds, so a
+        split computed in both must pass ``generator=`` (or be computed once, e.g. in ``__init__``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement train_dataset() or train_dataloader()")
 
     def val_dataset(self) -> Dataset | None:
-        """The map-style validation dataset, or None for no validation."""
+        """The map-style validation dataset (called when ``val_dataloader()`` returns None), or None
+        for no validation. Batched by ``data.batch_size``."""
         return None
 
     def train_dataloader(self) -> DataLoader | None:
-        """Optional: a DataLoader whose dataset, collate_fn and worker settings the trainer reuses;
-        its sampler is replaced by the trainer's global-batch sampler."""
+        """Optional, instead of ``train_dataset()``: a DataLoader. Taken from it (ruling 12.3):
+        ``dataset``; ``batch_size`` = the per-rank micro-batch and ``drop_last`` (each must equal
+        ``data.batch_size`` / ``data.drop_last`` where those are set; unset, the loader's are used);
+        the order: ``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset
+        order, a generator-free ``sampler`` (``WeightedRandomSampler`` ...) gives each epoch's index
+        stream, drawn under the trainer's seed (after ``sampler.set_epoch(epoch)`` if it has one) and
+        cut into the same global batches on any world size; ``collate_fn`` (an error if this module
+        also overrides ``collate_fn()``); ``num_workers`` and ``pin_memory`` (agreeing with ``data.*``
+        like the batch size), ``persistent_workers``, ``worker_init_fn`` (runs after the trainer
+        seeded the worker), ``prefetch_factor``, ``timeout``, ``multiprocessing_context``,
+        ``pin_memory_device``. Nothing else is read from the loader. A sampler that keeps random
+        state of its own across epochs (rather than drawing from the global generators or from
+        ``set_epoch``) gives another stream after a resume. Refused with an error saying what to change: a
+        custom ``batch_sampler``, ``batch_size=None``, a ``generator`` on the loader or its sampler,
+        a ``DistributedSampler`` (the trainer shards), ``in_order=False``, an IterableDataset.
+        Where both this and ``train_dataset()`` are defined, this one is used."""
+        return None
+
+    def val_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``val_dataset()``: a validation DataLoader. Its dataset is sharded over
+        the ranks, every sample exactly once (no padding duplicates); its own ``batch_size`` (not
+        ``data.batch_size``), ``collate_fn`` and worker settings are used. A shuffling or custom
+        sampler is honoured: the samples validated on are its stream for the current epoch (drawn
+        under the trainer's seed), each position once over the ranks. Refused: ``drop_last=True``
+        and what ``train_dataloader`` refuses."""
         return None
 
     def collate_fn(self, samples: list) -> Any:

@@ -15,6 +15,7 @@ from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule
 from trainer.precision import Precision
 from trainer.strategies import Strategy, resolve_strategy
+from trainer.user_loader import DEFAULT_BATCH_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,10 @@ class Trainer:
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
         max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
             :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).
-        batch_size: samples per rank per micro-batch (``data.batch_size``).
+        batch_size: samples per rank per micro-batch (``data.batch_size``). None (unset): the
+            ``batch_size`` of the module's ``train_dataloader()`` if it returns one, else 32; set
+            and different from the loader's: an error naming both. ``trainer.batch_size`` holds
+            the resolved value once ``fit`` started.
         global_batch_size: optional; if given, ``accumulate_grad_batches`` follows from it and it
             must equal ``batch_size x accumulate x world size`` exactly.
         accumulate_grad_batches: micro-batches per optimizer step; gradients sync on the last only.
@@ -54,8 +58,12 @@ class Trainer:
         loss_normalization: "samples" (the step's loss is the mean over the global batch's samples)
             or "tokens" (``training_step`` returns "num_tokens" and the loss is the mean over all
             tokens of the global batch, for variable-length batches).
-        drop_last: drop a short last global batch of an epoch instead of training on it.
-        num_workers / pin_memory: DataLoader settings.
+        drop_last: drop a short last global batch of an epoch instead of training on it. None
+            (unset): the ``drop_last`` of ``train_dataloader()``'s loader, else False; set and
+            different from the loader's: an error.
+        num_workers / pin_memory: DataLoader settings; None (unset): ``train_dataloader()``'s, else
+            0 / False; set and different from the loader's: an error. What else is taken from a
+            user's DataLoader, and what is refused: ``trainer/user_loader.py``.
         run_dir: where logs go (Hydra's run directory under ``train.py``; default ``runs/<time>``).
         loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
@@ -92,7 +100,7 @@ class Trainer:
         max_steps: int = -1,
         max_epochs: int | None = None,
         max_time: Any = None,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         global_batch_size: int | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
@@ -100,9 +108,9 @@ class Trainer:
         val_every_n_steps: int | None = None,
         seed: int = 0,
         loss_normalization: str = "samples",
-        drop_last: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
+        drop_last: bool | None = None,
+        num_workers: int | None = None,
+        pin_memory: bool | None = None,
         run_dir: str | None = None,
         loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
@@ -121,7 +129,8 @@ class Trainer:
     ):
         _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
-        _require(_is_int(batch_size) and batch_size >= 1, f"data.batch_size must be an integer >= 1, got {batch_size!r}")
+        _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
+                 f"data.batch_size must be an integer >= 1, got {batch_size!r} (or null: the train loader's)")
         _require(
             _is_int(accumulate_grad_batches) and accumulate_grad_batches >= 1,
             f"trainer.accumulate_grad_batches must be an integer >= 1, got {accumulate_grad_batches!r}",
@@ -141,7 +150,10 @@ class Trainer:
             loss_normalization in LOSS_NORMALIZATIONS,
             f"trainer.loss_normalization={loss_normalization!r} is not one of {LOSS_NORMALIZATIONS}",
         )
-        _require(_is_int(num_workers) and num_workers >= 0, f"data.num_workers must be >= 0, got {num_workers!r}")
+        _require(num_workers is None or (_is_int(num_workers) and num_workers >= 0),
+                 f"data.num_workers must be >= 0, got {num_workers!r} (or null: the train loader's)")
+        for name, flag in (("drop_last", drop_last), ("pin_memory", pin_memory)):
+            _require(flag is None or isinstance(flag, bool), f"data.{name} must be true, false or null (unset), got {flag!r}")
         _require(collective_timeout_s > 0, f"trainer.collective_timeout_s must be > 0, got {collective_timeout_s!r}")
 
         _require(
@@ -193,9 +205,12 @@ class Trainer:
             + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
                if "sharded" in self.strategy.checkpoint_formats else ""),
         )
-        self.batch_size = batch_size
-        self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
-        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)
+        #: data.batch_size / drop_last / num_workers / pin_memory as given (None: unset), resolved at fit
+        #: against train_dataloader() (trainer/user_loader.py, ruling 12.3)
+        self.data_args = {"batch_size": batch_size, "drop_last": drop_last, "num_workers": num_workers, "pin_memory": pin_memory}
+        self._global_batch_arg, self._accumulate_arg = global_batch_size, accumulate_grad_batches
+        # Until fit reads the module's loader, the defaults (checked now when the batch size is given).
+        self.resolve_batch(batch_size or DEFAULT_BATCH_SIZE, bool(drop_last), final=batch_size is not None)
         self.max_steps = max_steps
         self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
         self.gradient_clip_val = gradient_clip_val
@@ -203,9 +218,8 @@ class Trainer:
         self.val_every_n_steps = val_every_n_steps
         self.seed = seed
         self.loss_normalization = loss_normalization
-        self.drop_last = drop_last
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
+        self.num_workers = num_workers or 0
+        self.pin_memory = bool(pin_memory)
         self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
         self.loggers = resolve_logger_specs(loggers)
         self.progress_bar = progress_bar
@@ -213,6 +227,14 @@ class Trainer:
         self.config = config
         #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
         self.model: Any = None
+
+    def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
+        """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
+        self.batch_size, self.drop_last = batch_size, drop_last
+        known = final or self._global_batch_arg is None
+        self.accumulate_grad_batches = (self._resolve_accumulation(self._global_batch_arg, self._accumulate_arg)
+                                        if known else self._accumulate_arg)
+        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)
 
     def _resolve_accumulation(self, global_batch_size: int | None, accumulate: int) -> int:
         if global_batch_size is None:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.data import validation_shard
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.progress import ProgressBar
 from trainer.tensors import move_to_device
@@ -29,13 +28,12 @@ def run_validation(run: _Run) -> dict[str, float]:
     if run.val_set is None:
         return {}
     module, strategy = run.module, run.strategy
-    batch_size = run.trainer.batch_size
-    shards = validation_shard(len(run.val_set), batch_size, run.data_rank, run.dp_size)
+    shards = run.data.val_shard(run.epoch, run.data_rank, run.dp_size)  # val_dataloader()'s batch_size, or data's
     weights = [len(indices) for indices in shards]
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
-        most = len(validation_shard(len(run.val_set), batch_size, 0, run.dp_size))
+        most = len(run.data.val_shard(run.epoch, 0, run.dp_size))
         shards += [[0]] * (most - len(shards))
         weights += [0] * (most - len(weights))
 
