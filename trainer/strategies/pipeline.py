@@ -296,7 +296,8 @@ class PipelineStrategy(Strategy):
             if tokens is None:
                 raise ValueError("trainer.loss_normalization=tokens needs pipeline_loss to return 'num_tokens' "
                                  "(the micro-batch's token count) next to 'loss'")
-            return self._scale_loss(loss * tokens.to(loss.dtype))
+            # In fp64, never the loss dtype: bf16 cannot hold token counts above 256 exactly.
+            return self._scale_loss(loss.to(torch.float64) * tokens)
         return self._scale_loss(loss * (real * self._scale))
 
     def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
