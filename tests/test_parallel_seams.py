@@ -72,3 +72,26 @@ def test_pipeline_token_weight_is_exact_for_a_bf16_loss():
     strategy._scale, strategy._by_tokens, strategy._scale_loss = 1.0, True, lambda loss: loss
     weighted = strategy._loss_fn(torch.zeros(4, 1), torch.arange(4))
     assert weighted.dtype in (torch.float32, torch.float64) and weighted.item() == 257.0
+
+
+# ----- 12: trainer.init_from into pipeline stages ----------------------------------------------------------------
+def test_pipeline_init_from_loads_each_stage_from_the_full_file(tmp_path):
+    # Weights that are not the build's own: each stage takes its names from the full file and
+    # then trains exactly as one process initialised from the same file.
+    torch.manual_seed(123)
+    source = BlockRegressor(depth=4)
+    source.configure_model()
+    full = {k: v.detach().clone() for k, v in source.state_dict().items()}
+    torch.save(full, tmp_path / "init.pt")
+    args = dict(batch_size=8, max_steps=3, init_from=str(tmp_path / "init.pt"))
+    single = fit(tmp_path / "single", BlockRegressor(depth=4), **args)
+    piped = fit(tmp_path / "pp", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=2), devices=2, **args)
+    assert_same(piped, single)
+    untrained = fit(tmp_path / "zero", BlockRegressor(depth=4), batch_size=8, max_steps=1)
+    assert not torch.allclose(untrained[1]["out.weight"], single[1]["out.weight"])  # the file mattered
+    # Strict about each stage's own names: one missing from the file is an error naming it.
+    del full["out.weight"]  # on the last stage (rank 1)
+    torch.save(full, tmp_path / "partial.pt")
+    with pytest.raises(Exception, match=r"missing keys: out.weight \(on rank 1\)"):
+        fit(tmp_path / "bad", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=2), devices=2,
+            batch_size=8, max_steps=1, init_from=str(tmp_path / "partial.pt"))

@@ -120,7 +120,7 @@ class _Run:
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
         trainer.model = self.wrapped
         if trainer.init_from is not None:
-            load_weights(trainer.init_from, module)
+            load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
         if self.rank == 0:
             if trainer.resume not in (None, "auto"):
                 # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
