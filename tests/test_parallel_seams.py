@@ -95,3 +95,15 @@ def test_pipeline_init_from_loads_each_stage_from_the_full_file(tmp_path):
     with pytest.raises(Exception, match=r"missing keys: out.weight \(on rank 1\)"):
         fit(tmp_path / "bad", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=2), devices=2,
             batch_size=8, max_steps=1, init_from=str(tmp_path / "partial.pt"))
+
+
+# ----- 9: sync batch norm under pipeline is refused before any worker starts ---------------------------------------
+def test_pipeline_sync_batchnorm_is_refused_before_the_workers_start(tmp_path, monkeypatch):
+    from trainer import Trainer, launch
+
+    monkeypatch.setattr(launch, "spawn", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(ValueError, match=r"trainer.sync_batchnorm=true is not supported with strategy=pipeline: .*"
+                                         r"set trainer.sync_batchnorm=false .* strategy=ddp or strategy=fsdp"):
+        Trainer(strategy=PipelineStrategy(), devices=2, sync_batchnorm=True, run_dir=str(tmp_path))
+    Trainer(strategy=PipelineStrategy(), devices=2, sync_batchnorm=False, run_dir=str(tmp_path))  # the alternative
+    Trainer(strategy="ddp", devices=2, sync_batchnorm=True, run_dir=str(tmp_path))

@@ -193,6 +193,9 @@ class Trainer:
             + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
                if "sharded" in self.strategy.checkpoint_formats else ""),
         )
+        _require(not (sync_batchnorm and self.strategy.sync_batchnorm_refusal),
+                 f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
+                 f"{self.strategy.sync_batchnorm_refusal}")
         self.batch_size = batch_size
         self.accumulate_grad_batches = self._resolve_accumulation(global_batch_size, accumulate_grad_batches)
         self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)

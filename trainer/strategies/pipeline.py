@@ -112,6 +112,11 @@ class PipelineStrategy(Strategy):
     checkpoint_formats = ("sharded",)
     #: torch's pipeline stages need a process group, also for several virtual stages in one process
     needs_process_group = True
+    #: Each batch norm lives on one stage and runs once per schedule microbatch: synchronising it
+    #: over the world would wait for stages that never call it (a hang). Refused before any worker.
+    sync_batchnorm_refusal = ("each batch norm lives on one pipeline stage, so the statistics cannot be synchronised "
+                              "over the world; set trainer.sync_batchnorm=false (batch norms then normalise each "
+                              "pipeline microbatch), or train with strategy=ddp or strategy=fsdp to synchronise them")
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
