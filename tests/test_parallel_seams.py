@@ -107,3 +107,29 @@ def test_pipeline_sync_batchnorm_is_refused_before_the_workers_start(tmp_path, m
         Trainer(strategy=PipelineStrategy(), devices=2, sync_batchnorm=True, run_dir=str(tmp_path))
     Trainer(strategy=PipelineStrategy(), devices=2, sync_batchnorm=False, run_dir=str(tmp_path))  # the alternative
     Trainer(strategy="ddp", devices=2, sync_batchnorm=True, run_dir=str(tmp_path))
+
+
+# ----- 10: padding micro-batches add nothing to synchronised batch-norm statistics -----------------------------------
+class NormedRegressor(BlockRegressor):
+    """Linear -> BatchNorm1d over (N, 3, 4) -> Linear: one sample still gives 4 values per channel.
+    Saves the full state (running statistics included) to ``params.pt``."""
+
+    def configure_model(self):
+        self.inp = torch.nn.Linear(6, 12)
+        self.norm = torch.nn.BatchNorm1d(3)
+        self.out = torch.nn.Linear(12, 1)
+
+    def forward(self, x):
+        return self.out(self.norm(self.inp(x).view(-1, 3, 4)).flatten(1))
+
+
+def test_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
+    # 19 samples, global batch 8 (1 x accumulate 4 x 2 ranks): the short last window of 3 samples
+    # leaves rank 1's second micro-step empty, so it runs a padding micro-batch. One process: the
+    # same micro-steps of 2 samples (and then 1); the padding sample must not enter the statistics.
+    args = dict(num_samples=19, lr=0.05)
+    steps = dict(max_steps=3, accumulate_grad_batches=4, sync_batchnorm=True)
+    single = fit(tmp_path / "one", NormedRegressor(**args), batch_size=2, **steps)
+    ddp = fit(tmp_path / "ddp", NormedRegressor(**args), strategy="ddp", devices=2, batch_size=1, **steps)
+    assert len(single[0]) == 3 and "norm.running_var" in single[1]
+    assert_same(ddp, single)  # losses, parameters and running statistics after the short window

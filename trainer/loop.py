@@ -33,6 +33,7 @@ from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
+from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.validation import run_validation
@@ -303,7 +304,8 @@ class _Run:
             # FLOPs of one micro-batch's forward + backward, counted once (the first one).
             counting = self.throughput.flops_per_step is None and index == 0
             counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
-            with strategy.sync_context(self.wrapped, sync=index == last), counter:
+            padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+            with strategy.sync_context(self.wrapped, sync=index == last), counter, padding:
                 with timer.phase("forward"):  # the step's forward and its bookkeeping
                     with precision.autocast(self.device):
                         output = self.wrapped(batch, self.batch_idx)

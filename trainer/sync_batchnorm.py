@@ -17,20 +17,39 @@ ranks by W, which gives exactly dL/dtheta: no extra scaling is needed anywhere.
 
 Statistics cover one micro-batch on every rank (``data.batch_size`` x world size samples);
 with gradient accumulation each micro-step is normalised on its own, as a single process with
-that micro-batch size would.
+that micro-batch size would. A padding micro-batch (a rank with nothing left in a short last
+window loads one real sample with loss weight 0) runs inside ``padding_micro_batch()``: it adds
+no samples to the statistics, so they are those of the real samples only, as in one process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm"]
+__all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm",
+           "padding_micro_batch"]
+
+_padding = False  # inside padding_micro_batch()
+
+
+@contextlib.contextmanager
+def padding_micro_batch() -> Iterator[None]:
+    """Training forwards inside add nothing to the synchronised statistics (count 0; their output
+    is normalised with the other ranks' statistics) and nothing to the backward's gradient sums.
+    The loop runs its padding micro-batches (``MicroBatch.num_real == 0``) inside it."""
+    global _padding
+    previous, _padding = _padding, True
+    try:
+        yield
+    finally:
+        _padding = previous
 
 
 def _group_size(process_group: Any) -> int:
@@ -50,12 +69,12 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     of a single batch norm over the concatenated batch."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, process_group):
+    def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, process_group, padding=False):
         channels = input.shape[1]
         reduce_dims = [0, *range(2, input.dim())]
         compute_dtype = torch.promote_types(input.dtype, torch.float32)  # bf16/fp16 inputs: fp32 maths
         x = input.to(compute_dtype)
-        local_count = input.numel() // channels if channels else 0
+        local_count = input.numel() // channels if channels and not padding else 0  # padding: no samples
 
         # Local mean and biased variance by torch's stable reduction, then sums and sums of
         # squares in float64: E[x^2] - E[x]^2 on raw fp32 sums loses digits when |mean| >> std;
@@ -93,6 +112,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         ctx.save_for_backward(input, weight, mean, invstd)
         ctx.count = count
         ctx.process_group = process_group
+        ctx.padding = padding
         ctx.bias_dtype = None if bias is None else bias.dtype
         return output.to(input.dtype)
 
@@ -115,6 +135,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         grad_input = None
         if ctx.needs_input_grad[0]:  # the same on every rank, so all of them make this collective
             sums = torch.cat([sum_grad, sum_grad_x_hat])  # a new tensor: the local sums above stay local
+            if ctx.padding:  # samples that are not in the batch add nothing (their loss weight is 0 anyway)
+                sums.zero_()
             dist.all_reduce(sums, group=ctx.process_group)
             mean_grad = sums[:channels] / ctx.count
             mean_grad_x_hat = sums[channels:] / ctx.count
@@ -123,7 +145,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                 (grad - _channel_view(mean_grad, dims) - x_hat * _channel_view(mean_grad_x_hat, dims))
                 * _channel_view(scale, dims)
             ).to(input.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None
+            if ctx.padding:  # not in the batch: nothing depends on these samples
+                grad_input = torch.zeros_like(input)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -186,6 +210,7 @@ class SyncBatchNorm(_BatchNorm):
             factor,
             self.eps,
             self.process_group,
+            _padding,
         )
 
 
