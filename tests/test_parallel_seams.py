@@ -133,3 +133,52 @@ def test_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
     ddp = fit(tmp_path / "ddp", NormedRegressor(**args), strategy="ddp", devices=2, batch_size=1, **steps)
     assert len(single[0]) == 3 and "norm.running_var" in single[1]
     assert_same(ddp, single)  # losses, parameters and running statistics after the short window
+
+
+# ----- 8: random augmentation under pipeline -------------------------------------------------------------------------
+class NoisyPairs(torch.utils.data.Dataset):
+    """Random noise drawn from torch's global generator on inputs *and* targets while loading:
+    the first stage uses the inputs, the last the targets, so they must come from one draw."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x, y = self.data[index]
+        return x + 0.1 * torch.randn_like(x), y + 0.1 * torch.randn_like(y)
+
+
+class NoisyBlocks(BlockRegressor):
+    def train_dataset(self):
+        return NoisyPairs(super().train_dataset())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pipeline_random_augmentation_equals_one_process(tmp_path, workers):
+    # Loader seeds keyed by the data-parallel rank: both stages of the pipeline draw the same
+    # noise for a sample, the one a single process draws (with or without workers: one draw).
+    args = dict(batch_size=8, max_steps=4, num_workers=workers)
+    single = fit(tmp_path / "one", NoisyBlocks(depth=2, num_samples=64), **args)
+    if workers:
+        assert_same(fit(tmp_path / "one0", NoisyBlocks(depth=2, num_samples=64), **{**args, "num_workers": 0}), single)
+    piped = fit(tmp_path / "pp", NoisyBlocks(depth=2, num_samples=64), strategy=PipelineStrategy(microbatches=2),
+                devices=2, **args)
+    assert_same(piped, single)
+
+
+def test_loading_without_workers_leaves_the_training_stream_alone():
+    # Main-process loading draws from per-batch seeds and puts the generators back: the stream
+    # dropout draws from is the same whether or not (and however much) the loader drew.
+    from trainer.data import build_loader
+
+    data = NoisyPairs(torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8, 1)))
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    first = [b for b in build_loader(data, [[0, 1], [2, 3]], torch.utils.data.default_collate, 0, False, seed=11)]
+    assert torch.equal(torch.rand(3), expected)
+    again = [b for b in build_loader(data, [[2, 3]], torch.utils.data.default_collate, 0, False, seed=11, first_batch=1)]
+    assert torch.equal(again[0][0], first[1][0])  # a batch's draw depends on its position only (resume)

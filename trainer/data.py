@@ -10,10 +10,11 @@ of the global batch so the gradient is that of the global batch's mean loss.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -164,13 +165,41 @@ def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: i
     return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
 
 
-class _SeededBatches(Dataset):
-    """Loads ``(seed, indices)`` batches, seeding the worker's generators with ``seed`` first: a
-    batch's random augmentations then depend on its position in the epoch only, not on which
-    worker loads it or on where a resumed run started."""
+@contextlib.contextmanager
+def _loading_generators(seed: int) -> Iterator[None]:
+    """In the main process: the CPU generators of torch, ``random`` and NumPy seeded with ``seed``
+    for the body, then put back, so loading never draws from (or shifts) the training's own
+    stream (dropout), and draws what a worker seeded with ``seed`` draws. CUDA's stays untouched."""
+    try:
+        import numpy as np
+    except ImportError:  # NumPy is optional
+        np = None
+    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None)
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        if np is not None:
+            np.random.set_state(saved[2])
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+
+def _collated(batch: Any) -> Any:
+    return batch  # _SeededBatches collates itself, under its seed
+
+
+class _SeededBatches(Dataset):
+    """Loads and collates ``(seed, indices)`` batches with the generators seeded from ``seed``
+    (in a worker, its own; in the main process, see ``_loading_generators``): a batch's random
+    augmentations depend on its position in the epoch only, not on which worker or process loads
+    it, whether there are workers, what the model drew before, or where a resumed run started."""
+
+    def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
+        self.dataset, self.collate_fn = dataset, collate_fn
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -178,11 +207,14 @@ class _SeededBatches(Dataset):
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, key: tuple[int, list[int]]) -> list:
+    def __getitems__(self, key: tuple[int, list[int]]) -> Any:
         seed, indices = key
-        seed_everything(seed)
-        getitems = getattr(self.dataset, "__getitems__", None)
-        return getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if in_worker:
+            seed_everything(seed)
+        with contextlib.nullcontext() if in_worker else _loading_generators(seed):
+            getitems = getattr(self.dataset, "__getitems__", None)
+            return self.collate_fn(getitems(indices) if getitems is not None else [self.dataset[i] for i in indices])
 
 
 def build_loader(
@@ -196,23 +228,21 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader that loads exactly ``batches`` (lists of indices) in order.
 
-    With workers, batch ``first_batch + i`` is loaded with every generator seeded from
-    ``(seed, first_batch + i)``, so a run resumed mid-epoch draws the same augmentations. Without
-    workers, loading draws from the process's own generators, which checkpoints save.
+    Batch ``first_batch + i`` is loaded and collated with the generators seeded from
+    ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
+    resumed mid-epoch draws the same augmentations, and loading in the main process leaves the
+    training's random stream (dropout) alone.
     """
     if isinstance(dataset, IterableDataset):
         raise TypeError(
             f"{type(dataset).__name__} is an IterableDataset; the trainer needs a map-style dataset "
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
-    sampler: list = [list(b) for b in batches]
-    if num_workers > 0:
-        dataset = _SeededBatches(dataset)
-        sampler = [(derive_seed(seed, "batch", first_batch + i), b) for i, b in enumerate(sampler)]
+    sampler = [(derive_seed(seed, "batch", first_batch + i), list(b)) for i, b in enumerate(batches)]
     return DataLoader(
-        dataset,
+        _SeededBatches(dataset, collate_fn),
         batch_sampler=sampler,
-        collate_fn=collate_fn,
+        collate_fn=_collated,
         num_workers=num_workers,
         pin_memory=pin_memory,
         worker_init_fn=_seed_dataloader_worker if num_workers > 0 else None,

@@ -117,7 +117,8 @@ class _Run:
         if trainer.profile["comms_steps"] is not None and hasattr(strategy, "log_gradient_comms"):
             strategy.log_gradient_comms = True
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
-        # Different random streams per rank from here on (dropout, augmentation).
+        # Different random streams per rank from here on (dropout; also each pipeline stage's own).
+        # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
         trainer.model = self.wrapped
         if trainer.init_from is not None:
@@ -145,7 +146,7 @@ class _Run:
             self.module.collate_fn if self.user_loader is None else self.user_loader.collate_fn,
             self.trainer.num_workers,
             self.trainer.pin_memory,
-            derive_seed(self.trainer.seed, purpose, self.epoch, self.rank),
+            derive_seed(self.trainer.seed, purpose, self.epoch, self.data_rank),  # pipeline stages alike
             first_batch,
         )
 
