@@ -114,8 +114,6 @@ class _Run:
             # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
             # the data-parallel group of DDP and FSDP (hybrid included).
             convert_sync_batchnorm(module, process_group=None)
-        if trainer.profile["comms_steps"] is not None and hasattr(strategy, "log_gradient_comms"):
-            strategy.log_gradient_comms = True
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
         # Different random streams per rank from here on (dropout; also each pipeline stage's own).
         # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).

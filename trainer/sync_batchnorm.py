@@ -33,6 +33,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from trainer.comms_log import SYNC_BN_KIND, labelled
+
 __all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm",
            "padding_micro_batch"]
 
@@ -86,7 +88,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             stats[:channels] = local_mean * local_count
             stats[channels:-1] = (local_var + local_mean * local_mean) * local_count
             stats[-1] = local_count
-        dist.all_reduce(stats, group=process_group)
+        with labelled(SYNC_BN_KIND):  # for the comms log (not a gradient all-reduce)
+            dist.all_reduce(stats, group=process_group)
         count = stats[-1].item()  # free on the CPU; one sync per layer on a GPU (see convert_sync_batchnorm)
         if count <= 1:
             # The same refusal (and on every rank alike: all of them see the same global count).
@@ -137,7 +140,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             sums = torch.cat([sum_grad, sum_grad_x_hat])  # a new tensor: the local sums above stay local
             if ctx.padding:  # samples that are not in the batch add nothing (their loss weight is 0 anyway)
                 sums.zero_()
-            dist.all_reduce(sums, group=ctx.process_group)
+            with labelled(SYNC_BN_KIND):
+                dist.all_reduce(sums, group=ctx.process_group)
             mean_grad = sums[:channels] / ctx.count
             mean_grad_x_hat = sums[channels:] / ctx.count
             scale = invstd if weight is None else invstd * weight.to(compute_dtype)

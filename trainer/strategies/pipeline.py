@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from trainer import distributed
+from trainer.comms_log import GRADIENT_KIND, labelled
 from trainer.launch import ClusterEnvironment
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.strategies.base import Strategy
@@ -345,7 +346,8 @@ class PipelineStrategy(Strategy):
         if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
             grads = [p.grad for p in self.stage_parameters if p.grad is not None]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            torch.distributed.all_reduce(flat, group=self.dp_group)
+            with labelled(GRADIENT_KIND):  # for the comms log
+                torch.distributed.all_reduce(flat, group=self.dp_group)
             flat /= self.dp_size
             offset = 0
             for g in grads:
