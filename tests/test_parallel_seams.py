@@ -8,14 +8,13 @@ Tolerances: CPU fp32, rtol=1e-5 / atol=1e-6 (sums reordered across ranks and mic
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
 from datetime import timedelta
 
 import pytest
 import torch
 
-from helpers import BlockRegressor, fit, read_metrics
+from helpers import BlockRegressor, fit
 from trainer.strategies.pipeline import PipelineStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -182,3 +181,43 @@ def test_loading_without_workers_leaves_the_training_stream_alone():
     assert torch.equal(torch.rand(3), expected)
     again = [b for b in build_loader(data, [[2, 3]], torch.utils.data.default_collate, 0, False, seed=11, first_batch=1)]
     assert torch.equal(again[0][0], first[1][0])  # a batch's draw depends on its position only (resume)
+
+
+def _cuda_padding_worker(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from trainer.sync_batchnorm import convert_sync_batchnorm, padding_micro_batch
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    real, pad = torch.randn(4, 3, 5, 5, device="cuda"), torch.randn(1, 3, 5, 5, device="cuda")
+    bn = convert_sync_batchnorm(torch.nn.BatchNorm2d(3).cuda())
+    assert type(bn) is torch.nn.SyncBatchNorm
+    x = (real if rank == 0 else pad).requires_grad_()
+    with padding_micro_batch() if rank == 1 else contextlib.nullcontext():
+        y = bn(x)
+    (y * torch.arange(y.numel(), device="cuda").view_as(y)).sum().mul(rank == 0).backward()
+    if rank == 0:
+        torch.save({"y": y.detach().cpu(), "grad": x.grad.cpu(), "running_var": bn.running_var.cpu()}, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+def test_cuda_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
+    # PyTorch's nn.SyncBatchNorm (what CUDA batch norms become), 2 processes on one GPU over gloo:
+    # rank 1's padding sample must not enter rank 0's statistics or gradients.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_cuda_padding_worker, args=(port, str(tmp_path / "out.pt")), nprocs=2)
+    got = torch.load(tmp_path / "out.pt")
+    torch.manual_seed(0)
+    real = torch.randn(4, 3, 5, 5, device="cuda").requires_grad_()
+    bn = torch.nn.BatchNorm2d(3).cuda()
+    y = bn(real)
+    (y * torch.arange(y.numel(), device="cuda").view_as(y)).sum().backward()
+    torch.testing.assert_close(got["y"], y.detach().cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got["grad"], real.grad.cpu(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got["running_var"], bn.running_var.cpu(), rtol=1e-5, atol=1e-6)

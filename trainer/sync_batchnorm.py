@@ -19,7 +19,8 @@ Statistics cover one micro-batch on every rank (``data.batch_size`` x world size
 with gradient accumulation each micro-step is normalised on its own, as a single process with
 that micro-batch size would. A padding micro-batch (a rank with nothing left in a short last
 window loads one real sample with loss weight 0) runs inside ``padding_micro_batch()``: it adds
-no samples to the statistics, so they are those of the real samples only, as in one process.
+no samples to the statistics, so they are those of the real samples only, as in one process
+(PyTorch's CUDA ``nn.SyncBatchNorm`` too, called on an empty batch by a hook: GPU-only test).
 """
 
 from __future__ import annotations
@@ -247,10 +248,28 @@ def _on_cuda(module: nn.Module) -> bool:
     return any(t.is_cuda for t in itertools.chain(module.parameters(recurse=False), module.buffers(recurse=False)))
 
 
+def _padding_to_empty(module: nn.Module, args: tuple) -> tuple | None:
+    """Forward pre-hook of PyTorch's ``nn.SyncBatchNorm``: inside ``padding_micro_batch()`` it is
+    called on no samples (it then adds count 0 to the statistics and still makes its collectives)."""
+    if not (_padding and module.training):
+        return None
+    module.__dict__["_padding_input"] = args[0]
+    return (args[0][:0], *args[1:])
+
+
+def _padding_output(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
+    """Forward hook paired with ``_padding_to_empty``: zeros of the padding input's shape (its loss
+    weight is 0 and nothing depends on it), tied to the empty call so that its backward collective runs."""
+    padding_input = module.__dict__.pop("_padding_input", None)
+    if padding_input is None:
+        return None
+    return torch.zeros_like(padding_input) + output.sum() * 0
+
+
 def _convert_one(bn: _BatchNorm, process_group: Any) -> nn.Module:
     """The synchronised replacement of one batch norm, sharing its parameters and buffers."""
     if _on_cuda(bn):
-        cls = nn.SyncBatchNorm
+        cls = nn.SyncBatchNorm  # (padding micro-batches: the hooks below; it accepts empty local batches)
     else:
         cls = next(sync for base, sync in REPLACEMENTS.items() if isinstance(bn, base))
     converted = cls(bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, process_group)
@@ -264,6 +283,9 @@ def _convert_one(bn: _BatchNorm, process_group: Any) -> nn.Module:
     converted.train(bn.training)
     if hasattr(bn, "qconfig"):
         converted.qconfig = bn.qconfig
+    if cls is nn.SyncBatchNorm:
+        converted.register_forward_pre_hook(_padding_to_empty)
+        converted.register_forward_hook(_padding_output)
     return converted
 
 
