@@ -8,8 +8,9 @@ nothing in torch is replaced. Every way a collective is issued goes through thos
 and the pipeline schedules' ``P2POp`` batches), object collectives (each shows as its two tensor
 collectives, sizes then payload), barriers, DDP's reducer (C++, during backward), FSDP's
 all-gathers and reduce-scatters and DTensor's functional collectives. Checked on torch 2.13 / gloo
-on the CPU. Not seen: a collective compiled into a ``torch.compile`` graph, or one issued on a
-thread that did not inherit the mode (autograd's threads do).
+on the CPU (not on NCCL). ``torch.compile``d code runs eagerly while a dispatch mode is active, so
+its collectives are seen, but the window's step times are eager ones. Not seen: a collective
+issued on a thread that did not inherit the mode (autograd's threads do).
 
 Kinds: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``reduce``, ``gather``,
 ``scatter``, ``all_to_all``, ``send_recv``, ``barrier`` (any other ``c10d`` operator under its own
