@@ -221,3 +221,20 @@ def test_cuda_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
     torch.testing.assert_close(got["y"], y.detach().cpu(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got["grad"], real.grad.cpu(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got["running_var"], bn.running_var.cpu(), rtol=1e-5, atol=1e-6)
+
+
+# ----- 13: the collective recorder tells gradient all-reduces from sync batch norm's -------------------------------
+def test_comms_log_labels_sync_batchnorm_apart_from_gradients(tmp_path):
+    import json
+
+    from trainer.comms_log import GRADIENT_KIND, SYNC_BN_KIND
+
+    fit(tmp_path, NormedRegressor(num_samples=32), strategy="ddp", devices=2, batch_size=4, max_steps=4,
+        accumulate_grad_batches=2, sync_batchnorm=True, log_every_n_steps=100, profile={"comms_steps": [3, 3]})
+    for rank in range(2):
+        report = json.loads((tmp_path / "comms" / f"rank{rank}.json").read_text())
+        # 2 micro-batches: a forward and a backward batch-norm all-reduce each; one gradient round;
+        # DDP's broadcast of the buffers (running statistics) from rank 0 before each forward
+        assert sorted(report["kinds"]) == [GRADIENT_KIND, SYNC_BN_KIND, "broadcast"]
+        assert report["kinds"]["broadcast"]["count"] == 2
+        assert report["kinds"][SYNC_BN_KIND]["count"] == 4 and report["gradient_rounds"] == 1
