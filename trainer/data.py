@@ -301,13 +301,41 @@ def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int)
         user_worker_init(worker_id)
 
 
-class _SeededBatches(Dataset):
-    """Loads ``(seed, indices)`` batches, seeding the worker's generators with ``seed`` first: a
-    batch's random augmentations then depend on its position in the epoch only, not on which
-    worker loads it or on where a resumed run started."""
+@contextlib.contextmanager
+def _loading_generators(seed: int) -> Iterator[None]:
+    """In the main process: the CPU generators of torch, ``random`` and NumPy seeded with ``seed``
+    for the body, then put back, so loading never draws from (or shifts) the training's own
+    stream (dropout), and draws what a worker seeded with ``seed`` draws. CUDA's stays untouched."""
+    try:
+        import numpy as np
+    except ImportError:  # NumPy is optional
+        np = None
+    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None)
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        if np is not None:
+            np.random.set_state(saved[2])
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+
+def _collated(batch: Any) -> Any:
+    return batch  # _SeededBatches collates itself, under its seed
+
+
+class _SeededBatches(Dataset):
+    """Loads and collates ``(seed, indices)`` batches with the generators seeded from ``seed``
+    (in a worker, its own; in the main process, see ``_loading_generators``): a batch's random
+    augmentations depend on its position in the epoch only, not on which worker or process loads
+    it, whether there are workers, what the model drew before, or where a resumed run started."""
+
+    def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
+        self.dataset, self.collate_fn = dataset, collate_fn
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -315,11 +343,14 @@ class _SeededBatches(Dataset):
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, key: tuple[int, list[int]]) -> list:
+    def __getitems__(self, key: tuple[int, list[int]]) -> Any:
         seed, indices = key
-        seed_everything(seed)
-        getitems = getattr(self.dataset, "__getitems__", None)
-        return getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if in_worker:
+            seed_everything(seed)
+        with contextlib.nullcontext() if in_worker else _loading_generators(seed):
+            getitems = getattr(self.dataset, "__getitems__", None)
+            return self.collate_fn(getitems(indices) if getitems is not None else [self.dataset[i] for i in indices])
 
 
 def build_loader(
@@ -333,9 +364,10 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader that loads exactly ``batches`` (lists of indices) in order.
 
-    With workers, batch ``first_batch + i`` is loaded with every generator seeded from
-    ``(seed, first_batch + i)``, so a run resumed mid-epoch draws the same augmentations. Without
-    workers, loading draws from the process's own generators, which checkpoints save.
+    Batch ``first_batch + i`` is loaded and collated with the generators seeded from
+    ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
+    resumed mid-epoch draws the same augmentations, and loading in the main process leaves the
+    training's random stream (dropout) alone.
     ``reuse``: the loader this function returned for the previous pass; with persistent workers
     it is given the new batches and returned, so its workers live on.
     """
@@ -345,16 +377,14 @@ def build_loader(
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
     workers = options.num_workers > 0
-    keyed: list = [list(b) for b in batches]
-    if workers:
-        keyed = [(derive_seed(seed, "batch", first_batch + i), b) for i, b in enumerate(keyed)]
+    keyed = [(derive_seed(seed, "batch", first_batch + i), list(b)) for i, b in enumerate(batches)]
     if reuse is not None and workers and options.persistent_workers:
         reuse.batch_sampler.batches = keyed  # type: ignore[union-attr]
         return reuse
     return DataLoader(
-        _SeededBatches(dataset) if workers else dataset,
+        _SeededBatches(dataset, collate_fn),
         batch_sampler=_Batches(keyed),
-        collate_fn=collate_fn,
+        collate_fn=_collated,
         num_workers=options.num_workers,
         pin_memory=options.pin_memory,
         worker_init_fn=functools.partial(_init_worker, options.worker_init_fn) if workers else None,

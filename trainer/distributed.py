@@ -19,6 +19,8 @@ from trainer.launch import ClusterEnvironment
 
 _control_group: Any = None
 _timeout = timedelta(minutes=30)
+#: the cluster environment of the last ``init_process_group`` (its local rank: plain ``srun`` sets no LOCAL_RANK)
+_environment: ClusterEnvironment | None = None
 
 
 def is_distributed() -> bool:
@@ -40,8 +42,9 @@ def default_backend(device: torch.device) -> str:
 def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta) -> bool:
     """Join the job's process group. Returns False when there was nothing to do: alone, or already
     joined (then only the timeout is updated, e.g. by ``train.py`` under torchrun)."""
-    global _control_group, _timeout
+    global _control_group, _timeout, _environment
     _timeout = timeout
+    _environment = env
     if is_distributed():
         dist.distributed_c10d._set_pg_timeout(timeout, dist.group.WORLD)
         return False
@@ -80,13 +83,13 @@ def init_single_process_group(backend: str, timeout: timedelta) -> None:
 
 def destroy_process_group(clean: bool = True) -> None:
     """Leave the process group; ``clean=False`` after an error, when peers may never arrive."""
-    global _control_group
+    global _control_group, _environment
     if is_distributed():
         if clean:
             # Leave together: a rank that tears down while a peer still talks to it aborts in gloo.
             barrier()
         dist.destroy_process_group()
-    _control_group = None
+    _control_group = _environment = None
 
 
 def barrier() -> None:
@@ -126,13 +129,18 @@ def any_rank(flag: bool) -> bool:
 def rank_zero_first(local: bool = False) -> Iterator[bool]:
     """Run the body on rank 0 first (or local rank 0 of each node with ``local=True``), then on
     the others: the barrier pattern for downloads and caches. Yields whether this rank went first.
+    The local rank is the cluster environment's (``SLURM_LOCALID`` under ``srun``, which sets no
+    ``LOCAL_RANK``), as recorded when the process group was set up; before that, ``LOCAL_RANK``.
 
     >>> with rank_zero_first(local=True) as first:
     ...     dataset = load_or_build_cache(path)     # built once, then read by the rest
     """
-    import os
-
-    first = (int(os.environ.get("LOCAL_RANK", rank())) if local else rank()) == 0
+    if not local:
+        first = rank() == 0
+    elif _environment is not None and _environment.launcher != "none":
+        first = _environment.local_rank == 0
+    else:
+        first = int(os.environ.get("LOCAL_RANK", rank())) == 0
     if not first:
         barrier()
     try:

@@ -34,6 +34,7 @@ from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
+from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.user_loader import RunData
@@ -115,15 +116,14 @@ class _Run:
             # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
             # the data-parallel group of DDP and FSDP (hybrid included).
             convert_sync_batchnorm(module, process_group=None)
-        if trainer.profile["comms_steps"] is not None and hasattr(strategy, "log_gradient_comms"):
-            strategy.log_gradient_comms = True
         self.datasets()  # before wrapping: resolves trainer.batch_size (a strategy may need it)
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
-        # Different random streams per rank from here on (dropout, augmentation).
+        # Different random streams per rank from here on (dropout; also each pipeline stage's own).
+        # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).
         seed_everything(derive_seed(trainer.seed, "rank", self.rank))
         trainer.model = self.wrapped
         if trainer.init_from is not None:
-            load_weights(trainer.init_from, module)
+            load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
         if self.rank == 0:
             if trainer.resume not in (None, "auto"):
                 # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
@@ -141,7 +141,7 @@ class _Run:
                     logger.log_hyperparams(trainer.config)
 
     def loader(self, dataset: Any, batches: list, purpose: str, first_batch: int = 0) -> Any:
-        seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.rank)
+        seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.data_rank)  # pipeline stages alike
         return self.data.loader(dataset, batches, purpose, seed, first_batch)
 
     def datasets(self) -> None:
@@ -302,7 +302,8 @@ class _Run:
             # FLOPs of one micro-batch's forward + backward, counted once (the first one).
             counting = self.throughput.flops_per_step is None and index == 0
             counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
-            with strategy.sync_context(self.wrapped, sync=index == last), counter:
+            padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+            with strategy.sync_context(self.wrapped, sync=index == last), counter, padding:
                 with timer.phase("forward"):  # the step's forward and its bookkeeping
                     with precision.autocast(self.device):
                         output = self.wrapped(batch, self.batch_idx)

@@ -85,6 +85,13 @@ class TrainModule(nn.Module):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
         return self._trainer
 
+    def __getstate__(self) -> dict:
+        # Pickled for data-loader workers (a bound collate_fn): without the trainer, whose process
+        # groups (pipeline stages, strategy) cannot be pickled; a worker only loads data.
+        state = super().__getstate__()
+        state["_trainer"] = None
+        return state
+
     # ----- model -------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """Build the layers here when they should be created on each rank rather than in ``__init__``

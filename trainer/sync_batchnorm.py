@@ -17,20 +17,42 @@ ranks by W, which gives exactly dL/dtheta: no extra scaling is needed anywhere.
 
 Statistics cover one micro-batch on every rank (``data.batch_size`` x world size samples);
 with gradient accumulation each micro-step is normalised on its own, as a single process with
-that micro-batch size would.
+that micro-batch size would. A padding micro-batch (a rank with nothing left in a short last
+window loads one real sample with loss weight 0) runs inside ``padding_micro_batch()``: it adds
+no samples to the statistics, so they are those of the real samples only, as in one process
+(PyTorch's CUDA ``nn.SyncBatchNorm`` too, called on an empty batch by a hook: GPU-only test).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm"]
+from trainer.comms_log import SYNC_BN_KIND, labelled
+
+__all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm",
+           "padding_micro_batch"]
+
+_padding = False  # inside padding_micro_batch()
+
+
+@contextlib.contextmanager
+def padding_micro_batch() -> Iterator[None]:
+    """Training forwards inside add nothing to the synchronised statistics (count 0; their output
+    is normalised with the other ranks' statistics) and nothing to the backward's gradient sums.
+    The loop runs its padding micro-batches (``MicroBatch.num_real == 0``) inside it."""
+    global _padding
+    previous, _padding = _padding, True
+    try:
+        yield
+    finally:
+        _padding = previous
 
 
 def _group_size(process_group: Any) -> int:
@@ -50,12 +72,12 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     of a single batch norm over the concatenated batch."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, process_group):
+    def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, process_group, padding=False):
         channels = input.shape[1]
         reduce_dims = [0, *range(2, input.dim())]
         compute_dtype = torch.promote_types(input.dtype, torch.float32)  # bf16/fp16 inputs: fp32 maths
         x = input.to(compute_dtype)
-        local_count = input.numel() // channels if channels else 0
+        local_count = input.numel() // channels if channels and not padding else 0  # padding: no samples
 
         # Local mean and biased variance by torch's stable reduction, then sums and sums of
         # squares in float64: E[x^2] - E[x]^2 on raw fp32 sums loses digits when |mean| >> std;
@@ -67,7 +89,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             stats[:channels] = local_mean * local_count
             stats[channels:-1] = (local_var + local_mean * local_mean) * local_count
             stats[-1] = local_count
-        dist.all_reduce(stats, group=process_group)
+        with labelled(SYNC_BN_KIND):  # for the comms log (not a gradient all-reduce)
+            dist.all_reduce(stats, group=process_group)
         count = stats[-1].item()  # free on the CPU; one sync per layer on a GPU (see convert_sync_batchnorm)
         if count <= 1:
             # The same refusal (and on every rank alike: all of them see the same global count).
@@ -93,6 +116,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         ctx.save_for_backward(input, weight, mean, invstd)
         ctx.count = count
         ctx.process_group = process_group
+        ctx.padding = padding
         ctx.bias_dtype = None if bias is None else bias.dtype
         return output.to(input.dtype)
 
@@ -115,7 +139,10 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         grad_input = None
         if ctx.needs_input_grad[0]:  # the same on every rank, so all of them make this collective
             sums = torch.cat([sum_grad, sum_grad_x_hat])  # a new tensor: the local sums above stay local
-            dist.all_reduce(sums, group=ctx.process_group)
+            if ctx.padding:  # samples that are not in the batch add nothing (their loss weight is 0 anyway)
+                sums.zero_()
+            with labelled(SYNC_BN_KIND):
+                dist.all_reduce(sums, group=ctx.process_group)
             mean_grad = sums[:channels] / ctx.count
             mean_grad_x_hat = sums[channels:] / ctx.count
             scale = invstd if weight is None else invstd * weight.to(compute_dtype)
@@ -123,7 +150,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                 (grad - _channel_view(mean_grad, dims) - x_hat * _channel_view(mean_grad_x_hat, dims))
                 * _channel_view(scale, dims)
             ).to(input.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None
+            if ctx.padding:  # not in the batch: nothing depends on these samples
+                grad_input = torch.zeros_like(input)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -186,6 +215,7 @@ class SyncBatchNorm(_BatchNorm):
             factor,
             self.eps,
             self.process_group,
+            _padding,
         )
 
 
@@ -218,10 +248,28 @@ def _on_cuda(module: nn.Module) -> bool:
     return any(t.is_cuda for t in itertools.chain(module.parameters(recurse=False), module.buffers(recurse=False)))
 
 
+def _padding_to_empty(module: nn.Module, args: tuple) -> tuple | None:
+    """Forward pre-hook of PyTorch's ``nn.SyncBatchNorm``: inside ``padding_micro_batch()`` it is
+    called on no samples (it then adds count 0 to the statistics and still makes its collectives)."""
+    if not (_padding and module.training):
+        return None
+    module.__dict__["_padding_input"] = args[0]
+    return (args[0][:0], *args[1:])
+
+
+def _padding_output(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
+    """Forward hook paired with ``_padding_to_empty``: zeros of the padding input's shape (its loss
+    weight is 0 and nothing depends on it), tied to the empty call so that its backward collective runs."""
+    padding_input = module.__dict__.pop("_padding_input", None)
+    if padding_input is None:
+        return None
+    return torch.zeros_like(padding_input) + output.sum() * 0
+
+
 def _convert_one(bn: _BatchNorm, process_group: Any) -> nn.Module:
     """The synchronised replacement of one batch norm, sharing its parameters and buffers."""
     if _on_cuda(bn):
-        cls = nn.SyncBatchNorm
+        cls = nn.SyncBatchNorm  # (padding micro-batches: the hooks below; it accepts empty local batches)
     else:
         cls = next(sync for base, sync in REPLACEMENTS.items() if isinstance(bn, base))
     converted = cls(bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, process_group)
@@ -235,6 +283,9 @@ def _convert_one(bn: _BatchNorm, process_group: Any) -> nn.Module:
     converted.train(bn.training)
     if hasattr(bn, "qconfig"):
         converted.qconfig = bn.qconfig
+    if cls is nn.SyncBatchNorm:
+        converted.register_forward_pre_hook(_padding_to_empty)
+        converted.register_forward_hook(_padding_output)
     return converted
 
 

@@ -205,6 +205,9 @@ class Trainer:
             + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
                if "sharded" in self.strategy.checkpoint_formats else ""),
         )
+        _require(not (sync_batchnorm and self.strategy.sync_batchnorm_refusal),
+                 f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
+                 f"{self.strategy.sync_batchnorm_refusal}")
         #: data.batch_size / drop_last / num_workers / pin_memory as given (None: unset), resolved at fit
         #: against train_dataloader() (trainer/user_loader.py, ruling 12.3)
         self.data_args = {"batch_size": batch_size, "drop_last": drop_last, "num_workers": num_workers, "pin_memory": pin_memory}

@@ -49,6 +49,8 @@ class Strategy:
     needs_process_group = False
     #: checkpoint formats the strategy can save and resume from (see CheckpointConfig.format)
     checkpoint_formats = ("sharded", "full")
+    #: why ``trainer.sync_batchnorm=true`` is refused with this strategy (None: it is supported)
+    sync_batchnorm_refusal: str | None = None
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):

@@ -51,8 +51,6 @@ class DDPStrategy(Strategy):
         self.broadcast_buffers = broadcast_buffers
         self.zero1 = zero1
         self._zero_optimizer: torch.optim.Optimizer | None = None
-        #: set by the trainer when trainer.profile.comms_steps is on (before wrap)
-        self.log_gradient_comms = False
 
     @property
     def gradient_average_size(self) -> int:
@@ -68,7 +66,7 @@ class DDPStrategy(Strategy):
             options["forward_sync_buffers"] = self.broadcast_buffers
         else:
             options["broadcast_buffers"] = self.broadcast_buffers
-        ddp = DistributedDataParallel(
+        return DistributedDataParallel(  # (the comms log sees its reducer's all-reduces: trainer/comms_log.py)
             step_forward,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             find_unused_parameters=self.find_unused_parameters,
@@ -76,11 +74,6 @@ class DDPStrategy(Strategy):
             gradient_as_bucket_view=self.gradient_as_bucket_view,
             **options,
         )
-        if self.log_gradient_comms:
-            from trainer.comms_log import ddp_gradient_hook
-
-            ddp.register_comm_hook(None, ddp_gradient_hook)  # records buckets while a comms log is active
-        return ddp
 
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
         if sync or not isinstance(wrapped, DistributedDataParallel):

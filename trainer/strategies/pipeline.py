@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from trainer import distributed
+from trainer.comms_log import GRADIENT_KIND, labelled
 from trainer.launch import ClusterEnvironment
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.strategies.base import Strategy
@@ -112,6 +113,11 @@ class PipelineStrategy(Strategy):
     checkpoint_formats = ("sharded",)
     #: torch's pipeline stages need a process group, also for several virtual stages in one process
     needs_process_group = True
+    #: Each batch norm lives on one stage and runs once per schedule microbatch: synchronising it
+    #: over the world would wait for stages that never call it (a hang). Refused before any worker.
+    sync_batchnorm_refusal = ("each batch norm lives on one pipeline stage, so the statistics cannot be synchronised "
+                              "over the world; set trainer.sync_batchnorm=false (batch norms then normalise each "
+                              "pipeline microbatch), or train with strategy=ddp or strategy=fsdp to synchronise them")
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
@@ -296,7 +302,8 @@ class PipelineStrategy(Strategy):
             if tokens is None:
                 raise ValueError("trainer.loss_normalization=tokens needs pipeline_loss to return 'num_tokens' "
                                  "(the micro-batch's token count) next to 'loss'")
-            return self._scale_loss(loss * tokens.to(loss.dtype))
+            # In fp64, never the loss dtype: bf16 cannot hold token counts above 256 exactly.
+            return self._scale_loss(loss.to(torch.float64) * tokens)
         return self._scale_loss(loss * (real * self._scale))
 
     def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
@@ -339,7 +346,8 @@ class PipelineStrategy(Strategy):
         if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
             grads = [p.grad for p in self.stage_parameters if p.grad is not None]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            torch.distributed.all_reduce(flat, group=self.dp_group)
+            with labelled(GRADIENT_KIND):  # for the comms log
+                torch.distributed.all_reduce(flat, group=self.dp_group)
             flat /= self.dp_size
             offset = 0
             for g in grads:
