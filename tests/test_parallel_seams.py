@@ -171,15 +171,15 @@ def test_pipeline_random_augmentation_equals_one_process(tmp_path, workers):
 def test_loading_without_workers_leaves_the_training_stream_alone():
     # Main-process loading draws from per-batch seeds and puts the generators back: the stream
     # dropout draws from is the same whether or not (and however much) the loader drew.
-    from trainer.data import build_loader
+    from trainer.data import LoaderOptions, build_loader
 
     data = NoisyPairs(torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8, 1)))
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
-    first = [b for b in build_loader(data, [[0, 1], [2, 3]], torch.utils.data.default_collate, 0, False, seed=11)]
+    first = [b for b in build_loader(data, [[0, 1], [2, 3]], torch.utils.data.default_collate, LoaderOptions(), seed=11)]
     assert torch.equal(torch.rand(3), expected)
-    again = [b for b in build_loader(data, [[2, 3]], torch.utils.data.default_collate, 0, False, seed=11, first_batch=1)]
+    again = [b for b in build_loader(data, [[2, 3]], torch.utils.data.default_collate, LoaderOptions(), seed=11, first_batch=1)]
     assert torch.equal(again[0][0], first[1][0])  # a batch's draw depends on its position only (resume)
 
 
