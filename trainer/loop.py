@@ -32,7 +32,7 @@ from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.optimizers import split_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
-from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
@@ -233,7 +233,7 @@ class _Run:
                             self.checkpoints.save(self)
                             saved_at = self.step
                         if self.checkpoints.stop_requested():
-                            log.warning("preemption signal: saving at step %d and stopping", self.step)
+                            rank_zero_warn(log, "preemption signal: saving at step %d and stopping", self.step)
                             if saved_at != self.step:
                                 self.checkpoints.save(self)
                                 saved_at = self.step

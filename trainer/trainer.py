@@ -14,6 +14,7 @@ from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule
 from trainer.precision import Precision
+from trainer.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 
@@ -189,8 +190,8 @@ class Trainer:
             self.callbacks.append(Timer(max_time))
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
-            log.warning(
-                "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
+            rank_zero_warn(
+                log, "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
                 "(choose strategy=ddp to use them)", self.strategy.name, devices, num_nodes,
             )
             devices, num_nodes = 1, 1
