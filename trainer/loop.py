@@ -37,7 +37,7 @@ from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.user_loader import RunData
-from trainer.validation import run_validation
+from trainer.validation import check_validation_setup, run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 
@@ -148,6 +148,7 @@ class _Run:
         # The data hooks run under one seed on every rank; the per-rank streams go on after them.
         self.data = RunData(self.module, self.trainer)
         self.val_set = self.data.val_set
+        check_validation_setup(self)
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)

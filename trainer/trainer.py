@@ -188,6 +188,12 @@ class Trainer:
                 "trainer.max_time and a Timer callback both limit the time: keep one",
             )
             self.callbacks.append(Timer(max_time))
+        _require(
+            not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
+            f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
+            f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
+            f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
+        )
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
             rank_zero_warn(

@@ -1,0 +1,66 @@
+"""Settings that used to be dropped without a word (issue 12, ruling General): each is now honoured,
+refused with an error naming it, or (when it only changes what is shown) warned about once.
+
+One process, two steps each: a second or so per test.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from helpers import Regressor, run_trainer
+from trainer import Trainer
+from trainer.callbacks import EarlyStopping
+from trainer.module import TrainModule
+from trainer.strategies.single import SingleDeviceStrategy
+
+
+def warnings_in(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("trainer")]
+
+
+class NoValidationStep(Regressor):
+    validation_step = TrainModule.validation_step  # validation data, but no step to compute metrics
+
+
+def test_early_stopping_without_validation_data_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"EarlyStopping\(monitor='val/loss'\) needs validation metrics, but "
+                                         r"Regressor has no val_dataset\(\)"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, callbacks=[EarlyStopping()])
+
+
+def test_val_every_n_steps_without_validation_data_warns_once(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, val_every_n_steps=1)
+    warned = [w for w in warnings_in(caplog) if "trainer.val_every_n_steps=1" in w]
+    assert len(warned) == 1 and "Regressor has no val_dataset()" in warned[0], warnings_in(caplog)
+
+
+def test_validation_data_without_validation_step_warns_once(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, NoValidationStep(val_samples=16), max_steps=2)
+    warned = [w for w in warnings_in(caplog) if "does not override validation_step()" in w]
+    assert len(warned) == 1 and warned[0].startswith("NoValidationStep has validation data"), warnings_in(caplog)
+
+
+def test_module_with_validation_gives_no_validation_warning(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(val_samples=16), max_steps=2, val_every_n_steps=1)
+    assert not [w for w in warnings_in(caplog) if "valid" in w], warnings_in(caplog)
+
+
+def test_trace_window_after_the_run_warns(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, profile={"trace_steps": [5, 6]})
+    warned = [w for w in warnings_in(caplog) if "trace_steps" in w]
+    assert warned == ["trainer.profile.trace_steps=[5, 6]: this run trained steps 1..2, so no trace was written"]
+    assert not (tmp_path / "profiler").exists()
+
+
+def test_accelerator_that_differs_from_the_strategy_instance_is_an_error():
+    with pytest.raises(ValueError, match=r"trainer.accelerator='cuda' differs from the strategy's accelerator='cpu'"):
+        Trainer(strategy=SingleDeviceStrategy(accelerator="cpu"), accelerator="cuda")
+    assert Trainer(strategy=SingleDeviceStrategy(accelerator="cpu"), accelerator="cpu").strategy.accelerator == "cpu"
+    assert Trainer(strategy=SingleDeviceStrategy(accelerator="cpu")).strategy.accelerator == "cpu"  # "auto": the strategy's
