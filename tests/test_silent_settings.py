@@ -64,3 +64,22 @@ def test_accelerator_that_differs_from_the_strategy_instance_is_an_error():
         Trainer(strategy=SingleDeviceStrategy(accelerator="cpu"), accelerator="cuda")
     assert Trainer(strategy=SingleDeviceStrategy(accelerator="cpu"), accelerator="cpu").strategy.accelerator == "cpu"
     assert Trainer(strategy=SingleDeviceStrategy(accelerator="cpu")).strategy.accelerator == "cpu"  # "auto": the strategy's
+
+
+class LightningHooks(Regressor):
+    def on_train_batch_end(self, outputs, batch, batch_idx):  # Lightning's name: never called here
+        raise AssertionError("not reached")
+
+
+class CallbackWithLightningHook(EarlyStopping):
+    def on_before_optimizer_step(self, trainer, module, optimizer):  # a LightningModule hook, not a Callback one here
+        raise AssertionError("not reached")
+
+
+def test_a_lightning_hook_the_trainer_never_calls_is_an_error(tmp_path):
+    with pytest.raises(TypeError, match=r"LightningHooks defines on_train_batch_end\(\), which the trainer never calls"
+                                        r".*the TrainModule hooks are on_before_optimizer_step, on_fit_end"):
+        run_trainer(tmp_path, LightningHooks(), max_steps=2)
+    with pytest.raises(TypeError, match=r"CallbackWithLightningHook defines on_before_optimizer_step\(\).*the "
+                                        r"Callback hooks are on_fit_end, on_fit_start"):
+        Trainer(callbacks=[CallbackWithLightningHook()])

@@ -12,7 +12,7 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
-from trainer.module import TrainModule
+from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy, resolve_strategy
@@ -272,6 +272,7 @@ class Trainer:
     def _launch(self, module: TrainModule, mode: str) -> dict[str, float] | None:
         if not isinstance(module, TrainModule):
             raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
+        refuse_unknown_hooks(module, TrainModule, "TrainModule")
         env = detect_environment()
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
