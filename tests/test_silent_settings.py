@@ -7,8 +7,10 @@ One process, two steps each: a second or so per test.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import pytest
+import torch
 
 from helpers import Regressor, run_trainer
 from trainer import Trainer
@@ -83,3 +85,25 @@ def test_a_lightning_hook_the_trainer_never_calls_is_an_error(tmp_path):
     with pytest.raises(TypeError, match=r"CallbackWithLightningHook defines on_before_optimizer_step\(\).*the "
                                         r"Callback hooks are on_fit_end, on_fit_start"):
         Trainer(callbacks=[CallbackWithLightningHook()])
+
+
+class OwnOptimizer(Regressor):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class FactoryInOverride(Regressor):
+    def configure_optimizers(self):
+        return self.optimizer_factory([{"params": self.net[0].parameters()}, {"params": self.net[2].parameters()}])
+
+
+def test_an_optimizer_factory_that_configure_optimizers_ignores_is_an_error(tmp_path):
+    module = OwnOptimizer()
+    module.optimizer_factory = partial(torch.optim.SGD, lr=0.5)  # what the Hydra optimizer group passes
+    with pytest.raises(ValueError, match=r"OwnOptimizer was given optimizer=SGD\(lr=0.5\) \(the optimizer config "
+                                         r"group\), but its configure_optimizers\(\) does not use it"):
+        run_trainer(tmp_path, module, max_steps=2)
+    used = FactoryInOverride()
+    used.optimizer_factory = partial(torch.optim.SGD, lr=0.5)
+    run_trainer(tmp_path / "used", used, max_steps=2)
+    assert used.optimizer_factory.keywords == {"lr": 0.5}  # given back as it was

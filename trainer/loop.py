@@ -29,7 +29,7 @@ from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
-from trainer.optimizers import split_optimizers
+from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
@@ -173,7 +173,7 @@ class _Run:
         plan = self.data.plan(self.dp_size)
         epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
-        self.optimizer, schedulers = split_optimizers(module.configure_optimizers())
+        self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
