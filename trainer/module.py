@@ -250,7 +250,8 @@ class TrainModule(nn.Module):
         A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
         Anything else (two optimizers included: they come with manual optimization, later) is an
         error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
-        ``optimizer`` and ``scheduler`` groups)."""
+        ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
+        (``self.optimizer_factory``) is an error, since the group's settings would be ignored."""
         if self.optimizer_factory is None:
             raise ValueError(
                 f"{type(self).__name__} has no optimizer: pass optimizer=... to TrainModule.__init__ "
