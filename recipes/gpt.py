@@ -155,7 +155,7 @@ class GPTModule(TrainModule):
         if width % heads:
             raise ValueError(f"module.width={width} must be divisible by module.heads={heads}")
         if not 0 < val_fraction < 1:
-            raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
+            raise ValueError(f"module.val_fraction must be in (0, 1), got {val_fraction}")
         self.data_path, self.max_bytes, self.block_size, self.val_fraction = data_path, max_bytes, block_size, val_fraction
         self.model_args = dict(
             vocab_size=self.vocab_size, block_size=block_size, layers=layers, heads=heads, width=width, dropout=dropout

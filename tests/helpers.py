@@ -52,7 +52,9 @@ class Regressor(RegressionModule):
     def __init__(self, num_samples: int = 200, lr: float = 0.05, optimizer: str = "sgd", val_samples: int = 0,
                  count_syncs: bool = False):
         factory = partial(torch.optim.SGD, lr=lr, momentum=0.9) if optimizer == "sgd" else partial(torch.optim.AdamW, lr=lr)
-        super().__init__(optimizer=factory)
+        # Only the default configure_optimizers uses the factory; an override builds its own (a factory
+        # it ignored would be an error: trainer/optimizers.py configure_optimizers).
+        super().__init__(optimizer=factory if type(self).configure_optimizers is TrainModule.configure_optimizers else None)
         self.num_samples, self.val_samples, self.count_syncs = num_samples, val_samples, count_syncs
         torch.manual_seed(0)  # the same initial weights however many modules a test built before
         self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -193,7 +195,8 @@ class BlockRegressor(RegressionModule):
 
     def __init__(self, lr: float = 0.01, width: int = 32, depth: int = 3, num_samples: int = 200,
                  val_samples: int = 0, record_memory: bool = False, dropout: float = 0.0):
-        super().__init__(optimizer=partial(torch.optim.AdamW, lr=lr, weight_decay=0.01))
+        factory = partial(torch.optim.AdamW, lr=lr, weight_decay=0.01)
+        super().__init__(optimizer=factory if type(self).configure_optimizers is TrainModule.configure_optimizers else None)
         self.width, self.depth, self.num_samples, self.val_samples = width, depth, num_samples, val_samples
         self.record_memory, self.dropout = record_memory, dropout
         self.steps = 0

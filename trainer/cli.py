@@ -37,6 +37,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     from trainer.trainer import Trainer
 
     cfg = OmegaConf.create(config)
+    check_config_keys(cfg)
     # Layers built in a module's __init__ get the same initial weights in every run of this config.
     seed_everything(cfg.trainer.seed)
     module = instantiate(cfg.module)
@@ -54,6 +55,105 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
         callbacks=callbacks, **trainer_args, **data_args
     )
     return trainer, module
+
+
+# The top-level nodes that conf/config.yaml and its groups define; the ``hydra`` node never reaches ``build``.
+TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
+                  "callbacks", "checkpoint")
+# Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
+_TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "precision", "callbacks",
+                                *_DATA_KEYS)
+_HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
+
+
+def check_config_keys(cfg: Any) -> None:
+    """Every key a user adds is read by something, or said not to be (ruling General / issue 12).
+
+    An unknown top-level key: one warning naming it. An unknown key under ``trainer``, or under a
+    node built from ``_target_`` (module, strategy, optimizer, scheduler, callbacks.*) whose target
+    takes no such argument: an error naming it and the known ones (before anything is built, so the
+    optimizer's and scheduler's keys are refused now rather than at the first step). ``+data.<key>``
+    that neither the trainer nor another override reads: an error (see ``_check_added_data_keys``).
+    ``checkpoint``, ``logger`` and ``precision`` check their own keys.
+    """
+    import inspect
+
+    from omegaconf import DictConfig
+
+    from trainer.rank_logging import rank_zero_warn
+    from trainer.trainer import Trainer
+
+    unknown = [key for key in cfg if key not in TOP_LEVEL_KEYS]
+    if unknown:
+        rank_zero_warn(log, "config key(s) %s are read by nothing and ignored; the top-level keys are %s",
+                       ", ".join(unknown), ", ".join(TOP_LEVEL_KEYS))
+    known = [name for name in inspect.signature(Trainer.__init__).parameters
+             if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE]
+    extra = [key for key in cfg.trainer if key not in known]
+    if extra:
+        raise ValueError(f"trainer.{extra[0]} is not a trainer setting; the trainer settings are {', '.join(known)}"
+                         + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else ""))
+    nodes = [(name, cfg.get(name)) for name in ("module", "strategy", "optimizer", "scheduler")]
+    if isinstance(cfg.get("callbacks"), DictConfig):
+        nodes += [(f"callbacks.{name}", node) for name, node in cfg.callbacks.items()]
+    for where, node in nodes:
+        if not isinstance(node, DictConfig):
+            continue
+        if "_target_" not in node:
+            raise ValueError(f"{where} has no _target_ (keys: {', '.join(map(str, node))})"
+                             + (f"; select the callback with callbacks=[{where.split('.', 1)[1]}]"
+                                if where.startswith("callbacks.") else ""))
+        _check_target_arguments(where, node)
+    _check_added_data_keys(cfg)
+
+
+def _check_target_arguments(where: str, node: Any) -> None:
+    """An error for a key of ``node`` that its ``_target_`` does not take (unless it takes ``**kwargs``)."""
+    import inspect
+
+    from hydra.utils import get_object
+
+    target = get_object(node._target_)
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: instantiate will say
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    names = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    extra = [key for key in node if key not in names and key not in _HYDRA_KEYS]
+    if extra:
+        raise ValueError(f"{where}.{extra[0]}: {node._target_} takes no argument {extra[0]!r}; "
+                         f"it takes {', '.join(names)}")
+
+
+def _check_added_data_keys(cfg: Any) -> None:
+    """``+data.<key>=...`` (a key no config declared) that nothing reads is an error: the data decide
+    what is trained. The trainer reads ``_DATA_KEYS``; a recipe's module reads the data keys its yaml
+    declares (``data.path`` in recipe=gpt) through interpolation, so those are left alone, and so is
+    a key another override interpolates (``+module.x=${data.key}``). Needs Hydra's record of the
+    overrides: nothing to check without it (a config built by hand, or a rank other than rank 0)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    from omegaconf import OmegaConf
+
+    # As typed: resolving would replace "${data.key}" in another override by its value.
+    overrides = [str(o) for o in OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)]
+    for override in overrides:
+        # "+data.key=value" appends (Hydra refuses it for a declared key); "++" may override a declared one.
+        if not override.startswith("+data.") or "=" not in override:
+            continue
+        key = override[len("+data."):].split("=", 1)[0].split(".", 1)[0]
+        if key in _DATA_KEYS or any("${data." + key in other for other in overrides if other != override):
+            continue
+        declared = [k for k in cfg.data if k not in _DATA_KEYS and f"+data.{k}=" not in " ".join(overrides)]
+        raise ValueError(
+            f"data.{key} ({override}) is read by nothing: the trainer reads data.{', data.'.join(_DATA_KEYS)}"
+            + (f"; this recipe's module reads data.{', data.'.join(map(str, declared))}" if declared else "")
+            + "; a recipe adds a data key by declaring it under data: in its yaml and passing ${data.<key>} to its module"
+        )
 
 
 class JobSkipped(Exception):

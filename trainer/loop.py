@@ -29,16 +29,16 @@ from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
-from trainer.optimizers import split_optimizers
+from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
-from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.user_loader import RunData
-from trainer.validation import run_validation
+from trainer.validation import check_validation_setup, run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 
@@ -148,6 +148,7 @@ class _Run:
         # The data hooks run under one seed on every rank; the per-rank streams go on after them.
         self.data = RunData(self.module, self.trainer)
         self.val_set = self.data.val_set
+        check_validation_setup(self)
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)
@@ -172,7 +173,7 @@ class _Run:
         plan = self.data.plan(self.dp_size)
         epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
-        self.optimizer, schedulers = split_optimizers(module.configure_optimizers())
+        self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
@@ -233,7 +234,7 @@ class _Run:
                             self.checkpoints.save(self)
                             saved_at = self.step
                         if self.checkpoints.stop_requested():
-                            log.warning("preemption signal: saving at step %d and stopping", self.step)
+                            rank_zero_warn(log, "preemption signal: saving at step %d and stopping", self.step)
                             if saved_at != self.step:
                                 self.checkpoints.save(self)
                                 saved_at = self.step

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer import distributed
+from trainer.rank_logging import rank_zero_warn
 
 log = logging.getLogger("trainer.loop")
 
@@ -107,7 +108,7 @@ class LRScheduling:
                     raise ValueError(f"{message}; monitor one of them (or set strict=False to skip a step when it is missing)")
                 if index not in self._reported:
                     self._reported.add(index)
-                    log.warning("%s; strict=False: the scheduler skips this event (further misses are not reported)", message)
+                    rank_zero_warn(log, "%s; strict=False: the scheduler skips this event (further misses are not reported)", message)
                 continue
             if self._due(index):
                 config.scheduler.step(metrics[config.monitor])

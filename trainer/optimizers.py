@@ -28,6 +28,55 @@ OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
 SCHEDULER_DICT_KEYS = ("scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict")
 
 
+class _UseRecorder:
+    """A factory given to ``TrainModule.__init__``, recording that ``configure_optimizers`` used it
+    (called it or read an attribute of it, e.g. a partial's ``keywords``)."""
+
+    def __init__(self, factory: Any, used: set, name: str):
+        self._factory, self._used, self._name = factory, used, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._used.add(self._name)
+        return self._factory(*args, **kwargs)
+
+    def __getattr__(self, attribute: str) -> Any:
+        self._used.add(self._name)
+        return getattr(self._factory, attribute)
+
+
+def configure_optimizers(module: Any) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
+    """``module.configure_optimizers()`` read by ``split_optimizers``. An ``optimizer=`` or ``scheduler=``
+    factory the module was given (the Hydra ``optimizer`` / ``scheduler`` groups) that an overriding
+    ``configure_optimizers`` never used is an error: its settings (``optimizer.lr=...``) would be ignored."""
+    used: set = set()
+    given = {name: getattr(module, f"{name}_factory", None) for name in ("optimizer", "scheduler")}
+    for name, factory in given.items():
+        if factory is not None:
+            setattr(module, f"{name}_factory", _UseRecorder(factory, used, name))
+    try:
+        configured = module.configure_optimizers()
+    finally:
+        for name, factory in given.items():
+            setattr(module, f"{name}_factory", factory)
+    unused = [name for name, factory in given.items() if factory is not None and name not in used]
+    if unused:
+        raise ValueError(
+            f"{type(module).__name__} was given {' and '.join(n + '=' + _describe_factory(given[n]) for n in unused)} "
+            f"(the {' / '.join(unused)} config group{'s' if len(unused) > 1 else ''}), but its configure_optimizers() "
+            f"does not use {'them' if len(unused) > 1 else 'it'}, so those settings would be ignored: build from "
+            f"{' / '.join('self.' + n + '_factory' for n in unused)}, or do not pass {' / '.join(n + '=' for n in unused)} "
+            f"(a recipe: remove {' / '.join(n + ': ${' + n + '}' for n in unused)} from its module node)"
+        )
+    return split_optimizers(configured)
+
+
+def _describe_factory(factory: Any) -> str:
+    func = getattr(factory, "func", factory)
+    keywords = getattr(factory, "keywords", {}) or {}
+    name = getattr(func, "__qualname__", type(func).__name__)
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
+
+
 def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
     """``(optimizer, scheduler configs)`` from what ``configure_optimizers`` returned."""
     monitor = None

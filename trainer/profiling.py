@@ -4,11 +4,16 @@ traces over a range of steps (``trainer.profile.*``)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from typing import Iterator
 
 import torch
+
+from trainer.rank_logging import rank_zero_warn
+
+log = logging.getLogger(__name__)
 
 PHASES = ("data", "forward", "backward", "optimizer", "collectives")
 
@@ -83,6 +88,8 @@ class TraceWindow:
         self.rank = rank
         self.device = device
         self._profiler: torch.profiler.profile | None = None
+        self._first_step = self._last_step = 0  # the steps this run trained (after_step)
+        self._written = False  # the whole window was traced
 
     def before_step(self, step: int) -> None:
         """``step``: the 1-based step about to run."""
@@ -99,6 +106,8 @@ class TraceWindow:
         self._profiler.__enter__()
 
     def after_step(self, step: int) -> None:
+        self._first_step = self._first_step or step
+        self._last_step = step
         if self._profiler is None or step != self.steps[1]:
             return
         profiler, self._profiler = self._profiler, None
@@ -107,8 +116,15 @@ class TraceWindow:
         table = profiler.key_averages().table(sort_by=sort, row_limit=30)
         with open(os.path.join(self.folder, f"summary_rank{self.rank}.txt"), "w", encoding="utf-8") as handle:
             handle.write(f"steps {self.steps[0]}..{self.steps[1]}, rank {self.rank}\n{table}\n")
+        self._written = True
 
     def close(self) -> None:
+        if self.steps is not None and not self._written:  # the run did not cover the window
+            rank_zero_warn(log, "trainer.profile.trace_steps=%s: this run trained steps %s, %s", list(self.steps),
+                           f"{self._first_step}..{self._last_step}" if self._first_step else "none",
+                           "so no trace was written" if self._profiler is None
+                           else "so the trace stops at the last one and has no summary")
+            self.steps = None
         if self._profiler is not None:
             self._profiler.__exit__(None, None, None)
             self._profiler = None

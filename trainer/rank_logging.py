@@ -1,4 +1,9 @@
-"""Python logging that knows its rank: INFO on rank 0, WARNING elsewhere, every line tagged."""
+"""Python logging that knows its rank: INFO on rank 0, WARNING elsewhere, every line tagged.
+
+A warning that every rank would give alike (a config or wrapping warning) goes through
+``rank_zero_warn``: logged once, by rank 0. One that only some ranks hit uses ``log.warning`` and
+keeps its rank tag (ruling General).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,14 @@ import logging
 import sys
 
 _FORMAT = "[%(asctime)s][rank %(rank)s][%(levelname)s] %(message)s"
+
+
+def rank_zero_warn(logger: logging.Logger, message: str, *args: object) -> None:
+    """Log a warning that every rank would give alike once, on rank 0 (the other ranks say nothing)."""
+    from trainer import distributed
+
+    if distributed.rank() == 0:
+        logger.warning(message, *args, stacklevel=2)
 
 
 class _RankFilter(logging.Filter):

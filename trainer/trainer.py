@@ -12,8 +12,9 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
-from trainer.module import TrainModule
+from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
+from trainer.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 
@@ -187,10 +188,16 @@ class Trainer:
                 "trainer.max_time and a Timer callback both limit the time: keep one",
             )
             self.callbacks.append(Timer(max_time))
+        _require(
+            not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
+            f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
+            f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
+            f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
+        )
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
-            log.warning(
-                "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
+            rank_zero_warn(
+                log, "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
                 "(choose strategy=ddp to use them)", self.strategy.name, devices, num_nodes,
             )
             devices, num_nodes = 1, 1
@@ -268,6 +275,7 @@ class Trainer:
     def _launch(self, module: TrainModule, mode: str) -> dict[str, float] | None:
         if not isinstance(module, TrainModule):
             raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
+        refuse_unknown_hooks(module, TrainModule, "TrainModule")
         env = detect_environment()
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:

@@ -14,13 +14,30 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.module import TrainModule
 from trainer.progress import ProgressBar
+from trainer.rank_logging import rank_zero_warn
 from trainer.tensors import move_to_device
 
 if TYPE_CHECKING:
     from trainer.loop import _Run
 
 log = logging.getLogger("trainer.loop")  # the same logger as the training lines
+
+
+def check_validation_setup(run: _Run) -> None:
+    """One warning (rank 0) for a validation setting that would do nothing: validation only shows
+    how a run goes, so it may be skipped, but never silently (ruling General)."""
+    module, every = run.module, run.trainer.val_every_n_steps
+    if run.val_set is None:
+        if every:
+            rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
+                           "is validated; return validation data, or unset trainer.val_every_n_steps", every,
+                           type(module).__name__)
+    elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
+        rank_zero_warn(log, "%s has validation data but does not override validation_step(), so validation computes "
+                       "no metrics; override it (return the loss or a dict of metrics), or return no validation data",
+                       type(module).__name__)
 
 
 def run_validation(run: _Run) -> dict[str, float]:

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from trainer import distributed
 from trainer.callbacks.base import Callback
+from trainer.module import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Cal
                 f"trainer callbacks: {item!r} ({type(item).__name__}) is not a Callback; "
                 "subclass trainer.callbacks.Callback"
             )
+        refuse_unknown_hooks(item, Callback, "Callback")
     return items
 
 

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from trainer.callbacks.base import Callback
+from trainer.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,12 @@ class EarlyStopping(Callback):
         return value < than if self.mode == "min" else value > than
 
     def on_fit_start(self, run: Any) -> None:
-        if run.val_set is None:
-            log.warning("EarlyStopping(monitor=%r) will never run: the module has no val_dataset()", self.monitor)
-        elif not run.trainer.val_every_n_steps:
-            log.warning("EarlyStopping(monitor=%r): trainer.val_every_n_steps is not set, so validation (and this "
+        if run.val_set is None:  # it could never stop the run it was asked to watch
+            raise ValueError(f"EarlyStopping(monitor={self.monitor!r}) needs validation metrics, but "
+                             f"{type(run.module).__name__} has no val_dataset() / val_dataloader(): return one, or "
+                             "remove the callback")
+        if not run.trainer.val_every_n_steps:
+            rank_zero_warn(log, "EarlyStopping(monitor=%r): trainer.val_every_n_steps is not set, so validation (and this "
                         "check) runs only once, at the end of training", self.monitor)
 
     def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:

@@ -33,6 +33,7 @@ from torch import nn
 
 from trainer import distributed
 from trainer.launch import ClusterEnvironment
+from trainer.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy, TrainingStepForward
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import describe_units, select_units
@@ -188,8 +189,8 @@ class FSDPStrategy(Strategy):
 
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         if self.meta_init and not has_meta_tensors(module):
-            log.warning(
-                "strategy.meta_init=true but %s has no meta-device tensors: build the layers in "
+            rank_zero_warn(
+                log, "strategy.meta_init=true but %s has no meta-device tensors: build the layers in "
                 "configure_model(), not __init__, for it to take effect", type(module).__name__,
             )
         from torch.distributed.fsdp import fully_shard
@@ -198,8 +199,8 @@ class FSDPStrategy(Strategy):
         units = select_units(module, self.wrap_classes, declared, self.min_num_params)
         log.info("FSDP sharding=%s, units: %s", self.sharding, describe_units(module, units))
         if not units:
-            log.warning(
-                "FSDP has a single unit (the whole model): every rank gathers all parameters in forward, so only "
+            rank_zero_warn(
+                log, "FSDP has a single unit (the whole model): every rank gathers all parameters in forward, so only "
                 "the optimizer state and gradients are saved; declare TrainModule.block_classes() or set "
                 "strategy.wrap / strategy.min_num_params"
             )
