@@ -11,7 +11,7 @@ def samples_of_step(plan: GlobalBatchPlan, epoch: int, step: int) -> list[int]:
     """The union over ranks and micro-steps of what step ``step`` loads (real samples only)."""
     seen = []
     for rank in range(plan.world_size):
-        for micro_batch in plan.rank_steps(epoch, rank)[step].micro_batches:
+        for micro_batch in plan.step_plan(epoch, step, rank).micro_batches:
             seen.extend(micro_batch.indices[: micro_batch.num_real])
     return seen
 
@@ -32,8 +32,8 @@ def test_global_batch_is_the_same_whatever_the_split(world_size, batch, accumula
     assert plan.steps_per_epoch == reference.steps_per_epoch == 5  # 4 full batches + a short one of 6
     for epoch, step in itertools.product(range(2), range(plan.steps_per_epoch)):
         assert sorted(samples_of_step(plan, epoch, step)) == sorted(samples_of_step(reference, epoch, step))
-        assert sum(sum(mb.num_real for mb in plan.rank_steps(epoch, r)[step].micro_batches) for r in range(world_size)) \
-            == plan.rank_steps(epoch, 0)[step].global_count
+        assert sum(sum(mb.num_real for mb in plan.step_plan(epoch, step, r).micro_batches) for r in range(world_size)) \
+            == plan.step_plan(epoch, step, 0).global_count
 
 
 def test_order_changes_per_epoch_and_repeats_with_the_seed():
@@ -48,13 +48,13 @@ def test_every_rank_runs_the_same_number_of_micro_batches():
     # fewer forward/backward passes than the others, or the gradient all-reduce would hang.
     plan = GlobalBatchPlan(70, 2, 2, 4, seed=0)
     for step in range(plan.steps_per_epoch):
-        counts = {len(plan.rank_steps(0, r)[step].micro_batches) for r in range(4)}
+        counts = {len(plan.step_plan(0, step, r).micro_batches) for r in range(4)}
         assert len(counts) == 1
 
 
 def test_fewer_samples_than_ranks_pads_with_zero_weight():
     plan = GlobalBatchPlan(3, 1, 1, 4, seed=0)
-    steps = [plan.rank_steps(0, r)[0] for r in range(4)]
+    steps = [plan.step_plan(0, 0, r) for r in range(4)]
     assert [s.micro_batches[0].num_real for s in steps] == [1, 1, 1, 0]
     assert all(len(s.micro_batches[0].indices) == 1 for s in steps)  # the padded rank still loads a sample
 
