@@ -159,3 +159,18 @@ def test_plan_for_1e8_samples_costs_little_memory_per_rank():
     measured = json.loads(result.stdout)
     assert max(measured["growth_bytes"]) < 100 * 2**20, measured
     assert max(measured["first_step_s"]) < 2.0, measured  # generous: O(global batch), ~5 ms here
+
+
+def test_the_plan_reads_no_scalar_from_a_tensor():
+    # A host-sync counter (aten._local_scalar_dense) wraps whole runs: the plan must not add to it.
+    class Reads(torch.utils._python_dispatch.TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Reads.count += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    plan = GlobalBatchPlan(1000, 8, 2, 2, seed=4)  # 1000 < 1024: positions cycle-walk
+    with Reads():
+        steps = list(plan.rank_steps(0, 1))
+    assert Reads.count == 0 and len(steps) == plan.steps_per_epoch

@@ -64,10 +64,12 @@ class IndexPermutation:
 
     def __getitem__(self, positions: torch.Tensor) -> torch.Tensor:
         out = self._feistel(positions.to(torch.int64))
-        outside = out >= self.n
-        while bool(outside.any()):  # a CPU tensor: no device sync
+        # CPU tensors only; nonzero + numel rather than bool(any()), which a host-sync counter
+        # (aten._local_scalar_dense) would count even on the CPU.
+        outside = (out >= self.n).nonzero().squeeze(1)
+        while outside.numel():
             out[outside] = self._feistel(out[outside])
-            outside = out >= self.n
+            outside = outside[out[outside] >= self.n]
         return out
 
     def range(self, start: int, stop: int) -> torch.Tensor:
