@@ -5,8 +5,9 @@ without building the order: a Feistel network over the next power of two >= n is
 that domain whatever its round function; positions that land outside ``range(n)`` are sent
 through it again (cycle-walking) until they land inside, which keeps it a bijection of
 ``range(n)``. The domain is under 2n, so a position takes fewer than 2 passes on average.
-A whole global batch is computed at once with int64 tensor ops on the CPU: O(batch) per step,
-the same numbers on every machine (integer arithmetic only, no floating point, no generator).
+A whole global batch goes through the network at once with int64 tensor ops on the CPU, the few
+positions still walking after that in Python ints: O(batch) per step, the same numbers on every
+machine (integer arithmetic only, no floating point, no generator).
 """
 
 from __future__ import annotations
@@ -17,27 +18,16 @@ import torch
 
 ROUNDS = 8  # even: the two halves' widths swap every round and are back in place at the end
 _MASK32 = (1 << 32) - 1
-
-
-def _round_keys(key: int) -> list[int]:
-    return [int.from_bytes(hashlib.sha256(f"{key}/round/{r}".encode()).digest()[:4], "little") for r in range(ROUNDS)]
-
-
-def _mix(x: torch.Tensor, round_key: int) -> torch.Tensor:
-    """A 32-bit hash of ``x`` (< 2**32) keyed by ``round_key``: every product stays below 2**60,
-    so int64 never overflows."""
-    x = (x ^ round_key) & _MASK32
-    x = (x * 0x45D9F3B) & _MASK32
-    x = x ^ (x >> 16)
-    x = ((x + round_key) * 0x45D9F3B) & _MASK32
-    x = x ^ (x >> 16)
-    x = (x * 0x119DE1F3) & _MASK32
-    return x ^ (x >> 15)
+_TENSOR_WALK_MIN = 64  # fewer walking positions than this go through the network in Python ints
 
 
 class IndexPermutation:
     """A bijection of ``range(n)`` chosen by ``key``; ``perm[positions]`` maps an int64 tensor of
     positions (each in ``range(n)``) to the indices there.
+
+    Round r's function is multiplicative hashing, ``F(x) = top bits of ((x + add_r) * mul_r mod 2**32)``,
+    with ``add_r`` < 2**32 and an odd ``mul_r`` < 2**29 from ``sha256(key, r)``: every product stays
+    below 2**63, so int64 never overflows.
 
     Args:
         n: the size of the permuted range (>= 1; at most 2**62).
@@ -50,26 +40,55 @@ class IndexPermutation:
         self.n = n
         bits = max(2, (n - 1).bit_length())  # the domain 2**bits is the next power of two >= n (at least 4)
         self.left_bits, self.right_bits = (bits + 1) // 2, bits // 2
-        self.round_keys = _round_keys(key)
+        self.round_keys = []
+        for r in range(ROUNDS):
+            digest = hashlib.sha256(f"{key}/round/{r}".encode()).digest()
+            add = int.from_bytes(digest[:4], "little")
+            mul = (int.from_bytes(digest[4:8], "little") >> 4) | (1 << 28) | 1  # odd, in [2**28, 2**29)
+            self.round_keys.append((add, mul))
 
     def _feistel(self, x: torch.Tensor) -> torch.Tensor:
-        """One pass through the network: a bijection of ``range(2**bits)``."""
+        """One pass through the network, for a tensor of values: a bijection of ``range(2**bits)``."""
         a, b = self.left_bits, self.right_bits
         left, right = x >> b, x & ((1 << b) - 1)
-        for round_key in self.round_keys:
+        for add, mul in self.round_keys:
             # (left: a bits, right: b bits) -> (right: b bits, left ^ F(right): a bits)
-            left, right = right, left ^ (_mix(right, round_key) & ((1 << a) - 1))
+            f = (right + add).mul_(mul).bitwise_and_(_MASK32).bitwise_right_shift_(32 - a)
+            left, right = right, f.bitwise_xor_(left)
+            a, b = b, a
+        return left.bitwise_left_shift_(b).bitwise_or_(right)
+
+    def _feistel_int(self, x: int) -> int:
+        """``_feistel`` for one Python int (the same numbers)."""
+        a, b = self.left_bits, self.right_bits
+        left, right = x >> b, x & ((1 << b) - 1)
+        for add, mul in self.round_keys:
+            left, right = right, left ^ ((((right + add) * mul) & _MASK32) >> (32 - a))
             a, b = b, a
         return (left << b) | right
+
+    def at(self, position: int) -> int:
+        """The index at one position (Python ints only)."""
+        x = self._feistel_int(position)
+        while x >= self.n:
+            x = self._feistel_int(x)
+        return x
 
     def __getitem__(self, positions: torch.Tensor) -> torch.Tensor:
         out = self._feistel(positions.to(torch.int64))
         # CPU tensors only; nonzero + numel rather than bool(any()), which a host-sync counter
         # (aten._local_scalar_dense) would count even on the CPU.
         outside = (out >= self.n).nonzero().squeeze(1)
-        while outside.numel():
+        while outside.numel() >= _TENSOR_WALK_MIN:
             out[outside] = self._feistel(out[outside])
             outside = outside[out[outside] >= self.n]
+        if outside.numel():
+            walked = []
+            for x in out[outside].tolist():
+                while x >= self.n:
+                    x = self._feistel_int(x)
+                walked.append(x)
+            out[outside] = torch.tensor(walked, dtype=torch.int64)
         return out
 
     def range(self, start: int, stop: int) -> torch.Tensor:
