@@ -142,6 +142,9 @@ class StepPlan:
     global_count: int
 
 
+_RECENT_STEPS = 64  # step plans kept: how far a loader's prefetching may run ahead of the step loop
+
+
 class GlobalBatchPlan:
     """Deals an epoch's samples into global batches, micro-steps and ranks.
 
@@ -181,6 +184,7 @@ class GlobalBatchPlan:
         self.order = order
         self.global_batch_size = micro_batch_size * accumulate * world_size
         self._epoch_permutation: tuple[int, IndexPermutation] | None = None
+        self._recent: dict[tuple[int, int, int], StepPlan] = {}
         if self.steps_per_epoch == 0:
             raise ValueError(
                 f"the dataset has {num_samples} samples, fewer than one global batch of {self.global_batch_size} "
@@ -260,13 +264,19 @@ class GlobalBatchPlan:
 
     def step_plan(self, epoch: int, step: int, rank: int) -> StepPlan:
         """What rank ``rank`` loads at global step ``step`` of ``epoch``: O(global batch)."""
+        key = (epoch, step, rank)
+        if key in self._recent:  # the step loop and its loader (running ahead) ask for the same steps
+            return self._recent[key]
         samples = self.global_batch(epoch, step)
         micro_batches = []
         for row in self.layout(samples):
             mine = row[rank]
             # A padding micro-batch loads one real sample so the model runs, with weight 0.
             micro_batches.append(MicroBatch(tuple(mine) if mine else (samples[0],), len(mine)))
-        return StepPlan(tuple(micro_batches), len(samples))
+        plan = self._recent[key] = StepPlan(tuple(micro_batches), len(samples))
+        if len(self._recent) > _RECENT_STEPS:
+            del self._recent[next(iter(self._recent))]  # the oldest
+        return plan
 
     def rank_steps(self, epoch: int, rank: int, start_step: int = 0) -> Iterator[StepPlan]:
         """Rank ``rank``'s steps of ``epoch`` from ``start_step`` on (a resumed run's position),
