@@ -284,7 +284,7 @@ class GlobalBatchPlan:
         for step in range(start_step, self.steps_per_epoch):
             yield self.step_plan(epoch, step, rank)
 
-    def rank_batches(self, epoch: int, rank: int, start_step: int = 0) -> "RankBatches":
+    def rank_batches(self, epoch: int, rank: int, start_step: int = 0) -> RankBatches:
         """The indices of rank ``rank``'s micro-batches from ``start_step`` on, lazily (for its loader)."""
         return RankBatches(self, epoch, rank, start_step)
 
