@@ -1,8 +1,10 @@
 """Which samples each rank loads: the global-batch-invariant plan, seeding and loaders.
 
 Invariant (DESIGN.md #1): the samples of global step k depend only on the seed, the epoch and k.
-The epoch's order is one permutation drawn from ``(seed, epoch)``; global step k takes the next
-``global_batch_size`` samples of it, and only then are they dealt out to micro-steps and ranks.
+The epoch's order is one permutation keyed by ``(seed, epoch)`` (``trainer.permutation``: computed per
+position, never built whole, so a step costs O(global batch) and a rank's memory does not grow with
+the dataset); global step k takes the next ``global_batch_size`` positions of it, and only then are
+they dealt out to micro-steps and ranks.
 So one process with batch 32, two ranks with batch 16, or two ranks with 4 x 4 accumulation
 all see the same 32 samples at step k, and the trainer weights every micro-batch by its share
 of the global batch so the gradient is that of the global batch's mean loss. A user's sampler (``DataLoader(sampler=...)``)
@@ -17,10 +19,12 @@ import hashlib
 import operator
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from trainer.permutation import IndexPermutation
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -138,6 +142,9 @@ class StepPlan:
     global_count: int
 
 
+_RECENT_STEPS = 64  # step plans kept: how far a loader's prefetching may run ahead of the step loop
+
+
 class GlobalBatchPlan:
     """Deals an epoch's samples into global batches, micro-steps and ranks.
 
@@ -147,7 +154,7 @@ class GlobalBatchPlan:
         accumulate: micro-steps per optimizer step (``trainer.accumulate_grad_batches``).
         world_size: data-parallel ranks.
         seed: base seed; epoch e is shuffled with ``derive_seed(seed, "epoch", e)``.
-        shuffle: draw a new permutation each epoch (False: dataset order).
+        shuffle: a new permutation each epoch (False: dataset order).
         drop_last: drop a short last global batch instead of training on it.
         order: where the epoch's order comes from instead (a user's sampler, ``SamplerStream``);
             ``num_samples`` is then its length per epoch.
@@ -176,6 +183,8 @@ class GlobalBatchPlan:
         self.drop_last = drop_last
         self.order = order
         self.global_batch_size = micro_batch_size * accumulate * world_size
+        self._epoch_permutation: tuple[int, IndexPermutation] | None = None
+        self._recent: dict[tuple[int, int, int], StepPlan] = {}
         if self.steps_per_epoch == 0:
             raise ValueError(
                 f"the dataset has {num_samples} samples, fewer than one global batch of {self.global_batch_size} "
@@ -208,20 +217,29 @@ class GlobalBatchPlan:
             "for a global batch that fits"
         )
 
-    def epoch_order(self, epoch: int) -> list[int]:
-        """The sample order of an epoch: the same on every rank and for every world size."""
-        if self.order is not None:
-            return self.order.epoch_order(epoch)
-        if not self.shuffle:
-            return list(range(self.num_samples))
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "epoch", epoch))
-        return torch.randperm(self.num_samples, generator=generator).tolist()
+    def _permutation(self, epoch: int) -> IndexPermutation:
+        if self._epoch_permutation is None or self._epoch_permutation[0] != epoch:
+            self._epoch_permutation = (epoch, IndexPermutation(self.num_samples, derive_seed(self.seed, "epoch", epoch)))
+        return self._epoch_permutation[1]
 
-    def global_batch(self, epoch: int, step: int, order: Sequence[int] | None = None) -> list[int]:
-        """The sample indices of global step ``step`` (0-based within the epoch)."""
-        order = self.epoch_order(epoch) if order is None else order
+    def positions(self, epoch: int, start: int, stop: int) -> list[int]:
+        """The samples at positions ``start .. stop-1`` of the epoch's order (the same on every rank
+        and for every world size), computed for those positions only: O(stop - start)."""
+        stop = min(stop, self.num_samples)
+        if self.order is not None:
+            return list(self.order.epoch_order(epoch)[start:stop])
+        if not self.shuffle:
+            return list(range(start, stop))
+        return self._permutation(epoch).range(start, stop).tolist()  # CPU tensor: data loading, no device sync
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The whole epoch's order, O(dataset): for tests and tools; training reads it step by step."""
+        return self.positions(epoch, 0, self.num_samples)
+
+    def global_batch(self, epoch: int, step: int) -> list[int]:
+        """The sample indices of global step ``step`` (0-based within the epoch): O(global batch)."""
         start = step * self.global_batch_size
-        return list(order[start : start + self.global_batch_size])
+        return self.positions(epoch, start, start + self.global_batch_size)
 
     def layout(self, samples: Sequence[int]) -> list[list[list[int]]]:
         """Deal one global batch into ``[micro_step][rank] -> indices``.
@@ -244,19 +262,55 @@ class GlobalBatchPlan:
             grid.append(row)
         return grid
 
-    def rank_steps(self, epoch: int, rank: int, start_step: int = 0) -> list[StepPlan]:
-        """Everything rank ``rank`` loads in ``epoch`` from ``start_step`` on, step by step."""
-        order = self.epoch_order(epoch)
-        plans = []
+    def step_plan(self, epoch: int, step: int, rank: int) -> StepPlan:
+        """What rank ``rank`` loads at global step ``step`` of ``epoch``: O(global batch)."""
+        key = (epoch, step, rank)
+        if key in self._recent:  # the step loop and its loader (running ahead) ask for the same steps
+            return self._recent[key]
+        samples = self.global_batch(epoch, step)
+        micro_batches = []
+        for row in self.layout(samples):
+            mine = row[rank]
+            # A padding micro-batch loads one real sample so the model runs, with weight 0.
+            micro_batches.append(MicroBatch(tuple(mine) if mine else (samples[0],), len(mine)))
+        plan = self._recent[key] = StepPlan(tuple(micro_batches), len(samples))
+        if len(self._recent) > _RECENT_STEPS:
+            del self._recent[next(iter(self._recent))]  # the oldest
+        return plan
+
+    def rank_steps(self, epoch: int, rank: int, start_step: int = 0) -> Iterator[StepPlan]:
+        """Rank ``rank``'s steps of ``epoch`` from ``start_step`` on (a resumed run's position),
+        computed lazily one step at a time."""
         for step in range(start_step, self.steps_per_epoch):
-            samples = self.global_batch(epoch, step, order)
-            micro_batches = []
-            for row in self.layout(samples):
-                mine = row[rank]
-                # A padding micro-batch loads one real sample so the model runs, with weight 0.
-                micro_batches.append(MicroBatch(tuple(mine) if mine else (samples[0],), len(mine)))
-            plans.append(StepPlan(tuple(micro_batches), len(samples)))
-        return plans
+            yield self.step_plan(epoch, step, rank)
+
+    def rank_batches(self, epoch: int, rank: int, start_step: int = 0) -> RankBatches:
+        """The indices of rank ``rank``'s micro-batches from ``start_step`` on, lazily (for its loader)."""
+        return RankBatches(self, epoch, rank, start_step)
+
+    def micro_steps(self, step: int) -> int:
+        """How many micro-batches each rank runs at global step ``step``."""
+        size = min(self.global_batch_size, self.num_samples - step * self.global_batch_size)
+        return -(-size // (self.micro_batch_size * self.world_size))
+
+
+class RankBatches:
+    """One rank's micro-batch indices of an epoch from a start step, computed step by step as a
+    loader asks for them (iterable again for each pass; ``len`` without computing them)."""
+
+    def __init__(self, plan: GlobalBatchPlan, epoch: int, rank: int, start_step: int):
+        self.plan, self.epoch, self.rank, self.start_step = plan, epoch, rank, start_step
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        for step_plan in self.plan.rank_steps(self.epoch, self.rank, self.start_step):
+            for micro_batch in step_plan.micro_batches:
+                yield micro_batch.indices
+
+    def __len__(self) -> int:
+        last = self.plan.steps_per_epoch - 1  # every step before the last one is a full global batch
+        if self.start_step > last:
+            return 0
+        return (last - self.start_step) * self.plan.accumulate + self.plan.micro_steps(last)
 
 
 def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[list[int]]:
@@ -282,17 +336,19 @@ class LoaderOptions:
 
 
 class _Batches:
-    """The batch sampler of a loader: the batches of one pass, replaced for the next pass when the
-    loader's workers persist (``persistent_workers=True``)."""
+    """The batch sampler of a loader: ``(seed, indices)`` for each batch of one pass, keyed by the
+    batch's position in the epoch and drawn lazily from ``batches`` (a list, or a plan's
+    ``RankBatches``); replaced for the next pass when the loader's workers persist."""
 
-    def __init__(self, batches: list):
-        self.batches = batches
+    def __init__(self, batches: Iterable[Sequence[int]], seed: int, first_batch: int):
+        self.batches, self.seed, self.first_batch = batches, seed, first_batch
 
-    def __iter__(self) -> Iterator:
-        return iter(self.batches)
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        for i, batch in enumerate(self.batches, start=self.first_batch):
+            yield derive_seed(self.seed, "batch", i), list(batch)
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.batches)  # type: ignore[arg-type]
 
 
 def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int) -> None:
@@ -355,14 +411,14 @@ class _SeededBatches(Dataset):
 
 def build_loader(
     dataset: Dataset,
-    batches: Sequence[Sequence[int]],
+    batches: Iterable[Sequence[int]],
     collate_fn: Callable[[list], Any],
     options: LoaderOptions,
     seed: int,
     first_batch: int = 0,
     reuse: DataLoader | None = None,
 ) -> DataLoader:
-    """A DataLoader that loads exactly ``batches`` (lists of indices) in order.
+    """A DataLoader that loads exactly ``batches`` (lists of indices, or a lazy ``RankBatches``) in order.
 
     Batch ``first_batch + i`` is loaded and collated with the generators seeded from
     ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
@@ -377,13 +433,14 @@ def build_loader(
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
     workers = options.num_workers > 0
-    keyed = [(derive_seed(seed, "batch", first_batch + i), list(b)) for i, b in enumerate(batches)]
+    keyed = _Batches(batches, seed, first_batch)
     if reuse is not None and workers and options.persistent_workers:
-        reuse.batch_sampler.batches = keyed  # type: ignore[union-attr]
+        sampler = reuse.batch_sampler
+        sampler.batches, sampler.seed, sampler.first_batch = batches, seed, first_batch  # type: ignore[union-attr]
         return reuse
     return DataLoader(
         _SeededBatches(dataset, collate_fn),
-        batch_sampler=_Batches(keyed),
+        batch_sampler=keyed,
         collate_fn=_collated,
         num_workers=options.num_workers,
         pin_memory=options.pin_memory,

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import math
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -140,7 +140,7 @@ class _Run:
                 for logger in self.loggers:
                     logger.log_hyperparams(trainer.config)
 
-    def loader(self, dataset: Any, batches: list, purpose: str, first_batch: int = 0) -> Any:
+    def loader(self, dataset: Any, batches: Iterable, purpose: str, first_batch: int = 0) -> Any:
         seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.data_rank)  # pipeline stages alike
         return self.data.loader(dataset, batches, purpose, seed, first_batch)
 
@@ -201,10 +201,11 @@ class _Run:
         try:
             while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
-                steps = plan.rank_steps(self.epoch, self.data_rank)[self.epoch_step:]
+                # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
+                steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
                 batches = iter(self.loader(
-                    train_set, [mb.indices for s in steps for mb in s.micro_batches], "train", self.batch_idx
+                    train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
                 ))
                 for step_plan in steps:
                     if self.step >= total_steps:

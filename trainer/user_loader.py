@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch.utils.data import (
@@ -242,7 +242,7 @@ class RunData:
         shards = validation_shard(len(order), self.val_batch_size, rank, world_size)
         return [[order[p] for p in batch] for batch in shards]
 
-    def loader(self, dataset: Any, batches: list, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
+    def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
         train = purpose == "train"
         loader = build_loader(
             dataset, batches, self.train_collate if train else self.val_collate,
