@@ -72,15 +72,41 @@ def _apply_param_groups(zero: Any, optimizer: torch.optim.Optimizer, loaded: lis
         local.update({k: v for k, v in exposed.items() if k != PARAMS})
 
 
+def _allocate_state(optim: torch.optim.Optimizer) -> None:
+    """Give every parameter of a fresh optimizer its state, as ``torch.distributed.checkpoint``
+    does for any optimizer before a load (a step with zero gradients at learning rate 0, which
+    leaves the parameters as they are), but one parameter at a time: at most one gradient and one
+    step's temporaries beyond the state itself."""
+    params = [p for group in optim.param_groups for p in group[PARAMS]]
+    if optim.state or any(p.grad is not None for p in params):
+        return  # already has state, or is mid-step: nothing to allocate (as torch decides)
+    saved = [(group, group[PARAMS], group.get("lr")) for group in optim.param_groups]
+    try:
+        for group in optim.param_groups:
+            group[PARAMS] = []
+            if "lr" in group:
+                group["lr"] = torch.tensor(0.0) if isinstance(group["lr"], torch.Tensor) else 0.0
+        for group, group_params, _ in saved:
+            for param in group_params:
+                if param.requires_grad:
+                    group[PARAMS] = [param]
+                    param.grad = torch.zeros_like(param)
+                    optim.step()
+                    param.grad = None
+            group[PARAMS] = []
+    finally:
+        for group, group_params, lr in saved:
+            group[PARAMS] = group_params
+            if lr is not None:
+                group["lr"] = lr
+
+
 # ----- sharded (torch.distributed.checkpoint): every rank its own entries -----------------------------------
 def sharded_state_dict(zero: Any, module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """This rank's entries: the state of the parameters it owns (the live tensors: a DCP save writes
-    them, a DCP load fills them in place) and every group's hyperparameters. Before a load into a
-    fresh optimizer, the owned state is first allocated the way torch does for any optimizer (a step
-    with zero gradients and learning rate 0, which leaves the parameters as they are)."""
-    from torch.distributed.checkpoint.state_dict import _init_optim_state
-
-    _init_optim_state(zero.optim)  # nothing happens once the optimizer has state (or gradients)
+    them, a DCP load fills them in place) and every group's hyperparameters. A fresh optimizer
+    (before a load) first gets its state allocated (``_allocate_state``)."""
+    _allocate_state(zero.optim)
     names = parameter_names(module)
     state = {names[p]: zero.optim.state[p] for p in _owned(zero) if zero.optim.state.get(p)}
     return {STATE: state, GROUPS: _param_groups(optimizer, names)}
