@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from helpers import CheckpointedRegressor, fit
-from test_checkpoint import STEPS, TOL, checkpointed, per_step_losses
+from test_checkpoint import EVERY, STEPS, TOL, checkpointed, per_step_losses
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, layout
 from trainer.checkpoint.manager import load_training_state
 from trainer.strategies.ddp import DDPStrategy
@@ -167,7 +167,8 @@ def zero1_saves(tmp_path_factory):
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
     reference = checkpointed(root / "whole", "ddp", module=module())
     for fmt in ("sharded", "full"):
-        checkpointed(root / fmt, "zero1", module=module(), max_steps=6, checkpoint=dict(format=fmt))
+        checkpointed(root / fmt, "zero1", module=module(), max_steps=6,
+                     checkpoint=dict(every_n_steps=EVERY, keep_last=None, format=fmt))
     return module, reference, root
 
 
