@@ -33,7 +33,9 @@ def get_training_state(
     optimizer keeps its state elsewhere (ZeRO-1) gives the optimizer entry itself."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
-    own = strategy.optimizer_state_dict(module, optimizer, full) if strategy is not None and optimizer is not None else None
+    own = None
+    if strategy is not None and optimizer is not None:
+        own = strategy.optimizer_state_dict(module, optimizer, full)
     if optimizer is None or own is not None:
         state = {"model": get_model_state_dict(module, options=_options(full))}
         return state if own is None else {**state, "optim": own}

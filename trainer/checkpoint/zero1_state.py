@@ -128,9 +128,10 @@ def _comm_device() -> torch.device:
 
 def _describe(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Shapes and dtypes of the tensors (values of anything else) of ``{name: {key: value}}``."""
-    return {name: {key: ("tensor", tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else ("value", value)
-                   for key, value in keys.items()}
-            for name, keys in entries.items()}
+    def one(value: Any) -> tuple:
+        return ("tensor", tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else ("value", value)
+
+    return {name: {key: one(value) for key, value in keys.items()} for name, keys in entries.items()}
 
 
 def gather_full_state_dict(zero: Any, module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -198,7 +199,8 @@ def load_full_state_dict(zero: Any, module: nn.Module, optimizer: torch.optim.Op
                 shape, dtype = info
                 buffer = torch.empty(shape, dtype=dtype, device=device)
                 dist.recv(buffer, src=0)
-                received[key] = buffer.cpu() if buffer.dim() == 0 else buffer  # a step counter: on the CPU, as ZeRO keeps it
+                # A step counter stays on the CPU, as ZeRO keeps it.
+                received[key] = buffer.cpu() if buffer.dim() == 0 else buffer
         if rank == target:
             mine[param] = received
     # The local optimizer's own load casts each tensor to its parameter's device and dtype as it

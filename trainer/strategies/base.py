@@ -145,7 +145,9 @@ class Strategy:
         return total
 
     # ----- checkpoints: optimizers that keep their state elsewhere (ZeRO-1) ------------------------------
-    def optimizer_state_dict(self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool) -> dict[str, Any] | None:
+    def optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool
+    ) -> dict[str, Any] | None:
         """A checkpoint's optimizer entry when the state does not live in ``optimizer`` itself; None:
         the checkpoint reads ``optimizer`` (``torch.distributed.checkpoint.state_dict``). The entry has
         that module's layout-free form (``{"state": {<param name>: {...}}, "param_groups": [...]}``).
