@@ -67,8 +67,8 @@ def checkpointed(path, layout_name, module=None, **options):
 
 @pytest.mark.parametrize(
     "layout_name, fmt",
-    [("single", "sharded"), ("single", "full"), ("ddp", "sharded"), ("zero1", "sharded"), ("fsdp", "sharded"), ("fsdp", "full"),
-     ("pipeline", "sharded"), ("pipeline_x_fsdp", "sharded")],
+    [("single", "sharded"), ("single", "full"), ("ddp", "sharded"), ("zero1", "sharded"), ("zero1", "full"),
+     ("fsdp", "sharded"), ("fsdp", "full"), ("pipeline", "sharded"), ("pipeline_x_fsdp", "sharded")],
 )
 def test_killed_run_resumes_exactly(tmp_path, layout_name, fmt):
     reference_losses, reference_params = checkpointed(tmp_path / "whole", layout_name, checkpoint=dict(format=fmt))

@@ -135,9 +135,7 @@ class CheckpointManager:
             shutil.rmtree(staging, ignore_errors=True)
             os.makedirs(os.path.join(staging, "rng"))
         distributed.barrier()
-        if run.optimizer is not None:
-            self.strategy.export_optimizer_state(run.optimizer)
-        state = get_training_state(run.module, run.optimizer, full)
+        state = get_training_state(run.module, run.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
@@ -160,8 +158,6 @@ class CheckpointManager:
             self._pending = (self._write_async(state, staging, full), staging, marker)
         else:
             self._write(state, staging, full)
-        if run.optimizer is not None:
-            self.strategy.release_optimizer_state(run.optimizer)  # the async write holds copies
         if not self.config.async_save:
             if not full:
                 distributed.barrier()
@@ -226,9 +222,7 @@ class CheckpointManager:
         at ``path``; returns the saved progress. A collective."""
         marker = layout.read_marker(path)
         load_training_state(path, run.module, run.optimizer, marker["format"],
-                            part_of_model=getattr(self.strategy, "owns_step", False))
-        if run.optimizer is not None:
-            self.strategy.import_optimizer_state(run.optimizer)
+                            part_of_model=getattr(self.strategy, "owns_step", False), strategy=self.strategy)
         extras = load_file(os.path.join(path, "extras.pt"))
         if getattr(run, "lr_scheduling", None) is not None:
             run.lr_scheduling.load_state_dict(extras.get("scheduler"))
@@ -248,11 +242,13 @@ class CheckpointManager:
 
 
 def load_training_state(
-    path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False
+    path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False,
+    strategy: Any = None,
 ) -> None:
     """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
     clear error if the checkpoint belongs to another model. A collective. ``part_of_model``: this
-    rank holds only some of the model's layers (pipeline stages), so other names are expected."""
+    rank holds only some of the model's layers (pipeline stages), so other names are expected.
+    ``strategy``: the run's, for optimizers that keep their state elsewhere (ZeRO-1)."""
     import torch.distributed.checkpoint as dcp
 
     if part_of_model and fmt == "full":
@@ -275,7 +271,7 @@ def load_training_state(
             raise CheckpointError(problem if problem.startswith(file) else f"{file} does not fit the model: {problem}")
         if optimizer is None:
             state.pop("optim", None)
-        set_training_state(module, optimizer, state, full=True)
+        set_training_state(module, optimizer, state, full=True, strategy=strategy)
         return
     folder = os.path.join(path, "model_optim")
     try:
@@ -288,12 +284,12 @@ def load_training_state(
     problem = describe_mismatch(expected, found)
     if problem:
         raise CheckpointError(f"{folder} does not fit the model: {problem}")
-    state = get_training_state(module, optimizer, full=False)
+    state = get_training_state(module, optimizer, full=False, strategy=strategy)
     try:
         dcp.load(state, checkpoint_id=folder, no_dist=not distributed.is_distributed())
     except Exception as error:
         raise CheckpointError(f"{folder}: cannot be loaded ({type(error).__name__}: {error})") from None
-    set_training_state(module, optimizer, state, full=False)
+    set_training_state(module, optimizer, state, full=False, strategy=strategy)
 
 
 def load_weights(file: str, module: torch.nn.Module, part_of_model: bool = False) -> None:

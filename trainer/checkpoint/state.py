@@ -25,19 +25,26 @@ def _options(full: bool, **extra: Any):
     return StateDictOptions(full_state_dict=full, cpu_offload=full and distributed.is_distributed(), **extra)
 
 
-def get_training_state(module: nn.Module, optimizer: torch.optim.Optimizer | None, full: bool) -> dict[str, Any]:
+def get_training_state(
+    module: nn.Module, optimizer: torch.optim.Optimizer | None, full: bool, strategy: Any = None
+) -> dict[str, Any]:
     """``{"model": ..., "optim": ...}``: sharded (DTensors stay DTensors) or full on rank 0 (other
-    ranks get empty dicts). A collective under FSDP: call on every rank."""
+    ranks get empty dicts). A collective under FSDP: call on every rank. ``strategy``: one whose
+    optimizer keeps its state elsewhere (ZeRO-1) gives the optimizer entry itself."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
-    if optimizer is None:
-        return {"model": get_model_state_dict(module, options=_options(full))}
+    own = None
+    if strategy is not None and optimizer is not None:
+        own = strategy.optimizer_state_dict(module, optimizer, full)
+    if optimizer is None or own is not None:
+        state = {"model": get_model_state_dict(module, options=_options(full))}
+        return state if own is None else {**state, "optim": own}
     model_state, optim_state = get_state_dict(module, optimizer, options=_options(full))
     return {"model": model_state, "optim": optim_state}
 
 
 def set_training_state(
-    module: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], full: bool
+    module: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], full: bool, strategy: Any = None
 ) -> None:
     """Load ``state`` (as from :func:`get_training_state`). With ``full``, only rank 0's ``state``
     is read; it is broadcast / scattered into every rank's shards."""
@@ -46,7 +53,9 @@ def set_training_state(
     options = _options(full, broadcast_from_rank0=full and distributed.is_distributed())
     # Two calls, not set_state_dict: that one treats the empty model dict the other ranks pass
     # with broadcast_from_rank0 as "optimizer only", and rank 0 would wait for them forever.
-    if optimizer is not None:
+    if optimizer is not None and not (
+        strategy is not None and strategy.load_optimizer_state_dict(module, optimizer, state["optim"], full)
+    ):
         with keep_param_group_dicts(optimizer):
             set_optimizer_state_dict(module, optimizer, state["optim"], options=options)
     set_model_state_dict(module, state["model"], options=options)

@@ -145,14 +145,23 @@ class Strategy:
         return total
 
     # ----- checkpoints: optimizers that keep their state elsewhere (ZeRO-1) ------------------------------
-    def export_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        """Before a checkpoint reads ``optimizer``: put its full state there (a collective)."""
+    def optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool
+    ) -> dict[str, Any] | None:
+        """A checkpoint's optimizer entry when the state does not live in ``optimizer`` itself; None:
+        the checkpoint reads ``optimizer`` (``torch.distributed.checkpoint.state_dict``). The entry has
+        that module's layout-free form (``{"state": {<param name>: {...}}, "param_groups": [...]}``).
+        ``full``: all of it on rank 0, ``{}`` elsewhere; else this rank's part, which is also what a
+        sharded load fills in place. A collective."""
+        return None
 
-    def import_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        """After a checkpoint was loaded into ``optimizer``: hand its state to where it lives."""
-
-    def release_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        """After a checkpoint is done with ``optimizer``: drop what ``export`` put there."""
+    def load_optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], full: bool
+    ) -> bool:
+        """Take a loaded optimizer entry (``full``: read by rank 0 only, ``{}`` elsewhere; else the
+        entry ``optimizer_state_dict`` gave, filled). False: not handled here, the checkpoint loads
+        it into ``optimizer``. A collective."""
+        return False
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
         """Called after a validation pass (FSDP frees the parameters it left gathered)."""

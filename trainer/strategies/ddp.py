@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import distributed
-from trainer.checkpoint.state import keep_param_group_dicts
+from trainer.checkpoint import zero1_state
 from trainer.strategies.base import Strategy
 from trainer.weight_init import WeightInit
 
@@ -103,27 +103,26 @@ class DDPStrategy(Strategy):
         # The LR scheduler checks that "its" optimizer stepped before it; the ZeRO one did.
         optimizer._opt_called = True  # type: ignore[attr-defined]
 
-
-    # ZeRO-1 keeps each rank's share of the optimizer state in its own optimizer; checkpoints read
-    # and write the user's optimizer (parameter names, any world size), so the full state passes
-    # through it for the duration of a save or load.
-    def export_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+    # ZeRO-1 keeps each rank's share of the optimizer state in its own optimizer: checkpoints save and
+    # load each rank's share where it is, keyed by parameter name like every strategy's optimizer
+    # state (trainer/checkpoint/zero1_state.py), so the full state is never built on every rank.
+    def optimizer_state_dict(self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool) -> dict | None:
         if self._zero_optimizer is None:
-            return
-        self._zero_optimizer.consolidate_state_dict(to=0)
-        full = self._zero_optimizer.state_dict() if distributed.rank() == 0 else None
-        with keep_param_group_dicts(optimizer):
-            optimizer.load_state_dict(distributed.broadcast_object(full))
+            return None
+        if full:
+            return zero1_state.gather_full_state_dict(self._zero_optimizer, module, optimizer)
+        return zero1_state.sharded_state_dict(self._zero_optimizer, module, optimizer)
 
-    def import_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+    def load_optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, state: dict, full: bool
+    ) -> bool:
         if self._zero_optimizer is None:
-            return
-        self._zero_optimizer.load_state_dict(optimizer.state_dict())
-        self.release_optimizer_state(optimizer)
-
-    def release_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._zero_optimizer is not None:
-            optimizer.state.clear()
+            return False
+        if full:
+            zero1_state.load_full_state_dict(self._zero_optimizer, module, optimizer, state)
+        else:
+            zero1_state.load_sharded_state_dict(self._zero_optimizer, module, optimizer, state)
+        return True
 
 
 STRATEGY = DDPStrategy
