@@ -20,6 +20,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from trainer import distributed, elastic
+from trainer.cli_errors import JobCannotStart, config_errors, exit_status
 from trainer.launch import detect_environment, strip_local_rank_argument
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
         raise error
     if failed:
         if distributed.rank() == 0:
-            raise RuntimeError("the job cannot start: " + "; ".join(f"rank {r}: {m}" for r, m in failed))
+            raise JobCannotStart("the job cannot start: " + "; ".join(f"rank {r}: {m}" for r, m in failed))
         raise JobSkipped(failed)
     assert built is not None
     return built
@@ -92,6 +93,7 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
 def run_job(cfg: Any) -> dict[str, float] | None:
     """The Hydra task: resolve the config once, share it with the other ranks, fit."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -99,7 +101,11 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
         elastic.record_run_dir(run_dir)
         distributed.broadcast_object(("job", config, run_dir))
-    trainer, module = prepare(config, run_dir)
+    trainer = module = None
+    with config_errors(multirun=HydraConfig.get().mode == RunMode.MULTIRUN):  # one line, no traceback
+        trainer, module = prepare(config, run_dir)
+    if trainer is None:  # a multirun job that could not start (reported); the sweep goes on
+        return None
     return trainer.fit(module)
 
 
@@ -124,6 +130,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
     env = detect_environment()
     if not (env.external and env.distributed):
         hydra_task()
+        if exit_status():  # a multirun job failed with a config error (printed)
+            sys.exit(exit_status())
         return
     if env.rank == 0:
         sys.argv = elastic.pin_run_dir(sys.argv)  # a torchrun restart continues the first attempt's run
@@ -144,7 +152,7 @@ def main(hydra_task: Callable[[], Any]) -> None:
             else:
                 try:
                     hydra_task()
-                    failed = False
+                    failed = bool(exit_status())
                 finally:
                     distributed.broadcast_object(("stop", failed))
                     agreed = True
