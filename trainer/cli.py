@@ -101,12 +101,15 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
         elastic.record_run_dir(run_dir)
         distributed.broadcast_object(("job", config, run_dir))
-    trainer = module = None
-    with config_errors(multirun=HydraConfig.get().mode == RunMode.MULTIRUN):  # one line, no traceback
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    trainer = module = result = None
+    with config_errors(multirun):  # one line, no traceback
         trainer, module = prepare(config, run_dir)
     if trainer is None:  # a multirun job that could not start (reported); the sweep goes on
         return None
-    return trainer.fit(module)
+    with config_errors(multirun, only_checkpoint=True):  # a damaged checkpoint: one line too
+        result = trainer.fit(module)
+    return result
 
 
 def follow_rank_zero() -> bool:
@@ -121,7 +124,8 @@ def follow_rank_zero() -> bool:
             trainer, module = prepare(config, run_dir)
         except JobSkipped:
             continue  # rank 0 reports why; in a multirun it goes on with the next job
-        trainer.fit(module)
+        with config_errors(multirun=True, only_checkpoint=True):  # rank 0 reports it (the same error)
+            trainer.fit(module)
 
 
 def main(hydra_task: Callable[[], Any]) -> None:

@@ -7,7 +7,8 @@ and what is allowed. The traceback of our own code that Hydra would print around
 more; :func:`config_errors` prints ``error: <message>`` on rank 0 instead (the other ranks stay
 quiet) and the run exits with status 1. ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report.
 Errors raised later, while training (a bug in a user's ``training_step``), are not touched: they
-keep their traceback.
+keep their traceback; only a ``CheckpointError`` from ``fit`` (a damaged or unfitting checkpoint named
+by ``trainer.resume``: the message names the file) is reported the same way (:func:`checkpoint_errors`).
 
 In a multirun (``-m``) the failed job is reported the same way and the sweep goes on with the
 next job; the process exits with status 1 at the end (:func:`exit_status`).
@@ -31,7 +32,9 @@ class JobCannotStart(RuntimeError):
 
 def _config_error(error: BaseException) -> BaseException | None:
     """The error to report in one line, or None if ``error`` is not a config error."""
-    if isinstance(error, (ValueError, TypeError, JobCannotStart)):
+    from trainer.checkpoint.manager import CheckpointError
+
+    if isinstance(error, (ValueError, TypeError, JobCannotStart, CheckpointError)):
         return error
     try:  # hydra.utils.instantiate wraps what the target's __init__ raised
         from hydra.errors import InstantiationException
@@ -45,14 +48,21 @@ def one_line(error: BaseException) -> str:
     return "error: " + " ".join(str(error).split())
 
 
+def _checkpoint_error(error: BaseException) -> BaseException | None:
+    from trainer.checkpoint.manager import CheckpointError
+
+    return error if isinstance(error, CheckpointError) else None
+
+
 @contextlib.contextmanager
-def config_errors(multirun: bool = False) -> Iterator[None]:
-    """Report a config error raised inside as one line and end the job (see the module docstring)."""
+def config_errors(multirun: bool = False, only_checkpoint: bool = False) -> Iterator[None]:
+    """Report a config error raised inside as one line and end the job (see the module docstring).
+    ``only_checkpoint``: around ``fit``, where only a ``CheckpointError`` is one."""
     global _failed_jobs
     try:
         yield
     except Exception as error:
-        reported = _config_error(error)
+        reported = (_checkpoint_error if only_checkpoint else _config_error)(error)
         if reported is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if distributed.rank() == 0:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from trainer import distributed
-from trainer.checkpoint import layout
+from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.state import (
     describe_mismatch,
@@ -139,6 +139,7 @@ class CheckpointManager:
             self.strategy.export_optimizer_state(run.optimizer)
         state = get_training_state(run.module, run.optimizer, full)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
+        written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),
@@ -154,22 +155,26 @@ class CheckpointManager:
                 "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
-        distributed.barrier()  # every rank's small files are written before anyone may commit
+            written += ["trainer_state.json", "extras.pt"]
+        # Every rank's small files are written before anyone may commit; their sizes come along.
+        marker[integrity.FILES] = {k: v for part in distributed.all_gather_object(integrity.sizes(staging, written))
+                                   for k, v in part.items()}
         if self.config.async_save:
             self._pending = (self._write_async(state, staging, full), staging, marker)
         else:
-            self._write(state, staging, full)
+            result = self._write(state, staging, full)
         if run.optimizer is not None:
             self.strategy.release_optimizer_state(run.optimizer)  # the async write holds copies
         if not self.config.async_save:
             if not full:
                 distributed.barrier()
             if rank == 0:
+                marker[integrity.FILES].update(integrity.written_sizes(staging, full, result))
                 self._commit(staging, marker)
         log.info("checkpoint at step %d %s in %.2f s -> %s", step,
                  "started (async)" if self.config.async_save else "saved", time.perf_counter() - started, self.root)
 
-    def _write(self, state: dict, staging: str, full: bool) -> None:
+    def _write(self, state: dict, staging: str, full: bool) -> Any:
         import torch.distributed.checkpoint as dcp
 
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -177,8 +182,8 @@ class CheckpointManager:
         if full:
             if distributed.rank() == 0:
                 torch.save(state, os.path.join(staging, "model_optim.pt"))
-        else:
-            dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
+            return None
+        return dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
 
     def _write_async(self, state: dict, staging: str, full: bool) -> Any:
         import torch.distributed.checkpoint as dcp
@@ -207,9 +212,9 @@ class CheckpointManager:
             return
         future, staging, marker = self._pending
         self._pending = None
-        if future is not None:
-            future.result()
+        result = future.result() if future is not None else None
         if distributed.rank() == 0:
+            marker[integrity.FILES].update(integrity.written_sizes(staging, self.config.format == "full", result))
             self._commit(staging, marker)
 
     def _commit(self, staging: str, marker: dict) -> None:
@@ -224,6 +229,7 @@ class CheckpointManager:
         """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
         at ``path``; returns the saved progress. A collective."""
         marker = layout.read_marker(path)
+        integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, run.module, run.optimizer, marker["format"],
                             part_of_model=getattr(self.strategy, "owns_step", False))
         if run.optimizer is not None:
