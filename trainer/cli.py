@@ -22,6 +22,7 @@ import torch
 from trainer import distributed, elastic
 from trainer.cli_errors import JobCannotStart, config_errors, exit_status
 from trainer.launch import detect_environment, strip_local_rank_argument
+from trainer.redact_files import redact_hydra_files
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +99,13 @@ def run_job(cfg: Any) -> dict[str, float] | None:
 
     config = OmegaConf.to_container(cfg, resolve=True)
     run_dir = HydraConfig.get().runtime.output_dir
+    hydra_config = HydraConfig.get()
+    multirun = hydra_config.mode == RunMode.MULTIRUN
+    # Hydra wrote .hydra/*.yaml (and multirun.yaml) before calling us: take the secrets out.
+    redact_hydra_files(config, run_dir, hydra_config.output_subdir, hydra_config.sweep.dir if multirun else None)
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
         elastic.record_run_dir(run_dir)
         distributed.broadcast_object(("job", config, run_dir))
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     trainer = module = result = None
     with config_errors(multirun):  # one line, no traceback
         trainer, module = prepare(config, run_dir)

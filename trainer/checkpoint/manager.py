@@ -30,6 +30,7 @@ from trainer.checkpoint.state import (
     set_rng_state,
     set_training_state,
 )
+from trainer.loggers.redact import redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ class CheckpointManager:
         }
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
-                json.dump(run.progress(), handle, indent=1, default=str)
+                # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
+                json.dump(redact_secrets(run.progress()), handle, indent=1, default=str)
             precision = getattr(run, "precision", None)
             extras = {
                 "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
