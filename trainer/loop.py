@@ -35,6 +35,7 @@ from trainer.rank_logging import configure_rank_logging, log_to_file
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
+from trainer.token_weights import token_weighted
 from trainer.validation import run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -330,7 +331,7 @@ class _Run:
                     if by_tokens:
                         local_tokens += weight
                         # Backward the token sum; gradients are divided by the global token count below.
-                        precision.scale_loss(loss * weight.to(loss.dtype)).backward()
+                        precision.scale_loss(token_weighted(loss, weight)).backward()  # counts not rounded
                     else:
                         # Mean over the micro-batch x its share of the global batch x the ranks the sync
                         # averages over = this micro-batch's part of the global-batch mean.
