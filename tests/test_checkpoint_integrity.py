@@ -144,3 +144,12 @@ def test_damaged_checkpoint_under_train_py_is_one_line(tmp_path):
     assert "Traceback" not in again.stderr, again.stderr[-3000:]
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: checkpoint ") and damaged in lines[0], again.stderr
+
+
+def test_consolidating_a_damaged_checkpoint_names_the_file(tmp_path):
+    from trainer.checkpoint import consolidate
+
+    latest = save(tmp_path / "run", steps=2)[-1]
+    truncate(os.path.join(latest, "model_optim", "__0_0.distcp"))
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp has \d+ bytes, the commit recorded"):
+        consolidate(latest, str(tmp_path / "weights.pt"))
