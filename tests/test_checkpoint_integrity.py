@@ -127,23 +127,29 @@ def test_checkpoint_saved_before_sizes_were_recorded_still_loads(tmp_path):
     assert resume(tmp_path / "again", latest, steps=4) == [3, 4]
 
 
-def test_damaged_checkpoint_under_train_py_is_one_line(tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_damaged_checkpoint_under_train_py_is_one_line(tmp_path, processes):
+    # 2: the trainer's own launcher spawns the workers; each stops with the same error.
     run_dir = tmp_path / "run"
     common = [sys.executable, "train.py", "recipe=mlp", "trainer.log_every_n_steps=1", "trainer.progress_bar=false",
               "trainer.val_every_n_steps=null", f"hydra.run.dir={run_dir}"]
+    if processes == 2:
+        common += ["strategy=ddp", "trainer.devices=2"]
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     first = subprocess.run(common + ["trainer.max_steps=2"], cwd=REPO, env=env, capture_output=True, text=True,
                            timeout=120)
     assert first.returncode == 0, first.stderr[-3000:]
     latest = layout.find_latest(str(run_dir / "checkpoints"))
-    damaged = os.path.join(latest, "model_optim", "__0_0.distcp")
+    damaged = os.path.join(latest, "model_optim", f"__{processes - 1}_0.distcp")
     truncate(damaged)
     again = subprocess.run(common + ["trainer.max_steps=4", f"trainer.resume={latest}"], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 1, again.stderr[-3000:]
-    assert "Traceback" not in again.stderr, again.stderr[-3000:]
-    lines = again.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: checkpoint ") and damaged in lines[0], again.stderr
+    assert "Traceback" not in again.stdout + again.stderr, again.stdout[-3000:] + again.stderr[-3000:]
+    errors = [line for line in again.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: checkpoint {latest} is damaged: {damaged} has"), \
+        again.stderr
+    assert "rank 0 failed: checkpoint" in (run_dir / "train.log").read_text()  # the log says why the run ended
 
 
 def test_consolidating_a_damaged_checkpoint_names_the_file(tmp_path):

@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed
 from trainer.callbacks import CallbackList
-from trainer.checkpoint import CheckpointManager, load_weights
+from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import restore_run
 from trainer.comms_log import CommsLog
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything
@@ -438,8 +438,11 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
         run.datasets()
         results = run.fit() if mode == "fit" else run.validate()
         clean = True
-    except BaseException:
-        log.exception("rank %d failed", env.rank)
+    except BaseException as error:
+        if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
+            log.error("rank %d failed: %s", env.rank, error)
+        else:
+            log.exception("rank %d failed", env.rank)
         raise
     finally:
         run.teardown(clean)
