@@ -20,7 +20,9 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from trainer import distributed, elastic
+from trainer.cli_errors import JobCannotStart, config_errors, exit_status
 from trainer.launch import detect_environment, strip_local_rank_argument
+from trainer.redact_files import redact_hydra_files
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +185,7 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
         raise error
     if failed:
         if distributed.rank() == 0:
-            raise RuntimeError("the job cannot start: " + "; ".join(f"rank {r}: {m}" for r, m in failed))
+            raise JobCannotStart("the job cannot start: " + "; ".join(f"rank {r}: {m}" for r, m in failed))
         raise JobSkipped(failed)
     assert built is not None
     return built
@@ -192,15 +194,26 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
 def run_job(cfg: Any) -> dict[str, float] | None:
     """The Hydra task: resolve the config once, share it with the other ranks, fit."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     config = OmegaConf.to_container(cfg, resolve=True)
     run_dir = HydraConfig.get().runtime.output_dir
+    hydra_config = HydraConfig.get()
+    multirun = hydra_config.mode == RunMode.MULTIRUN
+    # Hydra wrote .hydra/*.yaml (and multirun.yaml) before calling us: take the secrets out.
+    redact_hydra_files(config, run_dir, hydra_config.output_subdir, hydra_config.sweep.dir if multirun else None)
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this
         elastic.record_run_dir(run_dir)
         distributed.broadcast_object(("job", config, run_dir))
-    trainer, module = prepare(config, run_dir)
-    return trainer.fit(module)
+    trainer = module = result = None
+    with config_errors(multirun):  # one line, no traceback
+        trainer, module = prepare(config, run_dir)
+    if trainer is None:  # a multirun job that could not start (reported); the sweep goes on
+        return None
+    with config_errors(multirun, only_checkpoint=True):  # a damaged checkpoint: one line too
+        result = trainer.fit(module)
+    return result
 
 
 def follow_rank_zero() -> bool:
@@ -215,7 +228,8 @@ def follow_rank_zero() -> bool:
             trainer, module = prepare(config, run_dir)
         except JobSkipped:
             continue  # rank 0 reports why; in a multirun it goes on with the next job
-        trainer.fit(module)
+        with config_errors(multirun=True, only_checkpoint=True):  # rank 0 reports it (the same error)
+            trainer.fit(module)
 
 
 def main(hydra_task: Callable[[], Any]) -> None:
@@ -224,6 +238,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
     env = detect_environment()
     if not (env.external and env.distributed):
         hydra_task()
+        if exit_status():  # a multirun job failed with a config error (printed)
+            sys.exit(exit_status())
         return
     if env.rank == 0:
         sys.argv = elastic.pin_run_dir(sys.argv)  # a torchrun restart continues the first attempt's run
@@ -244,7 +260,7 @@ def main(hydra_task: Callable[[], Any]) -> None:
             else:
                 try:
                     hydra_task()
-                    failed = False
+                    failed = bool(exit_status())
                 finally:
                     distributed.broadcast_object(("stop", failed))
                     agreed = True

@@ -8,6 +8,7 @@ first worker to die ends the job with a message that names its rank.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -130,10 +131,20 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         MASTER_PORT=str(master_port),
         TRAINER_SPAWNED="1",
     )
+    from trainer.checkpoint.manager import CheckpointError
+
     fn, args = pickle.loads(payload)
-    result = fn(*args)
+    try:
+        result = fn(*args)
+    except CheckpointError as error:  # every rank stops with the same error (a damaged checkpoint):
+        result = error  # the launcher raises it as it is, one message instead of a worker's traceback
     if local_rank == 0:
         results.put(result)
+    if isinstance(result, CheckpointError):
+        # The process group was not torn down cleanly: finalizing could abort in a gloo thread
+        # ("terminate called without an active exception"). Flush the logs and leave now.
+        logging.shutdown()
+        os._exit(0)
 
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
@@ -200,4 +211,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     finally:
         _restore_signals(forwarded)
         del store
-    return None if results.empty() else results.get()
+    result = None if results.empty() else results.get()
+    if isinstance(result, Exception):
+        raise result
+    return result

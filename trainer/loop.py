@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed
 from trainer.callbacks import CallbackList
-from trainer.checkpoint import CheckpointManager, load_weights
+from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import restore_run
 from trainer.comms_log import CommsLog
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
@@ -37,6 +37,7 @@ from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
+from trainer.token_weights import token_weighted
 from trainer.user_loader import RunData
 from trainer.validation import check_validation_setup, run_validation
 from trainer.weight_init import WeightInit, has_meta_tensors
@@ -332,7 +333,7 @@ class _Run:
                     if by_tokens:
                         local_tokens += weight
                         # Backward the token sum; gradients are divided by the global token count below.
-                        precision.scale_loss(loss * weight.to(loss.dtype)).backward()
+                        precision.scale_loss(token_weighted(loss, weight)).backward()  # counts not rounded
                     else:
                         # Mean over the micro-batch x its share of the global batch x the ranks the sync
                         # averages over = this micro-batch's part of the global-batch mean.
@@ -437,8 +438,11 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
         run.setup()
         results = run.fit() if mode == "fit" else run.validate()
         clean = True
-    except BaseException:
-        log.exception("rank %d failed", env.rank)
+    except BaseException as error:
+        if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
+            log.error("rank %d failed: %s", env.rank, error)
+        else:
+            log.exception("rank %d failed", env.rank)
         raise
     finally:
         run.teardown(clean)

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from trainer.checkpoint import layout
+from trainer.checkpoint import integrity, layout
 
 
 def consolidate(path: str, out: str) -> dict[str, torch.Tensor]:
@@ -21,6 +21,7 @@ def consolidate(path: str, out: str) -> dict[str, torch.Tensor]:
     checkpoint = layout.resolve(path, path)
     if checkpoint is None:
         raise CheckpointError(f"{path}: no complete checkpoint")
+    integrity.verify(checkpoint)  # a damaged file is named, not met deep inside DCP
     if layout.read_marker(checkpoint)["format"] == "full":
         weights = load_file(os.path.join(checkpoint, "model_optim.pt"))["model"]
     else:

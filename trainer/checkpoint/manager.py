@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from trainer import distributed
-from trainer.checkpoint import layout
+from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.state import (
     describe_mismatch,
@@ -30,6 +30,7 @@ from trainer.checkpoint.state import (
     set_rng_state,
     set_training_state,
 )
+from trainer.loggers.redact import redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class CheckpointManager:
         distributed.barrier()
         state = get_training_state(run.module, run.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
+        written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),
@@ -144,7 +146,8 @@ class CheckpointManager:
         }
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
-                json.dump(run.progress(), handle, indent=1, default=str)
+                # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
+                json.dump(redact_secrets(run.progress()), handle, indent=1, default=str)
             precision = getattr(run, "precision", None)
             extras = {
                 # The schedulers with their event counters (trainer/lr_scheduling.py).
@@ -153,20 +156,24 @@ class CheckpointManager:
                 "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
-        distributed.barrier()  # every rank's small files are written before anyone may commit
+            written += ["trainer_state.json", "extras.pt"]
+        # Every rank's small files are written before anyone may commit; their sizes come along.
+        marker[integrity.FILES] = {k: v for part in distributed.all_gather_object(integrity.sizes(staging, written))
+                                   for k, v in part.items()}
         if self.config.async_save:
             self._pending = (self._write_async(state, staging, full), staging, marker)
         else:
-            self._write(state, staging, full)
+            result = self._write(state, staging, full)
         if not self.config.async_save:
             if not full:
                 distributed.barrier()
             if rank == 0:
+                marker[integrity.FILES].update(integrity.written_sizes(staging, full, result))
                 self._commit(staging, marker)
         log.info("checkpoint at step %d %s in %.2f s -> %s", step,
                  "started (async)" if self.config.async_save else "saved", time.perf_counter() - started, self.root)
 
-    def _write(self, state: dict, staging: str, full: bool) -> None:
+    def _write(self, state: dict, staging: str, full: bool) -> Any:
         import torch.distributed.checkpoint as dcp
 
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -174,8 +181,8 @@ class CheckpointManager:
         if full:
             if distributed.rank() == 0:
                 torch.save(state, os.path.join(staging, "model_optim.pt"))
-        else:
-            dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
+            return None
+        return dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
 
     def _write_async(self, state: dict, staging: str, full: bool) -> Any:
         import torch.distributed.checkpoint as dcp
@@ -204,9 +211,9 @@ class CheckpointManager:
             return
         future, staging, marker = self._pending
         self._pending = None
-        if future is not None:
-            future.result()
+        result = future.result() if future is not None else None
         if distributed.rank() == 0:
+            marker[integrity.FILES].update(integrity.written_sizes(staging, self.config.format == "full", result))
             self._commit(staging, marker)
 
     def _commit(self, staging: str, marker: dict) -> None:
@@ -221,6 +228,7 @@ class CheckpointManager:
         """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
         at ``path``; returns the saved progress. A collective."""
         marker = layout.read_marker(path)
+        integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, run.module, run.optimizer, marker["format"],
                             part_of_model=getattr(self.strategy, "owns_step", False), strategy=self.strategy)
         extras = load_file(os.path.join(path, "extras.pt"))

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from trainer import distributed, elastic
 from trainer.checkpoint.config import CheckpointConfig
-from trainer.checkpoint.layout import resolve as resolve_checkpoint
-from trainer.checkpoint.manager import CheckpointManager
+from trainer.checkpoint.integrity import resolve as resolve_checkpoint
+from trainer.checkpoint.manager import CheckpointError, CheckpointManager
 from trainer.data import GlobalBatchPlan
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
         return
     root = run.checkpoints.root if run.checkpoints is not None else os.path.join(run.run_dir, "checkpoints")
     # Rank 0 decides which checkpoint, so every rank loads the same one.
-    path = distributed.broadcast_object(resolve_checkpoint(resume, root) if run.rank == 0 else None)
+    path = distributed.broadcast_object(_resolve_or_error(resume, root) if run.rank == 0 else None)
+    if isinstance(path, CheckpointError):  # a damaged checkpoint: every rank stops with rank 0's error
+        raise CheckpointError(str(path))
     if path is None:
         log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
         return
@@ -46,3 +48,11 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
     log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, run.step, run.epoch, run.epoch_step)
+
+
+def _resolve_or_error(resume: str, root: str) -> str | CheckpointError | None:
+    """Rank 0: the checkpoint to load, or the error to raise on every rank."""
+    try:
+        return resolve_checkpoint(resume, root)
+    except CheckpointError as error:
+        return error
