@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointManager, load_weights
-from trainer.checkpoint.resume import restore_run
+from trainer.checkpoint.resume import load_for_evaluation, restore_run
 from trainer.comms_log import CommsLog
 from trainer.data import GlobalBatchPlan, StepPlan, build_loader, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
@@ -32,10 +32,12 @@ from trainer.optimizers import split_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file
+from trainer.schedules import schedule_length
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.validation import run_validation
+from trainer.weights_return import record_result
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 
@@ -244,7 +246,9 @@ class _Run:
                             break
                     if self.callbacks.should_stop(self.step):  # the same answer on every rank
                         break
-                if self.preempted or self.callbacks.stopping:  # an epoch cut short has no epoch end
+                # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
+                # keeps its position, so a resumed or extended run goes on inside the epoch.
+                if self.preempted or self.callbacks.stopping or self.epoch_step < plan.steps_per_epoch:
                     break
                 module.on_train_epoch_end(self.epoch)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
@@ -274,7 +278,7 @@ class _Run:
         return {
             "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
-            "config": trainer.config,
+            "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": schedule_length(self.scheduler),
         }
 
     def restore(self, plan: GlobalBatchPlan) -> None:
@@ -435,10 +439,14 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     try:
         run.setup()
         run.datasets()
+        if mode != "fit":
+            load_for_evaluation(run)  # validate(ckpt_path=...): the checkpoint's weights
         results = run.fit() if mode == "fit" else run.validate()
+        record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         clean = True
     except BaseException:
-        log.exception("rank %d failed", env.rank)
+        if env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
+            log.exception("rank %d failed", env.rank)
         raise
     finally:
         run.teardown(clean)
