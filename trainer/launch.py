@@ -217,8 +217,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
         others = sorted({r for _, r, *_ in reports} - {rank})
         raise WorkerFailed(
             f"rank {rank} failed: {summary} (traceback above); "
-            + (f"rank(s) {others} failed after it; " if others else "")
-            + "the other ranks were stopped"
+            + (f"rank(s) {others} failed after it" if others else "the other ranks were stopped")
         ) from None
     except mp.ProcessExitedException as error:
         raise WorkerFailed(
