@@ -209,11 +209,11 @@ def test_resume_on_another_world_size_reseeds_and_says_so(tmp_path, stopped_mid_
     checkpoint = layout.find_latest(str(stopped_mid_epoch("ddp") / "checkpoints"))
     with caplog.at_level(logging.INFO, logger="trainer"):
         run_trainer(tmp_path, DrawsAtStart(), **LAYOUTS["single"], max_steps=FIRST + 1, resume=checkpoint)
+    torch.manual_seed(derive_seed(0, "resume", FIRST, 0))  # the log's claim, checked first
+    assert torch.equal(torch.load(tmp_path / "draw.pt"), torch.rand(4))
     lines = [r.getMessage() for r in caplog.records if "re-seeded" in r.getMessage()]
     assert lines == [f"resuming a 2-rank checkpoint on 1 ranks: random generators re-seeded from (seed 0, step {FIRST}, "
                      "rank), not restored"]
-    torch.manual_seed(derive_seed(0, "resume", FIRST, 0))
-    assert torch.equal(torch.load(tmp_path / "draw.pt"), torch.rand(4))
 
 
 # ----- E: a worker's error, as the user sees it ----------------------------------------------------------------
