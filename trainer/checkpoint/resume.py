@@ -84,6 +84,21 @@ def checkpoint_path(source: str, root: str, checkpoint: CheckpointConfig | None)
     return resolve_checkpoint(source, root)
 
 
+def agree_on_checkpoint(run: _Run, source: str, root: str) -> str | None:
+    """``checkpoint_path`` decided by rank 0, so every rank loads the same one; a checkpoint that
+    cannot be found fails on every rank (not on rank 0 alone while the others wait). A collective."""
+    found = None
+    if run.rank == 0:
+        try:
+            found = ("ok", checkpoint_path(source, root, run.trainer.checkpoint))
+        except OSError as error:  # FileNotFoundError included
+            found = ("error", str(error))
+    status, path = distributed.broadcast_object(found)
+    if status == "error":
+        raise FileNotFoundError(path)
+    return path
+
+
 def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
     """Load the checkpoint of ``run.trainer.ckpt_path`` (if any) into ``run``: a collective."""
     trainer = run.trainer
@@ -96,8 +111,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
     if source is None:
         return
     root = checkpoint_root(run)
-    # Rank 0 decides which checkpoint, so every rank loads the same one.
-    path = distributed.broadcast_object(checkpoint_path(source, root, trainer.checkpoint) if run.rank == 0 else None)
+    path = agree_on_checkpoint(run, source, root)
     if path is None:
         log.info("trainer.resume=auto: no checkpoint in %s yet, starting from scratch", root)
         return
@@ -140,17 +154,9 @@ def load_for_evaluation(run: _Run) -> None:
     if source is None:
         return
     root = checkpoint_root(run)
-    found = None
-    if run.rank == 0:
-        try:
-            found = ("ok", checkpoint_path(source, root, run.trainer.checkpoint))
-        except (FileNotFoundError, OSError) as error:
-            found = ("error", str(error))
-    status, path = distributed.broadcast_object(found)
-    if status == "error":
-        raise FileNotFoundError(path)
+    path = agree_on_checkpoint(run, source, root)
     if path is None:
-        raise FileNotFoundError(f"ckpt_path='last': no complete checkpoint in {root} to validate")
+        raise FileNotFoundError(f"ckpt_path='last' (or trainer.resume=auto): no complete checkpoint in {root} to validate")
     marker = layout.read_marker(path)
     load_training_state(path, run.module, None, marker["format"], part_of_model=run.strategy.owns_step)
     run.step = marker["step"]
