@@ -125,6 +125,15 @@ def test_validate_loads_the_checkpoint(tmp_path):
     assert untrained["val/loss"] != pytest.approx(trained, rel=1e-3)
 
 
+def test_validate_best_checkpoint(tmp_path):
+    fit(tmp_path, Regressor(val_samples=40), max_steps=6, val_every_n_steps=2,
+        checkpoint=dict(every_n_steps=2, keep_last=None, monitor="val/loss"))
+    best = min(r["val/loss"] for r in read_metrics(str(tmp_path)) if "val/loss" in r)
+    trainer = Trainer(run_dir=str(tmp_path), loggers=["jsonl"], progress_bar=False,
+                      checkpoint=dict(monitor="val/loss"))
+    assert trainer.validate(Regressor(val_samples=40), ckpt_path="best")["val/loss"] == pytest.approx(best, rel=1e-6)
+
+
 def test_ckpt_path_and_resume_that_differ_are_refused(tmp_path):
     fit(tmp_path, Regressor(), max_steps=2, checkpoint=dict(save_last=True))
     checkpoint = layout.find_latest(str(tmp_path / "checkpoints"))

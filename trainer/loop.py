@@ -124,11 +124,12 @@ class _Run:
         if trainer.init_from is not None:
             load_weights(trainer.init_from, module)
         if self.rank == 0:
-            if trainer.resume not in (None, "auto"):
+            source = getattr(trainer, "ckpt_path", None) or trainer.resume  # (fit's ckpt_path= or trainer.resume)
+            if source not in (None, "auto", "last", "best"):
                 # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
                 from trainer.loggers import adopt_run_id
 
-                checkpoints = os.path.abspath(trainer.resume)
+                checkpoints = os.path.abspath(source)
                 while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
                     os.path.join(checkpoints, "latest")
                 ):
