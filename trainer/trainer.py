@@ -77,7 +77,8 @@ class Trainer:
             torch.profiler trace, and a log of the collectives over those steps (``<run_dir>/comms/``).
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
-            directory or a directory of checkpoints; None starts from scratch.
+            directory or a directory of checkpoints; None starts from scratch. ``fit`` / ``validate``
+            take the same per call as ``ckpt_path=`` ("last" = auto); given both, they must agree.
         init_from: a file with a full state dict to start from (read on rank 0 only).
         return_weights: after ``fit`` in workers the trainer spawned, copy the trained full weights
             (parameters and buffers, gathered once by rank 0 through a file in the run directory)
@@ -90,10 +91,11 @@ class Trainer:
 
     After ``fit`` returns, the caller may rely on: ``trainer.global_step`` (optimizer steps),
     ``trainer.current_epoch``, ``trainer.logged_metrics`` / ``trainer.callback_metrics`` (the last
-    logged value of each metric) and, for a run in this process or in workers this trainer spawned,
-    a module whose parameters and buffers hold the trained full weights (see ``return_weights``).
+    logged value of each metric) and, for ``strategy=single`` or workers this trainer spawned, a
+    module whose parameters and buffers hold the trained full weights (see ``return_weights``).
     Under torchrun / srun the caller is one rank: its module holds that rank's part of the state
-    as the strategy keeps it (sharded under FSDP, its own stages under pipeline).
+    as the strategy keeps it (sharded under FSDP, its own stages under pipeline); so does the module
+    of a one-process fsdp run (DTensor parameters).
     """
 
     def __init__(
