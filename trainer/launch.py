@@ -121,7 +121,8 @@ class WorkerFailed(RuntimeError):
     """A spawned worker died or raised; the message names its rank."""
 
 
-def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port: int, results: Any) -> None:
+def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port: int, results: Any,
+                   failures: Any = None) -> None:
     os.environ.update(
         RANK=str(local_rank),
         LOCAL_RANK=str(local_rank),
@@ -138,6 +139,16 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         result = fn(*args)
     except CheckpointError as error:  # every rank stops with the same error (a damaged checkpoint):
         result = error  # the launcher raises it as it is, one message instead of a worker's traceback
+    except Exception as error:
+        # Reported by the launcher, once, with its rank: the first rank to fail is the cause, the
+        # others usually fail because it left (a collective with a dead peer).
+        if failures is not None:
+            import time
+            import traceback
+
+            failures.put((time.time(), local_rank, os.getpid(), traceback.format_exc(),
+                          " | ".join(f"{type(error).__name__}: {error}".splitlines())))
+        raise
     if local_rank == 0:
         results.put(result)
     if isinstance(result, CheckpointError):
@@ -189,9 +200,10 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     payload = pickle.dumps((fn, args))
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
+    failures = context.SimpleQueue()
     processes = mp.start_processes(
         _spawned_entry,
-        args=(payload, nprocs, store.port, results),
+        args=(payload, nprocs, store.port, results, failures),
         nprocs=nprocs,
         join=False,
         start_method="spawn",
@@ -202,7 +214,20 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
         while not processes.join():
             pass
     except mp.ProcessRaisedException as error:
-        raise WorkerFailed(f"rank {error.error_index} (pid {error.error_pid}) failed:\n{error.msg}") from None
+        reports = []
+        while not failures.empty():
+            reports.append(failures.get())
+        if not reports:
+            raise WorkerFailed(f"rank {error.error_index} (pid {error.error_pid}) failed:\n{error.msg}") from None
+        _, rank, pid, trace, summary = min(reports)  # the first to fail
+        # The cause's traceback once, on stderr (and in train.log under train.py); the exception
+        # raised here carries one line.
+        logging.getLogger(__name__).error("rank %d (pid %d) failed:\n%s", rank, pid, trace.rstrip())
+        others = sorted({r for _, r, *_ in reports} - {rank})
+        raise WorkerFailed(
+            f"rank {rank} failed: {summary} (traceback above); "
+            + (f"rank(s) {others} failed after it" if others else "the other ranks were stopped")
+        ) from None
     except mp.ProcessExitedException as error:
         raise WorkerFailed(
             f"rank {error.error_index} (pid {error.error_pid}) exited with code {error.exit_code}"

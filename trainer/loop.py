@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
-from trainer.checkpoint.resume import restore_run
+from trainer.checkpoint.resume import load_for_evaluation, restore_run
 from trainer.comms_log import CommsLog
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
@@ -40,6 +40,7 @@ from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.token_weights import token_weighted
 from trainer.user_loader import RunData
 from trainer.validation import check_validation_setup, run_validation
+from trainer.weights_return import record_result
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
 
@@ -126,11 +127,12 @@ class _Run:
         if trainer.init_from is not None:
             load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
         if self.rank == 0:
-            if trainer.resume not in (None, "auto"):
+            source = getattr(trainer, "ckpt_path", None) or trainer.resume  # (fit's ckpt_path= or trainer.resume)
+            if source not in (None, "auto", "last", "best"):
                 # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
                 from trainer.loggers import adopt_run_id
 
-                checkpoints = os.path.abspath(trainer.resume)
+                checkpoints = os.path.abspath(source)
                 while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
                     os.path.join(checkpoints, "latest")
                 ):
@@ -244,7 +246,9 @@ class _Run:
                             break
                     if self.callbacks.should_stop(self.step):  # the same answer on every rank
                         break
-                if self.preempted or self.callbacks.stopping:  # an epoch cut short has no epoch end
+                # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
+                # keeps its position, so a resumed or extended run goes on inside the epoch.
+                if self.preempted or self.callbacks.stopping or self.epoch_step < plan.steps_per_epoch:
                     break
                 module.on_train_epoch_end(self.epoch)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
@@ -276,7 +280,7 @@ class _Run:
         return {
             "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
-            "config": trainer.config,
+            "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
         }
 
     def restore(self, plan: GlobalBatchPlan) -> None:
@@ -436,12 +440,15 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     try:
         run.setup()
+        if mode != "fit":
+            load_for_evaluation(run)  # validate(ckpt_path=...): the checkpoint's weights
         results = run.fit() if mode == "fit" else run.validate()
+        record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         clean = True
     except BaseException as error:
         if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
             log.error("rank %d failed: %s", env.rank, error)
-        else:
+        elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
             log.exception("rank %d failed", env.rank)
         raise
     finally:

@@ -114,6 +114,14 @@ class LRScheduling:
                 config.scheduler.step(metrics[config.monitor])
 
     # ----- checkpoints ------------------------------------------------------------------------------
+    def schedule_steps(self) -> int | None:
+        """The length in optimizer steps of the first schedule that states one (``schedule_length``),
+        recorded in checkpoints so that resuming with another length is said, not silent."""
+        from trainer.schedules import schedule_length
+
+        lengths = (schedule_length(config.scheduler) for config in self.configs)
+        return next((length for length in lengths if length is not None), None)
+
     def state_dict(self) -> dict[str, Any]:
         return {"schedulers": [c.scheduler.state_dict() for c in self.configs],
                 "kinds": [type(c.scheduler).__name__ for c in self.configs], "events": list(self.events)}

@@ -16,7 +16,7 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
         module.train_dataset()                # unless train_dataloader() returned a loader; under the
                                               # same data seed as train_dataloader()
         optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
-        restore a checkpoint (trainer.resume), callbacks' state included
+        restore a checkpoint (ckpt_path= or trainer.resume), callbacks' state included
         module.on_fit_start();                callback.on_fit_start(run) for each callback
         for epoch in epochs:
             for step in global batches of the epoch:      # one optimizer step each
@@ -33,10 +33,13 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
-            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # not after a stop
+            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # finished epochs only:
+                                              # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
         module.on_fit_end();                  callback.on_fit_end(run)
+    launcher process (spawned workers): the trained full weights are loaded into the caller's module
+        (configure_model() first if it builds layers), unless trainer.return_weights=false
 
 Callbacks (``Trainer(callbacks=[...])``, see ``trainer/callbacks/base.py``) run after the module's
 hook of the same name, in the order given.
@@ -284,7 +287,8 @@ class TrainModule(nn.Module):
         """After a validation pass, with the metrics reduced over all ranks."""
 
     def on_train_epoch_end(self, epoch: int) -> None:
-        """After the last step of an epoch."""
+        """After the last step of an epoch (only of an epoch that finished: a run that stops at
+        ``max_steps`` mid-epoch does not end that epoch)."""
 
     def on_fit_end(self) -> None:
         """After training stops, on every rank."""

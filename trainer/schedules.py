@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -28,4 +29,24 @@ def warmup_cosine(
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
+    # On the function, not the scheduler: LambdaLR's state dict skips plain functions, so after a
+    # resume this still says which length the schedule follows (see ``schedule_length``).
+    factor.total_steps = total_steps  # type: ignore[attr-defined]
     return LambdaLR(optimizer, factor)
+
+
+def schedule_length(scheduler: Any) -> int | None:
+    """The number of optimizer steps a learning-rate schedule spans, where it says so
+    (``warmup_cosine``'s ``total_steps``, ``OneCycleLR.total_steps``, ``CosineAnnealingLR.T_max``);
+    None for schedules without a length. A checkpoint records it, so that resuming with a schedule
+    of another length (one tied to ``trainer.max_steps``) is said, not silent."""
+    if scheduler is None:
+        return None
+    for fn in getattr(scheduler, "lr_lambdas", None) or ():
+        if isinstance(getattr(fn, "total_steps", None), int):
+            return fn.total_steps
+    for name in ("total_steps", "T_max"):
+        value = getattr(scheduler, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
+from trainer.checkpoint.resume import resolve_ckpt_path
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule, refuse_unknown_hooks
@@ -17,6 +18,7 @@ from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
+from trainer.weights_return import receive_result, refuse_stale_module
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +86,25 @@ class Trainer:
             torch.profiler trace, and a log of the collectives over those steps (``<run_dir>/comms/``).
         checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
-            directory or a directory of checkpoints; None starts from scratch.
+            directory or a directory of checkpoints; None starts from scratch. ``fit`` / ``validate``
+            take the same per call as ``ckpt_path=`` ("last" = auto); given both, they must agree.
         init_from: a file with a full state dict to start from (read on rank 0 only).
+        return_weights: after ``fit`` in workers the trainer spawned, copy the trained full weights
+            (parameters and buffers, gathered once by rank 0 through a file in the run directory)
+            into the module passed to ``fit``. False: for models too big for one process's memory;
+            the module keeps its initial weights, and ``validate(module)`` then needs ``ckpt_path``.
         callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
             Timer, your own), called after the module's hook of the same name, in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers.
+
+    After ``fit`` returns, the caller may rely on: ``trainer.global_step`` (optimizer steps),
+    ``trainer.current_epoch``, ``trainer.logged_metrics`` / ``trainer.callback_metrics`` (the last
+    logged value of each metric) and, for ``strategy=single`` or workers this trainer spawned, a
+    module whose parameters and buffers hold the trained full weights (see ``return_weights``).
+    Under torchrun / srun the caller is one rank: its module holds that rank's part of the state
+    as the strategy keeps it (sharded under FSDP, its own stages under pipeline); so does the module
+    of a one-process fsdp run (DTensor parameters).
     """
 
     def __init__(
@@ -125,6 +140,7 @@ class Trainer:
         checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
         resume: str | None = None,
         init_from: str | None = None,
+        return_weights: bool = True,
         callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
     ):
@@ -181,6 +197,15 @@ class Trainer:
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
+        _require(isinstance(return_weights, bool), f"trainer.return_weights must be true or false, got {return_weights!r}")
+        self.return_weights = return_weights
+        #: what the current fit / validate call loads: "last", "best", a path or None (``ckpt_path=``)
+        self.ckpt_path: str | None = None
+        #: progress of the last fit / validate call (see the class docstring)
+        self.global_step = 0
+        self.current_epoch = 0
+        self.logged_metrics: dict[str, float] = {}
+        self.callback_metrics = self.logged_metrics
         self.callbacks = check_callbacks(callbacks)
         if max_time is not None:
             _require(
@@ -264,22 +289,39 @@ class Trainer:
         return derived
 
     # ----- entry points ----------------------------------------------------------------------------
-    def fit(self, module: TrainModule) -> dict[str, float] | None:
-        """Train ``module``. Returns rank 0's last logged metrics (None on other ranks)."""
-        return self._launch(module, "fit")
+    def fit(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+        """Train ``module``. Returns rank 0's last logged metrics (None on other ranks); afterwards
+        ``module`` holds the trained weights (see the class docstring).
 
-    def validate(self, module: TrainModule) -> dict[str, float] | None:
-        """Run one validation pass; returns the metrics reduced over all ranks (rank 0)."""
-        return self._launch(module, "validate")
+        Args:
+            ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
+                start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
+                or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
+        """
+        return self._launch(module, "fit", ckpt_path)
 
-    def _launch(self, module: TrainModule, mode: str) -> dict[str, float] | None:
+    def validate(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+        """Run one validation pass; returns the metrics reduced over all ranks (rank 0).
+
+        Args:
+            ckpt_path: validate the weights of "last", "best" (by ``checkpoint.monitor``) or a
+                checkpoint path (``trainer.resume`` means the same); None: ``module``'s own weights.
+        """
+        return self._launch(module, "validate", ckpt_path)
+
+    def _launch(self, module: TrainModule, mode: str, ckpt_path: str | None = None) -> dict[str, float] | None:
         if not isinstance(module, TrainModule):
             raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
+        self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
+        if mode != "fit" and self.ckpt_path is None:
+            refuse_stale_module(module, mode)
         env = detect_environment()
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
-            return spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
+            results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
+            receive_result(self, module, mode)
+            return results
         return self._run_here(module, mode, env)
 
     def _check_environment(self, env: ClusterEnvironment) -> None:

@@ -244,8 +244,14 @@ class CheckpointManager:
         if marker["world_size"] == distributed.world_size() and os.path.isfile(rng_file):
             set_rng_state(load_file(rng_file))
         else:
-            log.info("resuming %d-rank checkpoint on %d ranks: random generators are re-seeded, not restored",
-                     marker["world_size"], distributed.world_size())
+            # Each rank's generators belong to a rank of the saved world size: seed them afresh from
+            # (seed, step, rank), so the streams from here differ from the ones the run started with.
+            from trainer.data import derive_seed, seed_everything
+
+            seed = getattr(getattr(run, "trainer", None), "seed", progress.get("seed", 0))
+            seed_everything(derive_seed(seed, "resume", progress["step"], distributed.rank()))
+            log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
+                     "rank), not restored", marker["world_size"], distributed.world_size(), seed, progress["step"])
         return progress
 
 
