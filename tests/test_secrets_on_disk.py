@@ -14,17 +14,17 @@ from test_launch_cli import TRAIN, run
 pytestmark = pytest.mark.timeout(240)
 
 SECRETS = {
-    "typed": "SECRETVALUE",           # +data.hf_token=...
+    "typed": "SECRETVALUE",           # +hub.hf_token=... (a top-level key nothing reads: a warning, not an error)
     "api_key": "KEYVALUE123",         # +wandb.api_key=... (a typical key)
-    "password": "PWVALUE123",         # +data.db_password=...
+    "password": "PWVALUE123",         # +hub.db_password=...
     "env": "ENVSECRET12345",          # HF_TOKEN in the environment, interpolated under a plain key
     "env_keyed": "ENVKEYED12345",     # MY_SERVICE_TOKEN interpolated under a secret key
 }
 OVERRIDES = [
     "recipe=mlp", "trainer.max_steps=2", "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=null",
-    "trainer.progress_bar=false", f"+data.hf_token={SECRETS['typed']}", f"+wandb.api_key={SECRETS['api_key']}",
-    f"+data.db_password={SECRETS['password']}", "+data.source=${oc.env:HF_TOKEN}",
-    "+data.service_token=${oc.env:MY_SERVICE_TOKEN}",
+    "trainer.progress_bar=false", f"+hub.hf_token={SECRETS['typed']}", f"+wandb.api_key={SECRETS['api_key']}",
+    f"+hub.db_password={SECRETS['password']}", "+hub.source=${oc.env:HF_TOKEN}",
+    "+hub.service_token=${oc.env:MY_SERVICE_TOKEN}",
 ]
 
 
@@ -55,7 +55,7 @@ def test_no_secret_in_any_file_of_the_run_directory(tmp_path, monkeypatch):
     assert files_with_secrets(run_dir) == {}
     # The keys are still there, redacted (not dropped).
     assert "hf_token: '***'" in (run_dir / ".hydra" / "config.yaml").read_text()
-    assert "+data.hf_token=***" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "+hub.hf_token=***" in (run_dir / ".hydra" / "overrides.yaml").read_text()
 
 
 def test_no_secret_in_a_multirun_sweep(tmp_path, monkeypatch):
@@ -64,3 +64,12 @@ def test_no_secret_in_a_multirun_sweep(tmp_path, monkeypatch):
     assert result.returncode == 0, result.describe()
     assert (sweep / "multirun.yaml").is_file() and (sweep / "0" / ".hydra" / "hydra.yaml").is_file()
     assert files_with_secrets(sweep) == {}
+
+
+def test_a_refused_secret_override_is_not_echoed(tmp_path, monkeypatch):
+    # A +data key that nothing reads is refused (ruling General); the error names the key, not its value.
+    result = run_with_secrets(TRAIN + OVERRIDES[:5] + [f"+data.hf_token={SECRETS['typed']}", f"hydra.run.dir={tmp_path}"],
+                              monkeypatch)
+    assert result.returncode != 0 and "data.hf_token" in result.stderr, result.describe()
+    assert SECRETS["typed"] not in result.output, result.describe()
+    assert files_with_secrets(tmp_path) == {}

@@ -152,7 +152,7 @@ def _check_added_data_keys(cfg: Any) -> None:
             continue
         declared = [k for k in cfg.data if k not in _DATA_KEYS and f"+data.{k}=" not in " ".join(overrides)]
         raise ValueError(
-            f"data.{key} ({override}) is read by nothing: the trainer reads data.{', data.'.join(_DATA_KEYS)}"
+            f"data.{key} (+data.{key}=...) is read by nothing: the trainer reads data.{', data.'.join(_DATA_KEYS)}"
             + (f"; this recipe's module reads data.{', data.'.join(map(str, declared))}" if declared else "")
             + "; a recipe adds a data key by declaring it under data: in its yaml and passing ${data.<key>} to its module"
         )
