@@ -107,3 +107,77 @@ def test_an_optimizer_factory_that_configure_optimizers_ignores_is_an_error(tmp_
     used.optimizer_factory = partial(torch.optim.SGD, lr=0.5)
     run_trainer(tmp_path / "used", used, max_steps=2)
     assert used.optimizer_factory.keywords == {"lr": 0.5}  # given back as it was
+
+
+# ----- the rest of the audit's list (each was silent before) ------------------------------------------------
+def test_comms_window_after_the_run_warns(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, profile={"comms_steps": [5, 6]})
+    warned = [w for w in warnings_in(caplog) if "comms_steps" in w]
+    assert len(warned) == 1 and "ended before step 6" in warned[0], warnings_in(caplog)
+    assert not (tmp_path / "comms").exists()
+
+
+def test_sync_batchnorm_that_cannot_change_anything_warns(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, sync_batchnorm=True)
+    assert [w for w in warnings_in(caplog) if "has no BatchNorm1d/2d/3d layer" in w], warnings_in(caplog)
+
+
+class WithBatchNorm(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 1))
+
+
+def test_sync_batchnorm_on_one_rank_warns(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, WithBatchNorm(), max_steps=2, sync_batchnorm=True)
+    assert [w for w in warnings_in(caplog) if "with one data-parallel rank" in w], warnings_in(caplog)
+
+
+def test_validate_without_validation_data_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"Trainer.validate: Regressor has no validation data"):
+        Trainer(run_dir=str(tmp_path), loggers=["jsonl"], progress_bar=False).validate(Regressor())
+
+
+def test_checkpoint_monitor_of_validation_without_validation_data_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"checkpoint.monitor='val/loss', but Regressor has no val_dataset"):
+        run_trainer(tmp_path, Regressor(), max_steps=2, checkpoint=dict(monitor="val/loss"))
+
+
+def test_checkpoint_monitor_not_logged_at_a_save_warns_once(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=4, log_every_n_steps=10,
+                    checkpoint=dict(monitor="train/abs_error", every_n_steps=1, save_last=True))
+    warned = [w for w in warnings_in(caplog) if "checkpoint.monitor=train/abs_error has no logged value" in w]
+    assert len(warned) == 1 and "at step 1" in warned[0], warnings_in(caplog)
+
+
+def test_save_on_signal_outside_the_main_thread_warns(tmp_path, caplog):
+    import threading
+
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        worker = threading.Thread(target=run_trainer, args=(tmp_path, Regressor()),
+                                  kwargs=dict(max_steps=2, checkpoint=dict(save_on_signal=True)))
+        worker.start()
+        worker.join(120)
+    assert [w for w in warnings_in(caplog) if "fit runs outside the main thread" in w], warnings_in(caplog)
+
+
+class PipelineRegressorWithSteps(Regressor):
+    def pipeline_layers(self):
+        return list(self.net)
+
+    def pipeline_loss(self, output, batch):
+        return torch.nn.functional.mse_loss(output, batch[1])
+
+
+def test_pipeline_with_training_step_warns_that_pipeline_loss_replaces_it(tmp_path, caplog):
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, PipelineRegressorWithSteps(), max_steps=1, batch_size=4,
+                    strategy=PipelineStrategy(microbatches=2))
+    warned = [w for w in warnings_in(caplog) if "pipeline_loss() on the last stage instead of" in w]
+    assert len(warned) == 1 and "training_step() / validation_step()" in warned[0], warnings_in(caplog)

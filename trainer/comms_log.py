@@ -153,6 +153,7 @@ class CommsLog:
         self.folder = os.path.join(run_dir, "comms")
         self.rank = rank
         self.recorder: CollectiveRecorder | None = None
+        self._written = False
 
     @property
     def enabled(self) -> bool:
@@ -167,14 +168,24 @@ class CommsLog:
     def after_step(self, step: int) -> None:
         if not self.enabled or step != self.steps[1] or self.recorder is None:
             return
-        recorder = self.close()
+        recorder = self._stop()
         self._write(recorder)
+        self._written = True
 
-    def close(self) -> CollectiveRecorder | None:
+    def _stop(self) -> CollectiveRecorder | None:
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
             recorder.__exit__(None, None, None)
         return recorder
+
+    def close(self) -> None:
+        """At the end of training: a window the run never finished is said, not silently dropped."""
+        self._stop()
+        if self.enabled and not self._written:
+            from trainer.rank_logging import rank_zero_warn
+
+            rank_zero_warn(log, "trainer.profile.comms_steps=%s: the run ended before step %d, so no comms log "
+                           "was written; choose steps the run trains", list(self.steps), self.steps[1])
 
     def _write(self, recorder: CollectiveRecorder) -> None:
         from trainer import distributed

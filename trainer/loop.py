@@ -39,7 +39,7 @@ from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.token_weights import token_weighted
 from trainer.user_loader import RunData
-from trainer.validation import check_validation_setup, run_validation
+from trainer.validation import check_validation_setup, require_validation_data, run_validation
 from trainer.weights_return import record_result
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -112,7 +112,9 @@ class _Run:
             if trainer.compile:
                 compile_blocks(module, blocks)
         if trainer.sync_batchnorm:
-            from trainer.sync_batchnorm import convert_sync_batchnorm
+            from trainer.sync_batchnorm import convert_sync_batchnorm, warn_if_nothing_to_sync
+
+            warn_if_nothing_to_sync(module, self.dp_size)
 
             # After the build and on its device (CUDA batch norms become torch's nn.SyncBatchNorm),
             # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
@@ -441,6 +443,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     try:
         run.setup()
         if mode != "fit":
+            require_validation_data(run)
             load_for_evaluation(run)  # validate(ckpt_path=...): the checkpoint's weights
         results = run.fit() if mode == "fit" else run.validate()
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from typing import Any, Iterator
 
 import torch
@@ -39,6 +40,7 @@ from trainer.comms_log import SYNC_BN_KIND, labelled
 __all__ = ["SyncBatchNorm", "SyncBatchNorm1d", "SyncBatchNorm2d", "SyncBatchNorm3d", "convert_sync_batchnorm",
            "padding_micro_batch"]
 
+_log = logging.getLogger(__name__)
 _padding = False  # inside padding_micro_batch()
 
 
@@ -316,3 +318,15 @@ def convert_sync_batchnorm(module: nn.Module, process_group: Any = None) -> nn.M
         if converted is not child:
             module.add_module(name, converted)  # replaces the entry in place: child order is kept
     return module
+
+
+def warn_if_nothing_to_sync(module: nn.Module, data_parallel_size: int) -> None:
+    """``trainer.sync_batchnorm=true`` that cannot change anything is said once, not silently kept."""
+    from trainer.rank_logging import rank_zero_warn
+
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+        rank_zero_warn(_log, "trainer.sync_batchnorm=true: %s has no BatchNorm1d/2d/3d layer, so there is nothing "
+                       "to synchronise; unset it", type(module).__name__)
+    elif data_parallel_size == 1:
+        rank_zero_warn(_log, "trainer.sync_batchnorm=true with one data-parallel rank: batch norm statistics are "
+                       "this rank's micro-batch's either way; it matters with strategy=ddp/fsdp on several devices")

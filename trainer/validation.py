@@ -29,6 +29,10 @@ def check_validation_setup(run: _Run) -> None:
     """One warning (rank 0) for a validation setting that would do nothing: validation only shows
     how a run goes, so it may be skipped, but never silently (ruling General)."""
     module, every = run.module, run.trainer.val_every_n_steps
+    monitor = run.trainer.checkpoint.monitor if run.trainer.checkpoint is not None else None
+    if run.val_set is None and monitor and monitor.startswith("val/"):
+        raise ValueError(f"checkpoint.monitor={monitor!r}, but {type(module).__name__} has no val_dataset() / "
+                         "val_dataloader(), so it is never logged; return validation data or monitor a train/ metric")
     if run.val_set is None:
         if every:
             rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
@@ -90,3 +94,10 @@ def run_validation(run: _Run) -> dict[str, float]:
     module.on_validation_end(metrics)
     run.callbacks.on_validation_end(run, metrics)
     return metrics
+
+
+def require_validation_data(run: _Run) -> None:
+    """``Trainer.validate`` on a module without validation data is an error, not an empty result."""
+    if run.val_set is None:
+        raise ValueError(f"Trainer.validate: {type(run.module).__name__} has no validation data; define "
+                         "val_dataset() or val_dataloader() (and validation_step())")

@@ -31,6 +31,7 @@ from trainer.checkpoint.state import (
     set_training_state,
 )
 from trainer.loggers.redact import redact_secrets
+from trainer.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class CheckpointManager:
         self._async_group: Any = None
         self._signalled: int | None = None
         self._previous_handlers: dict[int, Any] = {}
+        self._told_no_monitor = False
 
     # ----- life cycle --------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -89,6 +91,10 @@ class CheckpointManager:
         if self.config.async_save and distributed.is_distributed():
             # Background writes talk over their own group, so they never interleave with training's.
             self._async_group = torch.distributed.new_group(backend="gloo")
+        if self.config.save_on_signal and threading.current_thread() is not threading.main_thread():
+            # Python delivers signals to the main thread only: a fit run from another thread cannot listen.
+            log.warning("checkpoint.save_on_signal=true, but fit runs outside the main thread, where no signal "
+                        "handler can be installed: SIGTERM / SIGUSR1 will not save; run fit in the main thread")
         if self.config.save_on_signal and threading.current_thread() is threading.main_thread():
             for name in SIGNALS:
                 number = getattr(signal, name, None)
@@ -144,6 +150,11 @@ class CheckpointManager:
             "version": FORMAT_VERSION, "time": time.time(),
             "metrics": {k: v for k, v in run.last_metrics.items() if k == self.config.monitor},
         }
+        if self.config.monitor and not marker["metrics"] and not self._told_no_monitor:
+            self._told_no_monitor = True  # this checkpoint cannot be ranked as best: said once
+            rank_zero_warn(log, "checkpoint.monitor=%s has no logged value at step %d (logged so far: %s), so this "
+                           "checkpoint is kept by keep_last only", self.config.monitor, step,
+                           sorted(run.last_metrics) or "nothing")
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
                 # Checkpoints are shared and uploaded: no secret of the config in them (never read back).

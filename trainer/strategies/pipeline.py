@@ -217,6 +217,7 @@ class PipelineStrategy(Strategy):
         from torch.distributed.pipelining import PipelineStage, schedules
 
         layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
+        _warn_unused_steps(module)
         if not layers:
             raise ValueError(f"strategy=pipeline needs {type(module).__name__}.pipeline_layers() to return the model's "
                              f"layers in order (it returned {layers!r}); see TrainModule.pipeline_layers")
@@ -415,3 +416,17 @@ class PipelineStrategy(Strategy):
 
 
 STRATEGY = PipelineStrategy
+
+
+def _warn_unused_steps(module: nn.Module) -> None:
+    """Under the pipeline ``pipeline_loss`` replaces ``training_step`` / ``validation_step``: a module
+    that overrides them is told once that they do not run (they are not silently skipped)."""
+    from trainer.module import TrainModule
+    from trainer.rank_logging import rank_zero_warn
+
+    unused = [name for name in ("training_step", "validation_step")
+              if getattr(type(module), name, None) is not getattr(TrainModule, name)]
+    if unused:
+        rank_zero_warn(log, "strategy=pipeline runs %s.pipeline_loss() on the last stage instead of %s; what those "
+                       "compute beyond the loss must be returned by pipeline_loss to be logged",
+                       type(module).__name__, " / ".join(f"{name}()" for name in unused))
