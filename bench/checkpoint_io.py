@@ -66,7 +66,7 @@ def timed_save(root: str, model, optimizer, fmt: str, async_save: bool) -> tuple
     start = time.perf_counter()
     manager.save(run_object(model, optimizer))
     blocked = time.perf_counter() - start
-    manager.wait()
+    getattr(manager, "finish", manager.wait)()  # committed too (finish: the commit runs in a thread)
     total = time.perf_counter() - start
     manager.close(clean=True)
     return blocked, total

@@ -13,19 +13,28 @@
         model_optim.pt        full: one consolidated {"model", "optim"} file
       .staging-step-000000600/  a save in progress (or interrupted): never loaded, removed later
 
-A save writes into the staging directory; rank 0 then fsyncs it, writes COMMITTED, renames it to
-its final name and finally replaces ``latest``. A crash at any point leaves the previous
-checkpoint complete and ``latest`` pointing at it. Assumes a file system every rank sees
-(a shared one on several nodes).
+A save writes into the staging directory (every rank makes the folders it writes into, so no
+barrier); each rank fsyncs the files it wrote (DCP fsyncs its own), and once every rank has said
+so (the gather that carries the files' sizes, and DCP's own final gather) rank 0 commits in a
+background thread (``commit``): it fsyncs its own unsynced files and the folders, writes
+COMMITTED, renames the folder to its final name and finally replaces ``latest``; then deletes old
+checkpoints (``apply_retention``). A crash at any point leaves the previous checkpoint complete
+and ``latest`` pointing at it. Readers in the same process (``find_latest``,
+``committed_checkpoints``) first wait for a commit in flight under their root, so what a save
+returned from is what they see. Assumes a file system every rank sees (a shared one on several
+nodes).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
 import shutil
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 LATEST = "latest"
 COMMITTED = "COMMITTED"
@@ -37,8 +46,47 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:09d}"
 
 
-def staging_path(root: str, step: int) -> str:
-    return os.path.join(root, STAGING_PREFIX + checkpoint_name(step))
+def staging_path(root: str, step: int, again: int = 0) -> str:
+    """The staging folder of a save of ``step``; ``again``: how many saves of the same step this run
+    made before (an epoch-end save right after a periodic one), which may still be committing."""
+    return os.path.join(root, STAGING_PREFIX + checkpoint_name(step) + (f".{again}" if again else ""))
+
+
+# ----- commits in flight (rank 0's background thread) -------------------------------------------------------
+_in_flight: dict[str, concurrent.futures.Future] = {}
+_in_flight_lock = threading.Lock()
+_committing = threading.local()
+
+
+def register_commit(root: str, future: concurrent.futures.Future) -> None:
+    """Readers of ``root`` in this process wait for ``future`` (a commit and its retention) first."""
+    key = os.path.abspath(root)
+    with _in_flight_lock:
+        _in_flight[key] = future
+
+    def forget(done: concurrent.futures.Future) -> None:
+        with _in_flight_lock:
+            if _in_flight.get(key) is done:
+                del _in_flight[key]
+
+    future.add_done_callback(forget)
+
+
+def settle(root: str) -> None:
+    """Wait for the commit in flight under ``root`` (if any); its error is the committer's to raise."""
+    future = _in_flight.get(os.path.abspath(root))
+    if future is not None and not getattr(_committing, "active", False):
+        concurrent.futures.wait([future])
+
+
+@contextlib.contextmanager
+def committing() -> Iterator[None]:
+    """Marks the committer thread, whose own reads (retention) must not wait for themselves."""
+    _committing.active = True
+    try:
+        yield
+    finally:
+        _committing.active = False
 
 
 def is_committed(path: str) -> bool:
@@ -50,11 +98,16 @@ def read_marker(path: str) -> dict[str, Any]:
         return json.load(handle)
 
 
-def _fsync_tree(path: str) -> None:
-    for folder, _, files in os.walk(path):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as handle:
-                os.fsync(handle.fileno())
+def fsync_files(root: str, relative_paths: list[str]) -> None:
+    """Make files this process wrote under ``root`` durable (each rank its own: in parallel, and on
+    the node whose page cache holds them, which a shared file system needs)."""
+    for rel in relative_paths:
+        with open(os.path.join(root, rel), "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def _fsync_folders(path: str) -> None:
+    for folder, _, _ in os.walk(path):
         _fsync_dir(folder)
 
 
@@ -77,9 +130,12 @@ def write_atomic(path: str, text: str) -> None:
     _fsync_dir(os.path.dirname(path) or ".")
 
 
-def commit(root: str, staging: str, marker: dict[str, Any]) -> str:
-    """Make the staged checkpoint durable and visible; returns its final path. Rank 0 only."""
-    _fsync_tree(staging)
+def commit(root: str, staging: str, marker: dict[str, Any], unsynced: tuple[str, ...] = ()) -> str:
+    """Make the staged checkpoint durable and visible; returns its final path. Rank 0 only, once
+    every rank's files are written and fsynced but ``unsynced`` (relative paths rank 0 wrote
+    without an fsync: ``model_optim.pt`` of the full format)."""
+    fsync_files(staging, list(unsynced))
+    _fsync_folders(staging)  # the folders' entries (files every rank created)
     write_atomic(os.path.join(staging, COMMITTED), json.dumps(marker))
     final = os.path.join(root, checkpoint_name(marker["step"]))
     if os.path.exists(final):  # the same step saved again (e.g. at the end after a periodic save)
@@ -92,6 +148,7 @@ def commit(root: str, staging: str, marker: dict[str, Any]) -> str:
 
 def committed_checkpoints(root: str) -> list[str]:
     """Complete checkpoints under ``root``, oldest step first."""
+    settle(root)
     if not os.path.isdir(root):
         return []
     found = []
@@ -104,6 +161,7 @@ def committed_checkpoints(root: str) -> list[str]:
 
 def find_latest(root: str) -> str | None:
     """The checkpoint ``latest`` names if it is complete, else the newest complete one, else None."""
+    settle(root)
     pointer = os.path.join(root, LATEST)
     if os.path.isfile(pointer):
         with open(pointer, encoding="utf-8") as handle:

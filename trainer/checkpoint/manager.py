@@ -2,6 +2,12 @@
 
 Every method that touches model or optimizer state is a collective: the loop calls it on every
 rank at the same step.
+
+A save makes no barrier: every rank creates the staging folders it writes into, writes and fsyncs
+its own files, and says so in the one gather that carries their sizes (DCP's own collectives
+cover its data files). Rank 0 then commits (marker, rename, ``latest``) and deletes old checkpoints
+in a background thread, one commit at a time, while every rank trains on; the next commit, a load,
+``finish`` and ``close`` (end of training, preemption) wait for it, and its error is raised there.
 """
 
 from __future__ import annotations
@@ -10,7 +16,6 @@ import concurrent.futures
 import json
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -76,6 +81,9 @@ class CheckpointManager:
         self.strategy = strategy if strategy is not None else Strategy()
         self.root = os.path.abspath(config.dir or os.path.join(run_dir, "checkpoints"))
         self._pending: tuple[Any, str, dict] | None = None
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None  # rank 0: commits and retention
+        self._commit_future: tuple[concurrent.futures.Future, str] | None = None  # (its future, its staging)
+        self._saves_of_step: tuple[int, int] = (-1, 0)  # (step, saves of it so far): a repeat gets its own staging
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_group: Any = None
         self._signalled: int | None = None
@@ -111,16 +119,26 @@ class CheckpointManager:
         return distributed.any_rank(self._signalled is not None)
 
     def close(self, clean: bool) -> None:
-        """Finish an in-flight save (after a clean run) and restore the signal handlers."""
+        """Finish an in-flight save (after a clean run), wait for its commit (rank 0) and restore
+        the signal handlers. After an error the commit already handed to rank 0's thread still
+        completes (it needs no other rank); a write still in flight is abandoned."""
         try:
             if clean:
-                self.wait()
+                self.finish()
+            else:
+                try:
+                    self._join_commit()
+                except Exception as error:  # the run's own error is the one to raise
+                    log.error("%s", error)
         finally:
             for number, handler in self._previous_handlers.items():
                 signal.signal(number, handler)
             self._previous_handlers = {}
             if self._executor is not None:
                 self._executor.shutdown(wait=clean)
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+                self._committer = None
 
     # ----- triggers ------------------------------------------------------------------------------------------
     def due_after_step(self, step: int) -> bool:
@@ -137,11 +155,14 @@ class CheckpointManager:
         self.wait()
         started = time.perf_counter()
         rank, step, full = distributed.rank(), run.step, self.config.format == "full"
-        staging = layout.staging_path(self.root, step)
-        if rank == 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            os.makedirs(os.path.join(staging, "rng"))
-        distributed.barrier()
+        # A second save of a step (an epoch end right after a periodic save) gets its own staging
+        # folder: the first may still be committing (renamed away by rank 0's thread).
+        again = self._saves_of_step[1] if self._saves_of_step[0] == step else 0
+        self._saves_of_step = (step, again + 1)
+        staging = layout.staging_path(self.root, step, again)
+        # No barrier: every rank makes the folders it writes into (setup() removed stale staging;
+        # DCP makes its own folder the same way).
+        os.makedirs(os.path.join(staging, "rng"), exist_ok=True)
         state = get_training_state(run.module, run.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
@@ -168,21 +189,22 @@ class CheckpointManager:
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
             written += ["trainer_state.json", "extras.pt"]
-        # Every rank's small files are written before anyone may commit; their sizes come along.
+        # Each rank makes its own small files durable (in parallel, on its own node), then the one
+        # gather says every rank's are written and carries their sizes: the agreement to commit.
+        layout.fsync_files(staging, written)
         marker[integrity.FILES] = {k: v for part in distributed.all_gather_object(integrity.sizes(staging, written))
                                    for k, v in part.items()}
         if self.config.async_save:
             self._pending = (self._write_async(state, staging, full), staging, marker)
         else:
+            # DCP's save returns on its coordinator (rank 0) only after every rank's write results
+            # reached it (its files fsynced): no barrier. The full format is rank 0's file alone.
             result = self._write(state, staging, full)
-        if not self.config.async_save:
-            if not full:
-                distributed.barrier()
             if rank == 0:
-                marker[integrity.FILES].update(integrity.written_sizes(staging, full, result))
-                self._commit(staging, marker)
+                self._commit_in_background(staging, marker, full, result)
         log.info("checkpoint at step %d %s in %.2f s -> %s", step,
-                 "started (async)" if self.config.async_save else "saved", time.perf_counter() - started, self.root)
+                 "started (async)" if self.config.async_save else "written (committing in the background)",
+                 time.perf_counter() - started, self.root)
 
     def _write(self, state: dict, staging: str, full: bool) -> Any:
         import torch.distributed.checkpoint as dcp
@@ -217,27 +239,61 @@ class CheckpointManager:
             self.wait()
 
     def wait(self) -> None:
-        """Block until the in-flight save (if any) is written, then commit it (rank 0)."""
+        """Block until the in-flight async save (if any) is written, then hand its commit to rank 0's
+        committer thread (``finish`` also waits for the commit)."""
         if self._pending is None:
             return
         future, staging, marker = self._pending
         self._pending = None
         result = future.result() if future is not None else None
         if distributed.rank() == 0:
-            marker[integrity.FILES].update(integrity.written_sizes(staging, self.config.format == "full", result))
-            self._commit(staging, marker)
+            self._commit_in_background(staging, marker, self.config.format == "full", result)
 
-    def _commit(self, staging: str, marker: dict) -> None:
-        final = layout.commit(self.root, staging, marker)
-        deleted = layout.apply_retention(
-            self.root, self.config.keep_last, self.config.monitor, self.config.mode, self.config.keep_best
-        )
+    def finish(self) -> None:
+        """Block until every save so far is written, committed and old checkpoints are deleted
+        (rank 0; on the other ranks: written). Raises the commit's error, if it had one."""
+        self.wait()
+        self._join_commit()
+
+    def _commit_in_background(self, staging: str, marker: dict, full: bool, result: Any) -> None:
+        """Rank 0, once every rank's files are written: commit and apply retention in a thread.
+        One commit at a time (the previous one is waited for), so ``latest`` only moves forward and
+        staging folders cannot pile up behind a slow deletion."""
+        self._join_commit()
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-commit")
+        future = self._committer.submit(self._commit, staging, marker, full, result)
+        self._commit_future = (future, staging)
+        layout.register_commit(self.root, future)
+
+    def _join_commit(self) -> None:
+        """Wait for rank 0's commit in flight; raise its error (naming the checkpoint) here."""
+        if self._commit_future is None:
+            return
+        (future, staging), self._commit_future = self._commit_future, None
+        try:
+            future.result()
+        except Exception as error:
+            raise CheckpointError(f"committing the checkpoint {staging} (or deleting old checkpoints after it) failed "
+                                  f"({type(error).__name__}: {error}); `latest` names the newest committed checkpoint") \
+                from error
+
+    def _commit(self, staging: str, marker: dict, full: bool, result: Any) -> None:
+        """The committer thread: sizes of rank 0's data files, then ``layout.commit``, then retention."""
+        with layout.committing():
+            marker[integrity.FILES].update(integrity.written_sizes(staging, full, result))
+            # DCP fsynced its files; torch.save did not fsync the full format's one file.
+            final = layout.commit(self.root, staging, marker, unsynced=("model_optim.pt",) if full else ())
+            deleted = layout.apply_retention(
+                self.root, self.config.keep_last, self.config.monitor, self.config.mode, self.config.keep_best
+            )
         log.info("checkpoint committed: %s%s", final, f" (removed {len(deleted)} old)" if deleted else "")
 
     # ----- loading -------------------------------------------------------------------------------------------
     def load(self, path: str, run: Any) -> dict[str, Any]:
         """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
         at ``path``; returns the saved progress. A collective."""
+        self.finish()  # a save of this run still committing (rank 0)
         marker = layout.read_marker(path)
         integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, run.module, run.optimizer, marker["format"],
