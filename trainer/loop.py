@@ -1,17 +1,13 @@
 """The loop one rank runs: set-up, optimizer steps over global batches, logging (validation is in
 trainer/validation.py, resuming in trainer/checkpoint/resume.py).
 
-A step that is not a logging step makes no host sync and no collective besides the gradient
-ones (tests/test_hot_path.py counts them): the gradient all-reduce / reduce-scatter (FSDP's
-parameter all-gathers, pipeline sends and receives, ZeRO-1's parameter broadcast), the grad-norm
-all-reduce when clipping, and the token-count all-reduce with ``loss_normalization=tokens`` (the
-gradients need the global count). Token counts stay Python numbers (or device tensors) and the
-non-finite loss check is decided late, naming the step where it happened
-(trainer/step_accounting.py). fp16 loss scaling reads its overflow decision (one host sync: the
-optimizer step depends on it), agreed by an all-reduce only where the ranks' gradients differ
-(not under DDP). Metrics are reduced on logging steps only, in one all-reduce; the non-finite check
-is settled there, before validation and before every checkpoint save; the ranks agree on a
-preemption signal on logging steps (or every ``checkpoint.signal_check_every_n_steps``).
+A non-logging step makes no host sync and no collective but the gradient ones (FSDP's gathers,
+pipeline sends, ZeRO-1's broadcast included), the grad-norm all-reduce when clipping and the token
+count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Token
+counts and the late non-finite check: trainer/step_accounting.py. fp16 reads its overflow decision
+(one host sync), all-reduced only where the ranks' gradients differ (not DDP). Logging steps reduce
+the metrics (one all-reduce), settle the non-finite check (also before validation and saves) and
+agree on preemption signals (also every ``checkpoint.signal_check_every_n_steps``).
 """
 
 from __future__ import annotations
@@ -290,7 +286,7 @@ class _Run:
             self.nonfinite.settle(self.rank, self.step if now is None else now)
 
     def save_checkpoint(self) -> None:
-        self.settle_nonfinite()
+        self.settle_nonfinite()  # a late non-finite check is settled before any checkpoint commits
         self.checkpoints.save(self)
 
     def progress(self) -> dict[str, Any]:
