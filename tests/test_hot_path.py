@@ -109,3 +109,9 @@ def test_a_signal_is_agreed_on_logging_steps_and_every_n_steps(tmp_path, monkeyp
         for step in range(1, 10):
             assert manager.stop_requested(step, logging_step=step % 4 == 0) == (step in expected)
         assert agreed == expected
+
+
+def test_tensor_token_counts_stay_on_the_device(tmp_path):
+    # A module that returns its token count as a tensor: summed on the device, no host read.
+    ranks, _ = probe(tmp_path, "single", VariableLengthTokens(), precision="fp32")
+    assert all(ranks[0][step]["syncs"] == 0 for step in QUIET), ranks[0]
