@@ -115,3 +115,16 @@ def test_tensor_token_counts_stay_on_the_device(tmp_path):
     # A module that returns its token count as a tensor: summed on the device, no host read.
     ranks, _ = probe(tmp_path, "single", VariableLengthTokens(), precision="fp32")
     assert all(ranks[0][step]["syncs"] == 0 for step in QUIET), ranks[0]
+
+
+def test_sigterm_between_logging_steps_saves_at_the_next_one(tmp_path):
+    # 2 ranks, logged every 4 steps: a SIGTERM after step 5 stops and saves at step 8 (the bound:
+    # log_every_n_steps), exit code 0, on both ranks together.
+    from test_checkpoint import run_in_subprocess
+
+    run_dir = tmp_path / "run"
+    result = run_in_subprocess(run_dir, {"signal_at_step": 5, "signal_launcher": True}, strategy="ddp", devices=2,
+                               batch_size=8, max_steps=20, log_every_n_steps=4, checkpoint=dict(save_last=True))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "preemption signal: saving at step 8" in result.stderr
+    assert layout.find_latest(str(run_dir / "checkpoints")).endswith(layout.checkpoint_name(8))
