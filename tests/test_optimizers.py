@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau, StepLR
 
-from helpers import OverflowAt, Regressor, read_metrics, run_trainer
+from helpers import HostSyncCounter, OverflowAt, Regressor, read_metrics, run_trainer
 from trainer.callbacks import LearningRateMonitor
 from trainer.checkpoint import layout
 from trainer.lr_scheduling import LRScheduling
@@ -244,19 +244,6 @@ def test_plateau_on_a_training_metric_steps_at_logging_steps(tmp_path):
     assert module.lrs[-1] < LR
 
 
-class SyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts device-to-host reads (``aten._local_scalar_dense``: ``.item()``, ``float(t)``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_schedulers_add_no_host_sync(tmp_path):
     def with_schedulers(o):
         return ([o], [{"scheduler": StepLR(o, 1, gamma=0.9), "frequency": 2},
@@ -265,7 +252,7 @@ def test_schedulers_add_no_host_sync(tmp_path):
 
     counts = []
     for name, make in [("plain", lambda o: o), ("scheduled", with_schedulers)]:
-        with SyncCounter() as counter:
+        with HostSyncCounter() as counter:
             run_trainer(tmp_path / name, Scheduled(make, val_samples=8), max_steps=6, log_every_n_steps=3,
                         val_every_n_steps=2)
         counts.append(counter.count)

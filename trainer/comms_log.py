@@ -14,9 +14,10 @@ issued on a thread that did not inherit the mode (autograd's threads do).
 
 Kinds: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``reduce``, ``gather``,
 ``scatter``, ``all_to_all``, ``send_recv``, ``barrier`` (any other ``c10d`` operator under its own
-name), and two labelled all-reduces: ``GRADIENT_KIND`` (gradient averaging: an all-reduce issued
+name), and labelled all-reduces: ``GRADIENT_KIND`` (gradient averaging: an all-reduce issued
 during backward, as DDP's reducer does, or one the strategy labels, as pipeline's data-parallel
-gradient sync) and ``SYNC_BN_KIND`` (synchronised batch norm statistics). ``gradient_rounds``
+gradient sync), ``SYNC_BN_KIND`` (synchronised batch norm statistics), ``TOKEN_COUNT_KIND`` (the
+global token count of ``loss_normalization=tokens``) and ``OVERFLOW_KIND`` (fp16's overflow agreement). ``gradient_rounds``
 counts the backward passes (or labelled syncs) that averaged gradients: one per optimizer step
 when accumulation skips the sync on the other micro-batches. Bytes are the largest tensor among
 the operator's arguments (the payload; for a gather, the gathered output). Time is the time spent
@@ -57,6 +58,8 @@ NOT_COLLECTIVES = {"wait_tensor"}
 NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
 GRADIENT_KIND = "all_reduce (gradients)"
 SYNC_BN_KIND = "all_reduce (sync batch norm)"
+TOKEN_COUNT_KIND = "all_reduce (token count)"
+OVERFLOW_KIND = "all_reduce (fp16 overflow)"
 
 _active: CollectiveRecorder | None = None
 _label: str | None = None

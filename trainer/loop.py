@@ -1,11 +1,13 @@
 """The loop one rank runs: set-up, optimizer steps over global batches, logging (validation is in
 trainer/validation.py, resuming in trainer/checkpoint/resume.py).
 
-Per step, besides the gradient sync: one host sync for the non-finite loss check (unless
-``trainer.nonfinite_loss=ignore`` or fp16 scaling, whose overflow check is an all-reduce instead),
-one small CPU all-reduce when checkpointing listens for preemption signals, and the token count
-all-reduce with ``loss_normalization=tokens``. Metrics are reduced on logging steps only, in one
-all-reduce.
+A non-logging step makes no host sync and no collective but the gradient ones (FSDP's gathers,
+pipeline sends, ZeRO-1's broadcast included), the grad-norm all-reduce when clipping and the token
+count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Token
+counts and the late non-finite check: trainer/step_accounting.py. fp16 reads its overflow decision
+(one host sync), all-reduced only where the ranks' gradients differ (not DDP). Logging steps reduce
+the metrics (one all-reduce), settle the non-finite check (also before validation and saves) and
+agree on preemption signals (also every ``checkpoint.signal_check_every_n_steps``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import load_for_evaluation, restore_run
-from trainer.comms_log import CommsLog
+from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
@@ -34,6 +36,7 @@ from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
+from trainer.step_accounting import NonfiniteLossWatch, TokenCount, counted
 from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
@@ -72,6 +75,7 @@ class _Run:
         self.lr_scheduling = LRScheduling()  # the schedulers and when they step
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
+        self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
         self.callbacks = CallbackList(trainer.callbacks)
 
@@ -197,7 +201,9 @@ class _Run:
         self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
         self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
         self.comms = CommsLog(trainer.profile["comms_steps"], self.run_dir, self.rank)
-        self._tokens_since_log = torch.zeros((), dtype=torch.float64, device=self.device)  # reduced on logging steps
+        self._tokens_since_log = TokenCount(self.device)  # reduced on logging steps
+        if trainer.nonfinite_loss == "error":  # fp16: an inf loss is an overflow (skipped), a NaN one an error
+            self.nonfinite = NonfiniteLossWatch(self.device, nan_only=self.precision.scaler is not None)
         module.train()
         module.on_fit_start()
         self.callbacks.on_fit_start(self)
@@ -237,12 +243,12 @@ class _Run:
                     if self.checkpoints is not None:
                         self.checkpoints.poll()
                         if self.checkpoints.due_after_step(self.step):
-                            self.checkpoints.save(self)
+                            self.save_checkpoint()
                             saved_at = self.step
-                        if self.checkpoints.stop_requested():
+                        if self.checkpoints.stop_requested(self.step, logging_step=metrics is not None):
                             rank_zero_warn(log, "preemption signal: saving at step %d and stopping", self.step)
                             if saved_at != self.step:
-                                self.checkpoints.save(self)
+                                self.save_checkpoint()
                                 saved_at = self.step
                             self.preempted = True
                             break
@@ -259,7 +265,7 @@ class _Run:
                 self.epoch += 1
                 self.epoch_step = 0
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
-                    self.checkpoints.save(self)
+                    self.save_checkpoint()
                     saved_at = self.step
         finally:
             progress.close()
@@ -270,12 +276,21 @@ class _Run:
         if validated_at != self.step:
             self.validate()
         if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
-            self.checkpoints.save(self)
+            self.save_checkpoint()
         module.on_fit_end()
         self.callbacks.on_fit_end(self)
         return self.last_metrics
 
     # ----- checkpoints ------------------------------------------------------------------------------------
+    def settle_nonfinite(self, now: int | None = None) -> None:
+        """The late non-finite loss check (one host sync): a NaN state is never validated or saved."""
+        if self.nonfinite is not None:
+            self.nonfinite.settle(self.rank, self.step if now is None else now)
+
+    def save_checkpoint(self) -> None:
+        self.settle_nonfinite()  # a late non-finite check is settled before any checkpoint commits
+        self.checkpoints.save(self)
+
     def progress(self) -> dict[str, Any]:
         """Where training stands, as saved in a checkpoint."""
         trainer = self.trainer
@@ -294,16 +309,14 @@ class _Run:
         timer = self.breakdown
         by_tokens = trainer.loss_normalization == "tokens"
         sums = WeightedSums(self.device) if log_now else None
-        local_tokens = torch.zeros((), dtype=torch.float64, device=self.device) if by_tokens else None
-        # fp16 scaling handles non-finite values itself (the step is skipped); otherwise they stop the run.
-        check_finite = trainer.nonfinite_loss == "error" and precision.scaler is None
-        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device) if check_finite else None
+        local_tokens = TokenCount(self.device) if by_tokens else None
+        nonfinite = self.nonfinite
         last = len(plan.micro_batches) - 1
         timer.step_started()
         micro_batches = plan.micro_batches
         if strategy.owns_step:
             # Pipeline parallel: the strategy runs each micro-batch's forward and backward itself.
-            local_tokens, nonfinite = self._strategy_micro_batches(plan, batches, sums, local_tokens, nonfinite)
+            self._strategy_micro_batches(plan, batches, sums, local_tokens)
             micro_batches = ()
         for index, micro_batch in enumerate(micro_batches):
             with timer.phase("data"):
@@ -321,23 +334,23 @@ class _Run:
                     if loss is None:
                         raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
                     if nonfinite is not None:
-                        nonfinite |= ~torch.isfinite(loss.detach())
-                    counts = micro_batch.num_real > 0
+                        nonfinite.observe(loss)  # tensor ops; read when settled
                     num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                    if num_tokens is not None:
+                    if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
+                        num_tokens = counted(num_tokens, micro_batch.num_real > 0)
                         self._counts_tokens = True  # the same on every rank (same code), so the reduce below matches
-                        self._tokens_since_log += torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                        self._tokens_since_log.add(num_tokens)
                     if by_tokens:
                         if num_tokens is None:
                             raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
-                        weight = torch.as_tensor(num_tokens, dtype=torch.float64, device=self.device) * counts
+                        weight = num_tokens
                     else:
                         weight = micro_batch.num_real
                     if sums is not None:
                         sums.add({"loss": loss, **metrics}, weight)
                 with timer.phase("backward"):
                     if by_tokens:
-                        local_tokens += weight
+                        local_tokens.add(weight)
                         # Backward the token sum; gradients are divided by the global token count below.
                         precision.scale_loss(token_weighted(loss, weight)).backward()  # counts not rounded
                     else:
@@ -349,20 +362,24 @@ class _Run:
                 if self.rank == 0:
                     write_flops_by_module(counter, os.path.join(self.run_dir, "flops.txt"))
         stepped = True
-        with timer.phase("collectives"):  # (the finiteness check waits for the backward's syncs too)
-            if nonfinite is not None and bool(nonfinite):  # one host sync per step (free on CPU)
-                raise FloatingPointError(
-                    f"non-finite training loss at step {self.step + 1} (epoch {self.epoch}) on rank {self.rank}; "
-                    "lower the learning rate, clip gradients (trainer.gradient_clip_val), use fp32 / bf16, or set "
-                    "trainer.nonfinite_loss=ignore to train on regardless"
-                )
-            grads = [local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
+        if nonfinite is not None:
+            nonfinite.end_step(self.step + 1, self.epoch)
+        with timer.phase("collectives"):
+            # The local gradients (to_local per parameter), built only when something scales them.
+            grads = ([local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
+                     if by_tokens or precision.scaler is not None else [])
             if by_tokens:
-                global_tokens = strategy.all_reduce_sum(local_tokens.clone())
+                with labelled(TOKEN_COUNT_KIND):
+                    global_tokens = strategy.all_reduce_sum(local_tokens.total())
                 torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
             if precision.scaler is not None:
                 # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
-                stepped = precision.scaler.unscale_(grads, strategy.all_reduce_max)
+                # Where the gradients are already reduced to the same values on every rank (DDP's
+                # all-reduce, ZeRO-1 included), each rank's flag is computed from identical tensors by
+                # the same ops, so it is identical too: agreeing on it would be a collective for nothing.
+                agree = None if strategy.gradients_replicated else strategy.all_reduce_max
+                with labelled(OVERFLOW_KIND):
+                    stepped = precision.scaler.unscale_(grads, agree)
                 precision.scaler.update(found_inf=not stepped)
         grad_norm = None
         with timer.phase("optimizer"):
@@ -381,6 +398,7 @@ class _Run:
         self.throughput.step(plan.global_count)
         if sums is None:
             return None
+        self.settle_nonfinite(self.step + 1)
         metrics = sums.reduce("train/", strategy)
         if grad_norm is not None:
             metrics["train/grad_norm"] = float(grad_norm)
@@ -388,47 +406,49 @@ class _Run:
         if precision.scaler is not None:
             metrics["train/loss_scale"] = float(precision.scaler.scale)
             metrics["train/skipped_steps"] = precision.scaler.skipped_steps
-        tokens = float(strategy.all_reduce_sum(self._tokens_since_log.clone())) if self._counts_tokens else None
-        self._tokens_since_log.zero_()
+        tokens = float(strategy.all_reduce_sum(self._tokens_since_log.total())) if self._counts_tokens else None
+        self._tokens_since_log.reset()
         metrics.update(self.throughput.metrics(tokens))
         metrics.update(timer.metrics())
         return metrics
 
     def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None,
-                                local_tokens: torch.Tensor | None, nonfinite: torch.Tensor | None) -> tuple:
+                                local_tokens: TokenCount | None) -> None:
         """``_train_step``'s micro-batches when the strategy owns the step (``strategy.owns_step``);
-        returns the updated (token count for tokens normalisation, non-finite flag)."""
+        adds to ``local_tokens`` (tokens normalisation) and the non-finite loss watch."""
         last = len(plan.micro_batches) - 1
         for index, micro_batch in enumerate(plan.micro_batches):
             with self.breakdown.phase("data"):
                 batch = self.precision.convert_input(
                     move_to_device(next(batches), self.device, non_blocking=self.trainer.pin_memory)
                 )
-            # FLOPs counted once, on the second step (the first also infers the stages' shapes);
-            # the stages differ, so the job's count is the sum over ranks.
-            counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps == 1
+            # FLOPs counted once, on the first logging step after the first step (which also infers
+            # the stages' shapes); the stages differ, so the job's count is the sum over ranks (a
+            # collective and a host read: on a logging step only).
+            counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps >= 1 and sums is not None
             counter = FlopSum() if counting else contextlib.nullcontext()
             with self.breakdown.phase("forward"), counter:
-                tokens, bad = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
+                tokens, losses = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
                                                      index == last, sums, self.precision, local_tokens is not None)
             if counting:
                 flops = torch.tensor(float(counter.get_total_flops()), dtype=torch.float64, device=self.device)
                 self.throughput.set_flops_per_step(float(self.strategy.all_reduce_sum(flops)) * len(plan.micro_batches))
             if tokens is not None:  # (the same on every rank: the strategy agrees on it)
                 self._counts_tokens = True
-                self._tokens_since_log += tokens
+                self._tokens_since_log.add(tokens)
                 if local_tokens is not None:
-                    local_tokens = local_tokens + tokens
-            if nonfinite is not None:
-                nonfinite = nonfinite | bad
+                    local_tokens.add(tokens)
+            if self.nonfinite is not None:
+                for loss in losses:
+                    self.nonfinite.observe(loss)
             self.batch_idx += 1
         if sums is not None:
             self.strategy.complete_metrics(sums)
         self._owned_steps += 1
-        return local_tokens, nonfinite
 
     # ----- validation -----------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
+        self.settle_nonfinite()
         return run_validation(self)
 
 

@@ -23,8 +23,9 @@ log = logging.getLogger("trainer.loop")
 _warned: set[torch.dtype] = set()
 
 
-def token_weighted(loss: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``loss * weight`` in ``promote_types(loss.dtype, float32)``."""
+def token_weighted(loss: torch.Tensor, weight: torch.Tensor | float) -> torch.Tensor:
+    """``loss * weight`` in ``promote_types(loss.dtype, float32)``; ``weight`` a tensor or a Python
+    number (a Python count multiplies as a scalar: no tensor, no copy to the device)."""
     dtype = torch.promote_types(loss.dtype, torch.float32)
     if loss.dtype != dtype and loss.dtype not in _warned:
         _warned.add(loss.dtype)
@@ -35,4 +36,6 @@ def token_weighted(loss: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
                 str(loss.dtype).replace("torch.", ""), str(loss.dtype).replace("torch.", ""),
                 "inexact above 256" if loss.dtype == torch.bfloat16 else "inexact above 2048, infinite above 65504",
             )
+    if not isinstance(weight, torch.Tensor):
+        return loss.to(dtype) * float(weight)  # rounded to ``dtype`` like ``weight.to(dtype)``
     return loss.to(dtype) * weight.to(dtype)

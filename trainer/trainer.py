@@ -81,6 +81,12 @@ class Trainer:
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
         nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
+            Checked without a per-step host sync: the flag stays on the device and is read on logging
+            steps, before validation and before every checkpoint save (a NaN state is never saved),
+            so the run may go on up to ``log_every_n_steps - 1`` steps past the bad one; the error
+            names the bad step. Under ``precision="fp16-mixed"`` an infinite loss is an overflow the
+            loss scaler handles (the step is skipped, the scale lowered), but a NaN loss is an error:
+            lowering the scale cannot fix a NaN forward.
         profile: ``{"wall_clock_breakdown": bool, "trace_steps": [first, last], "comms_steps": [first, last]}``:
             per-phase step times (``time/*`` metrics; synchronises CUDA, so off by default), a
             torch.profiler trace, and a log of the collectives over those steps (``<run_dir>/comms/``).

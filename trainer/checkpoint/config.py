@@ -21,6 +21,12 @@ class CheckpointConfig:
         keep_last: keep this many newest checkpoints (None = all).
         monitor / mode / keep_best: also keep the ``keep_best`` best by this logged metric.
         save_on_signal: on SIGTERM / SIGUSR1 (preemption), save and stop cleanly (exit code 0).
+        signal_check_every_n_steps: with several processes, how often the ranks agree on a
+            preemption signal (a small CPU all-reduce). None (default): on logging steps only
+            (every ``trainer.log_every_n_steps`` and the last step), so the other steps make no
+            collective; a signal then stops and saves within ``log_every_n_steps`` steps. A number
+            N also agrees every N steps (bound: the smaller of the two). One process: every step
+            (no collective).
     """
 
     dir: str | None = None
@@ -34,6 +40,7 @@ class CheckpointConfig:
     mode: str = "min"
     keep_best: int = 1
     save_on_signal: bool = True
+    signal_check_every_n_steps: int | None = None
 
     def __post_init__(self) -> None:
         def positive(name: str, allow_zero: bool = False) -> None:
@@ -46,6 +53,7 @@ class CheckpointConfig:
         positive("every_n_epochs")
         positive("keep_last", allow_zero=True)
         positive("keep_best", allow_zero=True)
+        positive("signal_check_every_n_steps")
         if self.format not in FORMATS:
             raise ValueError(f"checkpoint.format={self.format!r} is not one of {', '.join(FORMATS)}")
         if self.mode not in ("min", "max"):

@@ -112,9 +112,18 @@ class CheckpointManager:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signalled = signum  # acted on at the next step boundary, on every rank together
 
-    def stop_requested(self) -> bool:
-        """Whether any rank received a preemption signal (agreed on by all ranks)."""
+    def stop_requested(self, step: int, logging_step: bool = True) -> bool:
+        """Whether any rank received a preemption signal (the same answer on every rank), asked
+        after every optimizer step ``step``. Several processes agree only on logging steps (whose
+        metric reduction makes collectives anyway) and every ``signal_check_every_n_steps``: the
+        other steps answer False without a collective, so a signal stops the run within
+        ``log_every_n_steps`` (or that many) steps. One process: every step, for free."""
         if not self.config.save_on_signal:
+            return False
+        if not distributed.is_distributed():
+            return self._signalled is not None
+        every = self.config.signal_check_every_n_steps
+        if not (logging_step or (every is not None and step % every == 0)):
             return False
         return distributed.any_rank(self._signalled is not None)
 

@@ -51,6 +51,9 @@ class Strategy:
     checkpoint_formats = ("sharded", "full")
     #: why ``trainer.sync_batchnorm=true`` is refused with this strategy (None: it is supported)
     sync_batchnorm_refusal: str | None = None
+    #: whether after the backward every rank holds the same full gradients (DDP's all-reduce): a
+    #: value computed from them (fp16's overflow flag) is then equal on every rank without a collective
+    gradients_replicated = False
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):

@@ -32,6 +32,9 @@ class DDPStrategy(Strategy):
 
     name = "ddp"
     supports_multiple_devices = True
+    #: DDP all-reduces every gradient (ZeRO-1 too: it shards only the optimizer state), and an
+    #: all-reduce leaves the same result on every rank
+    gradients_replicated = True
 
     def __init__(
         self,

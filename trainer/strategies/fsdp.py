@@ -14,7 +14,8 @@ hybrid      all three, within groups of     ZeRO++ hpZ-like /         HYBRID_SHA
 ==========  ==============================  ========================  =====================================
 
 ``*`` grad_op keeps each unit's gathered parameters from forward until its backward
-(``reshard_after_forward=False``): no second all-gather, more memory. ZeRO stage 1 (optimizer state
+(``reshard_after_forward=False``): no second all-gather, more memory; with gradient accumulation
+they stay gathered through the whole window (one all-gather per unit per optimizer step). ZeRO stage 1 (optimizer state
 only) is ``strategy=ddp strategy.zero1=true``.
 
 FSDP2 mapping: full/grad_op use a 1-D mesh over all ranks; hybrid a 2-D (replicate, shard) mesh;
@@ -227,6 +228,11 @@ class FSDPStrategy(Strategy):
             return contextlib.nullcontext()
         # Applies to every unit. False: accumulate unsharded gradients, no reduce-scatter.
         wrapped.set_requires_gradient_sync(sync)
+        if self.sharding == "grad_op":
+            # As DeepSpeed stage 2: the parameters stay gathered through the accumulation window
+            # (no reshard after the backward of a non-final micro-batch), so each unit is gathered
+            # once per optimizer step; the final micro-batch's backward frees them.
+            wrapped.set_reshard_after_backward(sync)
         return contextlib.nullcontext()
 
     def grad_norm(self, module: nn.Module) -> torch.Tensor:

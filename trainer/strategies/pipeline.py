@@ -285,15 +285,18 @@ class PipelineStrategy(Strategy):
     # ----- the step ---------------------------------------------------------------------------------------
     def _loss_fn(self, output: Any, index: torch.Tensor) -> torch.Tensor:
         """Called by the schedule on the last stage per microbatch; ``index`` = the sample positions."""
-        start, stop = int(index[0]), int(index[-1]) + 1
+        # The microbatch's sample positions, read from the chunk's place in ``target`` (a view of
+        # the arange ``_run`` passes): ``int(index[0])`` would be a host read per microbatch.
+        start = index.storage_offset()
+        stop = start + index.numel()
         real = max(0, min(stop, self._real) - start)
         if 0 < real < stop - start:  # padding inside the microbatch: the loss is the real samples' mean
             output, stop = _slice(output, 0, real), start + real
         loss, metrics = split_step_output(self._module.pipeline_loss(output, _slice(self._batch, start, stop)),
                                           "pipeline_loss")
         tokens = metrics.pop("num_tokens", None)  # a count (tokens/s, token normalisation), not a metric
-        if tokens is not None:
-            tokens = torch.as_tensor(tokens, dtype=torch.float64, device=loss.device) * (real > 0)
+        if tokens is not None:  # a Python count stays one (no copy to the device per microbatch)
+            tokens = tokens * (real > 0) if isinstance(tokens, torch.Tensor) else (tokens if real > 0 else 0)
         # Keyed by microbatch: the schedule's first run after a (re)start also calls the loss
         # function once while it infers shapes; the microbatch's real call comes later and wins.
         self._records[start] = (real, {"loss": loss, **metrics}, tokens)
@@ -304,7 +307,8 @@ class PipelineStrategy(Strategy):
                 raise ValueError("trainer.loss_normalization=tokens needs pipeline_loss to return 'num_tokens' "
                                  "(the micro-batch's token count) next to 'loss'")
             # In fp64, never the loss dtype: bf16 cannot hold token counts above 256 exactly.
-            return self._scale_loss(loss.to(torch.float64) * tokens)
+            return self._scale_loss(loss.to(torch.float64) * (tokens.to(torch.float64) if isinstance(tokens, torch.Tensor)
+                                                              else float(tokens)))
         return self._scale_loss(loss * (real * self._scale))
 
     def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
@@ -323,22 +327,23 @@ class PipelineStrategy(Strategy):
         return records
 
     def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: WeightedSums | None,
-                 precision: Any, by_tokens: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
+                 precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:
         """Forward and backward of one of the loop's micro-batches through the pipeline. ``scale``:
         the loop's factor per real sample (dp_size / global count); ``sync``: the last micro-batch
         of the step (gradients are then averaged over the data-parallel group); ``by_tokens``:
         backward each microbatch's token sum (trainer.loss_normalization=tokens).
 
-        Returns (this rank's token count, or None if ``pipeline_loss`` reports none; whether a
-        loss was not finite), both zero on the stages without the loss."""
+        Returns (this rank's token count: None if ``pipeline_loss`` reports none, a Python number
+        while it returns Python ints, else a device tensor; 0 on the stages without the loss), and
+        the microbatches' losses (detached; none on the stages without the loss). No host sync."""
         self._scale_loss, self._by_tokens = precision.scale_loss, by_tokens
-        tokens = torch.zeros((), dtype=torch.float64, device=self.device)
-        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        tokens: Any = 0
+        losses = []
         saw_tokens = False
         for weight, values, count in self._run(batch, num_real, scale, precision.autocast(self.device)):
-            nonfinite |= ~torch.isfinite(values["loss"].detach())
+            losses.append(values["loss"].detach())
             if count is not None:
-                tokens += count
+                tokens = tokens + count
                 saw_tokens = True
             if sums is not None:
                 sums.add(values, count if by_tokens else weight)
@@ -354,7 +359,7 @@ class PipelineStrategy(Strategy):
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
-        return (tokens if self._counts_tokens else None), nonfinite
+        return (tokens if self._counts_tokens else None), losses
 
     def complete_metrics(self, sums: WeightedSums) -> None:
         """Stages without the loss add zero-weight zeros under the last stage's metric names, so
