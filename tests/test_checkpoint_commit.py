@@ -92,10 +92,12 @@ def _worker(rank, port, root):
         layout.shutil.rmtree = slow_rmtree
         try:
             manager.save(_run(step=2))
+            # Read before the collective below: after it rank 0 may release the deletion while a
+            # slow rank 1 has not looked yet.
+            report["old_still_there_after_save"] = os.path.isdir(old)
             # The next collective training would make: both ranks get here while rank 0's
             # deletion is still blocked (it is released only below, by this thread).
             dist.all_gather_object([None, None], "step 3")
-            report["old_still_there_after_save"] = os.path.isdir(old)
             if rank == 0:
                 report["deletion_started"] = entered.wait(BLOCKED_FOR_AT_MOST)
                 release.set()
