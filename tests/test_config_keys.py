@@ -69,7 +69,7 @@ def test_known_config_builds_without_a_warning(tmp_path, caplog):
         (["callbacks=[timer]", "+callbacks.timer.typo=1"], "callbacks.timer.typo: trainer.callbacks.Timer takes no"),
         (["+callbacks.timer.max_time=10"], "callbacks.timer has no _target_ (keys: max_time); select the callback "
                                            "with callbacks=[timer]"),
-        (["+data.typo=1"], "data.typo (+data.typo=1) is read by nothing: the trainer reads data.batch_size"),
+        (["+data.typo=1"], "data.typo (+data.typo=...) is read by nothing: the trainer reads data.batch_size"),
         (["recipe=gpt", "+data.typo=1"], "this recipe's module reads data.path, data.block_size"),
         (["+checkpoint.typo=1"], "unknown checkpoint option(s) ['typo']; known:"),
         (["+precision.typo=1"], "precision.typo applies to precision=fp16-mixed only"),
