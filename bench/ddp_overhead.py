@@ -55,6 +55,9 @@ def _hand_written_worker(rank: int, steps: int, port: int, stamps: str) -> None:
     from _ddp_modules import stamp
     from recipes.gpt import GPT, GPTModule
 
+    # Each worker its share of the cores, as torchrun, Lightning and this trainer do (2 x 2 spinning
+    # threads on 2 cores make every step several times slower).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     torch.manual_seed(0)
     module = GPTModule(**MODEL)
