@@ -168,6 +168,8 @@ def main() -> None:
         for _ in range(pairs):
             for name, run in contenders.items():
                 figures[name].append(measure(run, steps))
+                print(f"  {steps} steps, {name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in figures[name][-1].items())
+                      + f" (load average {os.getloadavg()[0]:.2f})", flush=True)
         raw[label] = figures
         table(f"{steps} steps, 2 ranks, GPT {MODEL['layers']}x{MODEL['width']}, batch {BATCH}x{MODEL['block_size']} "
               f"per rank, median of {pairs}; load average {os.getloadavg()[0]:.2f} after", figures)
