@@ -28,7 +28,8 @@ class TimedGPTModule(GPTModule):
         return None
 
     def training_step(self, batch, batch_idx):
-        if batch_idx == 0 and self.trainer.global_step == 0 and torch.distributed.get_rank() == 0:
+        # (trainer.global_step is set when fit ends, and batch_idx restarts every epoch: stamp once)
+        if torch.distributed.get_rank() == 0 and not os.path.exists(os.path.join(self.stamps, "first")):
             stamp(self.stamps, "first")
         return super().training_step(batch, batch_idx)
 

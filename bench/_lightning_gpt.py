@@ -17,7 +17,7 @@ class LitGPT(L.LightningModule):
         self.model = GPT(vocab_size=256, **model_args)
 
     def training_step(self, batch, batch_idx):
-        if batch_idx == 0 and self.global_step == 0 and self.global_rank == 0:
+        if self.global_step == 0 and batch_idx == 0 and self.global_rank == 0:
             stamp(self.stamps, "first")
         inputs, targets = batch
         loss = F.cross_entropy(self.model(inputs).flatten(0, 1), targets.flatten())
