@@ -82,23 +82,7 @@ def init_single_process_group(backend: str, timeout: timedelta) -> None:
 
 
 def destroy_process_group(clean: bool = True) -> None:
-    """Leave the process group; ``clean=False`` after an error, when peers may never arrive.
-
-    Why ranks leave together and then exit normally (issue 14, "terminate called without an active
-    exception"): gloo runs collectives on native worker threads. A worker that drops the last
-    reference to a collective's tensor created in Python must take the GIL to free its Python
-    object; if the interpreter is already finalizing, CPython (<= 3.13) ends that thread with
-    ``pthread_exit``, whose forced unwind through a ``noexcept`` C++ frame calls ``std::terminate``
-    (pytorch/pytorch#38228, pybind/pybind11#2215; CPython >= 3.14 hangs such a thread instead,
-    python/cpython#87135). ``destroy_process_group`` joins those threads only when the last
-    reference to the group goes; torch's DDP keeps the group (and its 3 gloo threads) alive after it
-    even once the DDP module is deleted and collected (measured on torch 2.13), so every DDP rank,
-    a hand-written one too, finalizes with gloo threads alive. What keeps the abort away: every rank
-    passes the barrier below after its last collective (its peers are done with it too) and the
-    callers free their objects first (``gc.collect``), so the workers have long released the last
-    collective's tensors when the interpreter finalizes; a worker that has nothing to free never
-    takes the GIL.
-    """
+    """Leave the process group; ``clean=False`` after an error, when peers may never arrive."""
     global _control_group, _environment
     if is_distributed():
         if clean:

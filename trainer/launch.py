@@ -8,7 +8,6 @@ first worker to die ends the job with a message that names its rank.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import pickle
@@ -163,12 +162,13 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
             failures.put((time.time(), local_rank, os.getpid(), traceback.format_exc(),
                           " | ".join(f"{type(error).__name__}: {error}".splitlines())))
         raise
-    del fn, args
     if local_rank == 0:
         results.put(result)
-    # The trainer, the module copies and their DDP wrapper form reference cycles: free them now,
-    # not while the interpreter finalizes (see distributed.destroy_process_group). Then an ordinary exit.
-    gc.collect()
+    if isinstance(result, CheckpointError):
+        # The process group was not torn down cleanly: finalizing could abort in a gloo thread
+        # ("terminate called without an active exception"). Flush the logs and leave now.
+        logging.shutdown()
+        os._exit(0)
 
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
