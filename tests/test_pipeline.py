@@ -4,6 +4,8 @@ Tolerance: CPU fp32, AdamW, rtol=1e-5 / atol=1e-6 over 15 steps (the gradients a
 microbatch instead of over the whole batch at once, which reorders float additions).
 """
 
+import os
+
 import pytest
 import torch
 
@@ -119,9 +121,15 @@ def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, 
 def test_precision_and_speedups_equal_one_process(tmp_path, options):
     # The reference accumulates 4 micro-batches of 4, as the pipeline's microbatches: low-precision
     # matmuls then round alike (fp16-mixed also skips the same overflowing steps).
-    steps = 10
-    single = fit(tmp_path / "single", BlockRegressor(depth=4), batch_size=4, accumulate_grad_batches=4, max_steps=steps,
-                 **options)
+    # The reference runs with a spawned worker's intra-op threads (cores // 2 here, trainer/launch.py):
+    # low-precision matmuls sum in another order on another thread count.
+    steps, threads = 10, torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    try:
+        single = fit(tmp_path / "single", BlockRegressor(depth=4), batch_size=4, accumulate_grad_batches=4,
+                     max_steps=steps, **options)
+    finally:
+        torch.set_num_threads(threads)
     piped = fit(tmp_path / "pp", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=4), devices=2,
                 batch_size=16, max_steps=steps, **options)
     assert len(piped[0]) == steps
