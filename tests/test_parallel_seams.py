@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from helpers import BlockRegressor, fit
+from helpers import BlockRegressor, NoisyInputs, fit
 from trainer.strategies.pipeline import PipelineStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -135,15 +135,9 @@ def test_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
 
 
 # ----- 8: random augmentation under pipeline -------------------------------------------------------------------------
-class NoisyPairs(torch.utils.data.Dataset):
+class NoisyPairs(NoisyInputs):
     """Random noise drawn from torch's global generator on inputs *and* targets while loading:
     the first stage uses the inputs, the last the targets, so they must come from one draw."""
-
-    def __init__(self, data):
-        self.data = data
-
-    def __len__(self):
-        return len(self.data)
 
     def __getitem__(self, index):
         x, y = self.data[index]
