@@ -309,6 +309,11 @@ class CheckpointedRegressor(BlockRegressor):
 
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         if step == self.kill_at_step and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            # A crash after the last save committed: rank 0 commits in a thread, which a SIGKILL a
+            # few milliseconds after the save would cut off (that run resumes from the save before).
+            from trainer.checkpoint import layout
+
+            layout.settle(os.path.join(self.trainer.run_dir, "checkpoints"))
             os.kill(os.getpid(), signal.SIGKILL)  # on a torchrun restart, the job goes on
         if step == self.signal_at_step and rank == 0:
             # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
