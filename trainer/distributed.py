@@ -35,6 +35,14 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def local_rank() -> int:
+    """This process's rank on its node: the cluster environment's once the process group is set up
+    (``SLURM_LOCALID`` under ``srun``), else ``LOCAL_RANK`` (0 when unset)."""
+    if _environment is not None and _environment.launcher != "none" and is_distributed():
+        return _environment.local_rank
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
 def default_backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 

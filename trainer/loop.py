@@ -30,11 +30,14 @@ from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
+from trainer.hparams import checkpoint_record, for_loggers
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.model_summary import count_local, summarize
 from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
+from trainer.run_state import StopFlag
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.step_accounting import NonfiniteLossWatch, TokenCount, counted
 from trainer.sync_batchnorm import padding_micro_batch
@@ -78,6 +81,9 @@ class _Run:
         self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
         self.callbacks = CallbackList(trainer.callbacks)
+        self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/run_state.py)
+        self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
+        self.summary = None  # the model summary, counted before the strategy splits the model
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -94,6 +100,7 @@ class _Run:
             if self.own_log_handler:
                 log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
+        trainer._run = self  # the run-state properties read this run (trainer/run_state.py)
         with distributed.rank_zero_first(local=True) as first:
             if first:
                 module.prepare_data()
@@ -125,6 +132,8 @@ class _Run:
             # the data-parallel group of DDP and FSDP (hybrid included).
             convert_sync_batchnorm(module, process_group=None)
         self.datasets()  # before wrapping: resolves trainer.batch_size (a strategy may need it)
+        if trainer.enable_model_summary:
+            self.summary = summarize(module)
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
         # Different random streams per rank from here on (dropout; also each pipeline stage's own).
         # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).
@@ -145,9 +154,10 @@ class _Run:
                     checkpoints = os.path.dirname(checkpoints)
                 adopt_run_id(os.path.dirname(checkpoints), self.run_dir)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
-            if trainer.config is not None:
+            params = for_loggers(trainer.config, module.hparams)  # the config and save_hyperparameters()'s
+            if params is not None:
                 for logger in self.loggers:
-                    logger.log_hyperparams(trainer.config)
+                    logger.log_hyperparams(params)
 
     def loader(self, dataset: Any, batches: Iterable, purpose: str, first_batch: int = 0) -> Any:
         seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.data_rank)  # pipeline stages alike
@@ -182,6 +192,7 @@ class _Run:
         plan = self.data.plan(self.dp_size)
         epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
+        self.total_steps = total_steps
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
@@ -197,6 +208,10 @@ class _Run:
             total_steps, self.run_dir,
         )
         self.restore(plan)
+        if self.summary is not None:
+            count_local(self.summary, module)  # each rank's share (one gather, at the start only)
+            if self.rank == 0:
+                log.info("model summary:\n%s", self.summary.table())
         self.throughput = Throughput(self.device, distributed.world_size(), self.precision.compute_dtype != torch.float32)
         self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
         self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
@@ -236,6 +251,7 @@ class _Run:
                         log.info("step %d/%d  %s", self.step, total_steps, format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
                     self.callbacks.on_train_step_end(self, self.step, metrics)
+                    self.stop_flag.agree(self, logging_step=metrics is not None)  # trainer.should_stop
                     progress.update(metrics)
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         self.validate()
@@ -297,7 +313,7 @@ class _Run:
         return {
             "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
-            "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
+            "config": trainer.config, "hparams": checkpoint_record(self.module.hparams), "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
         }
 
     def restore(self, plan: GlobalBatchPlan) -> None:

@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
+from trainer.run_state import ModuleRunState
+
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
 
@@ -94,7 +96,7 @@ def refuse_unknown_hooks(obj: Any, base: type, kind: str) -> None:
 SchedulerFactory = Callable[..., Any]
 
 
-class TrainModule(nn.Module):
+class TrainModule(ModuleRunState, nn.Module):
     """Base class for what is trained: a model plus its steps, optimizer and data.
 
     Args:
@@ -103,6 +105,10 @@ class TrainModule(nn.Module):
             default ``configure_optimizers``.
         scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step (for other
             intervals, override ``configure_optimizers``).
+
+    Run state (Lightning's names; ``trainer/run_state.py``): ``self.device``, ``self.global_step``
+    (optimizer steps), ``self.current_epoch``, ``self.global_rank``, ``self.local_rank``,
+    ``self.world_size``, ``self.trainer``; ``self.hparams`` after ``save_hyperparameters()``.
     """
 
     def __init__(self, optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None):
@@ -117,6 +123,41 @@ class TrainModule(nn.Module):
         if self._trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
         return self._trainer
+
+    # ----- hyperparameters ---------------------------------------------------------------------------
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None) -> None:
+        """Keep the ``__init__`` arguments as ``self.hparams`` (call it in ``__init__``): all of them,
+        the names given (``save_hyperparameters("lr", "width")``) or one dict, minus ``ignore``.
+        They go into every checkpoint (secrets redacted) and to every logger's ``log_hyperparams``,
+        and ``load_from_checkpoint`` rebuilds the module from them. Values other than numbers,
+        strings, bools, None and lists / dicts of them (a module, a dataset, an optimizer factory)
+        are not kept: a warning names each (``ignore=[...]`` silences it)."""
+        import inspect
+
+        from trainer.hparams import collect
+
+        frame = inspect.currentframe()
+        self._hparams = collect(self, args, ignore, frame.f_back if frame is not None else None)
+
+    @property
+    def hparams(self) -> Any:
+        """The saved hyperparameters (an ``AttributeDict``: ``self.hparams.lr`` or ``self.hparams["lr"]``)."""
+        from trainer.hparams import AttributeDict
+
+        return self.__dict__.setdefault("_hparams", AttributeDict())
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str, map_location: Any = None, strict: bool = True, **overrides: Any) -> Any:
+        """A module built from the hyperparameters saved with checkpoint ``path`` (``overrides``
+        win), holding its weights. ``path``: a full-format file, a checkpoint directory (full or
+        sharded, of any strategy) or a directory of checkpoints (the latest committed one); read in
+        this process, without torch.distributed. A hyperparameter redacted as a secret must be passed
+        again, as must the required ``__init__`` arguments of a module saved without hyperparameters
+        (an error names them). ``strict``: the weights must match the module's names exactly.
+        ``map_location``: where the tensors go (as ``torch.load``'s; a device also moves the module)."""
+        from trainer.load_checkpoint import load_from_checkpoint
+
+        return load_from_checkpoint(cls, path, map_location=map_location, strict=strict, **overrides)
 
     def __getstate__(self) -> dict:
         # Pickled for data-loader workers (a bound collate_fn): without the trainer, whose process

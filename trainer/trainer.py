@@ -16,6 +16,7 @@ from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
+from trainer.run_state import TrainerRunState
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 from trainer.weights_return import receive_result, refuse_stale_module
@@ -34,7 +35,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class Trainer:
+class Trainer(TrainerRunState):
     """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
@@ -102,7 +103,14 @@ class Trainer:
         callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
             Timer, your own), called after the module's hook of the same name, in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
-        config: the resolved configuration, recorded by the loggers.
+        config: the resolved configuration, recorded by the loggers (with the module's
+            ``save_hyperparameters()`` under "hparams").
+        enable_model_summary: log the model summary table (parameters per top-level child module,
+            trainable / frozen / total, size in MB, each rank's share when split) at the start of fit.
+
+    Run state during and after a run (``trainer/run_state.py``): ``global_step``, ``current_epoch``,
+    ``is_global_zero``, ``logged_metrics``, ``callback_metrics``, ``log_dir``, ``optimizers``,
+    ``lr_schedulers``, ``estimated_stepping_batches``, ``should_stop`` (settable).
 
     After ``fit`` returns, the caller may rely on: ``trainer.global_step`` (optimizer steps),
     ``trainer.current_epoch``, ``trainer.logged_metrics`` / ``trainer.callback_metrics`` (the last
@@ -149,6 +157,7 @@ class Trainer:
         return_weights: bool = True,
         callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
+        enable_model_summary: bool = True,
     ):
         _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
@@ -205,6 +214,9 @@ class Trainer:
         self.init_from = init_from
         _require(isinstance(return_weights, bool), f"trainer.return_weights must be true or false, got {return_weights!r}")
         self.return_weights = return_weights
+        _require(isinstance(enable_model_summary, bool),
+                 f"trainer.enable_model_summary must be true or false, got {enable_model_summary!r}")
+        self.enable_model_summary = enable_model_summary
         #: what the current fit / validate call loads: "last", "best", a path or None (``ckpt_path=``)
         self.ckpt_path: str | None = None
         #: progress of the last fit / validate call (see the class docstring)
@@ -319,6 +331,7 @@ class Trainer:
         if not isinstance(module, TrainModule):
             raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
+        self._run = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
         if mode != "fit" and self.ckpt_path is None:
             refuse_stale_module(module, mode)

@@ -13,6 +13,15 @@ def consolidate(path: str, out: str) -> dict[str, torch.Tensor]:
     """Write the model weights of checkpoint ``path`` (a checkpoint directory, or a directory of
     checkpoints: the latest) to ``out`` as a plain ``{name: tensor}`` state dict, the same names a
     single-process ``module.state_dict()`` has. Works without a process group or a model."""
+    weights = full_weights(path)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    torch.save(weights, out)
+    return weights
+
+
+def full_weights(path: str) -> dict[str, torch.Tensor]:
+    """The full model weights (``{name: tensor}``, on the CPU) of checkpoint ``path`` (as for
+    :func:`consolidate`), read in this process without a process group."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -35,6 +44,4 @@ def consolidate(path: str, out: str) -> dict[str, torch.Tensor]:
         }
         dcp.load(state, checkpoint_id=folder, no_dist=True)
         weights = {key[len("model."):]: tensor for key, tensor in state.items()}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    torch.save(weights, out)
     return weights

@@ -9,8 +9,9 @@ config a backend records goes through :func:`redact_secrets` first.
 ===============  ==================================  =========================================
 name             class                               writes
 ===============  ==================================  =========================================
-``jsonl``        :class:`JSONLLogger`                ``<run_dir>/metrics.jsonl``
-``csv``          :class:`CSVLogger`                  ``<run_dir>/metrics.csv`` (one row a step)
+``jsonl``        :class:`JSONLLogger`                ``<run_dir>/metrics.jsonl``, hparams.yaml
+``csv``          :class:`CSVLogger`                  ``<run_dir>/metrics.csv`` (one row a step),
+                                                     hparams.yaml
 ``tensorboard``  :class:`TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
 ``wandb``        :class:`WandbLogger`                ``<run_dir>/wandb/``, one run per job
 ===============  ==================================  =========================================

@@ -8,6 +8,7 @@ import os
 from typing import Any, Mapping
 
 from trainer.loggers.base import Logger
+from trainer.loggers.hparams_file import write_hparams_yaml
 
 
 class CSVLogger(Logger):
@@ -59,6 +60,10 @@ class CSVLogger(Logger):
             self._file.write(self._encode([row]))
             self._file.flush()
         self._last_row = row
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""
+        write_hparams_yaml(os.path.dirname(self.path), params)
 
     def finalize(self) -> None:
         self._file.close()

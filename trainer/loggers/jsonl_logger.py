@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 from trainer.loggers.base import Logger
+from trainer.loggers.hparams_file import write_hparams_yaml
 
 
 class JSONLLogger(Logger):
@@ -24,6 +25,10 @@ class JSONLLogger(Logger):
         record = {"step": step, **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""
+        write_hparams_yaml(os.path.dirname(self.path), params)
 
     def finalize(self) -> None:
         self._file.close()

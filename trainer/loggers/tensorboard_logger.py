@@ -11,7 +11,7 @@ from trainer.loggers.redact import redact_secrets
 
 class TensorBoardLogger(Logger):
     """Scalars in one event file in the run directory; the config as a text summary named
-    ``config`` (secrets redacted). TensorBoard is imported here, only when this logger is used.
+    ``config`` and in the HPARAMS tab (secrets redacted). TensorBoard is imported here, only when this logger is used.
 
     Args:
         run_dir: the directory the event file goes to.
@@ -30,8 +30,28 @@ class TensorBoardLogger(Logger):
                 self._writer.add_scalar(name, value, global_step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        text = json.dumps(redact_secrets(params), indent=2, default=str)
+        redacted = redact_secrets(dict(params))
+        text = json.dumps(redacted, indent=2, default=str)
         self._writer.add_text("config", "```\n" + text + "\n```")
+        # Also TensorBoard's HPARAMS tab (as Lightning): flat "a/b" names, scalar values.
+        from torch.utils.tensorboard.summary import hparams
+
+        for summary in hparams(_flatten(redacted), {}):
+            self._writer.file_writer.add_summary(summary)
 
     def finalize(self) -> None:
         self._writer.close()
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``{"a/b": value}``; values other than numbers, strings and bools as text."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "/"))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = json.dumps(value, default=str)
+    return flat

@@ -1,0 +1,111 @@
+"""``TrainModule.load_from_checkpoint``: a module rebuilt from a checkpoint's hyperparameters and
+weights, in one process, without torch.distributed.
+
+Reads any checkpoint this trainer writes: a full-format file (``model_optim.pt``, or the
+``{name: tensor}`` file ``python -m trainer.checkpoint consolidate`` writes), a checkpoint directory
+(full or sharded, whichever strategy saved it: sharded ones are consolidated in memory) or a
+directory of checkpoints (its latest committed one). The hyperparameters come from the checkpoint's
+``trainer_state.json`` (``save_hyperparameters``); a file outside a checkpoint directory has none.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any
+
+import torch
+
+from trainer.checkpoint import layout
+from trainer.checkpoint.consolidate import full_weights
+from trainer.checkpoint.manager import CheckpointError, load_file
+
+
+def _checkpoint_dir(path: str) -> str | None:
+    """The checkpoint directory ``path`` names or lies in (None: a loose weights file)."""
+    path = os.path.abspath(path)
+    if os.path.isfile(path):
+        folder = os.path.dirname(path)
+        return folder if layout.is_committed(folder) else None
+    if layout.is_committed(path):
+        return path
+    if os.path.isdir(path):
+        latest = layout.find_latest(path)
+        if latest is None:
+            raise CheckpointError(f"{path}: no committed checkpoint there (a complete one has a "
+                                  f"{layout.COMMITTED} file)")
+        return latest
+    raise CheckpointError(f"{path}: no such file or directory")
+
+
+def saved_hparams(checkpoint: str | None) -> tuple[dict[str, Any], list[str]]:
+    """(hyperparameters, redacted keys) recorded in a checkpoint directory; empty if none."""
+    if checkpoint is None:
+        return {}, []
+    state_file = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.isfile(state_file):
+        return {}, []
+    with open(state_file, encoding="utf-8") as handle:
+        record = json.load(handle).get("hparams") or {}
+    return dict(record.get("values") or {}), list(record.get("redacted") or [])
+
+
+def _weights(path: str, checkpoint: str | None, map_location: Any) -> dict[str, torch.Tensor]:
+    if os.path.isfile(path):
+        if map_location is None:
+            loaded = load_file(path)
+        else:
+            try:
+                loaded = torch.load(path, map_location=map_location, weights_only=True)
+            except Exception as error:
+                raise CheckpointError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
+        return loaded["model"] if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict) else loaded
+    weights = full_weights(checkpoint)
+    if map_location is not None:
+        weights = {name: tensor.to(map_location) if not callable(map_location) else tensor
+                   for name, tensor in weights.items()}
+    return weights
+
+
+def _required_args(cls: type) -> list[str]:
+    signature = inspect.signature(cls.__init__)
+    return [name for name, p in list(signature.parameters.items())[1:]
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def load_from_checkpoint(cls: type, path: str, map_location: Any = None, strict: bool = True,
+                         **overrides: Any) -> Any:
+    """See ``TrainModule.load_from_checkpoint``."""
+    path = os.fspath(path)
+    checkpoint = _checkpoint_dir(path)
+    hparams, redacted = saved_hparams(checkpoint)
+    missing_secrets = [key for key in redacted if key not in overrides]
+    if missing_secrets:
+        raise ValueError(
+            f"{cls.__name__}.load_from_checkpoint: the hyperparameter(s) {missing_secrets} were redacted when the "
+            f"checkpoint was written (secrets are never stored); pass them again: "
+            f"load_from_checkpoint(path, {', '.join(k + '=...' for k in missing_secrets)})"
+        )
+    for key in redacted:
+        hparams.pop(key, None)
+    arguments = {**hparams, **overrides}
+    missing = [name for name in _required_args(cls) if name not in arguments]
+    if missing:
+        where = "its saved hyperparameters" if hparams else "no saved hyperparameters (save_hyperparameters() not called)"
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint({path!r}): {cls.__name__}.__init__ needs {missing}, "
+                        f"and the checkpoint has {where}; pass them: load_from_checkpoint(path, "
+                        f"{', '.join(k + '=...' for k in missing)})")
+    module = cls(**arguments)
+    weights = _weights(path, checkpoint, map_location)
+    own = set(module.state_dict())
+    if any(name not in own for name in weights):  # layers built in configure_model()
+        module.configure_model()
+    try:
+        module.load_state_dict(weights, strict=strict)
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: the weights do not fit {cls.__name__} built from "
+                              f"{sorted(arguments)}: {error}") from None
+    if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
+        module.to(map_location)
+    return module
