@@ -68,10 +68,13 @@ def _weights(path: str, checkpoint: str | None, map_location: Any) -> dict[str, 
     return weights
 
 
-def _required_args(cls: type) -> list[str]:
-    signature = inspect.signature(cls.__init__)
-    return [name for name, p in list(signature.parameters.items())[1:]
-            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+def _init_parameters(cls: type) -> tuple[list[str], list[str] | None]:
+    """(required argument names, accepted names; None: any, as with ``**kwargs``) of ``cls.__init__``."""
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [p.name for p in named if p.default is inspect.Parameter.empty]
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    return required, None if accepts_any else [p.name for p in named]
 
 
 def load_from_checkpoint(cls: type, path: str, map_location: Any = None, strict: bool = True,
@@ -89,8 +92,11 @@ def load_from_checkpoint(cls: type, path: str, map_location: Any = None, strict:
         )
     for key in redacted:
         hparams.pop(key, None)
+    required, accepted = _init_parameters(cls)
+    if accepted is not None:  # saved from a dict (save_hyperparameters({...})): only what __init__ takes
+        hparams = {key: value for key, value in hparams.items() if key in accepted}
     arguments = {**hparams, **overrides}
-    missing = [name for name in _required_args(cls) if name not in arguments]
+    missing = [name for name in required if name not in arguments]
     if missing:
         where = "its saved hyperparameters" if hparams else "no saved hyperparameters (save_hyperparameters() not called)"
         raise TypeError(f"{cls.__name__}.load_from_checkpoint({path!r}): {cls.__name__}.__init__ needs {missing}, "

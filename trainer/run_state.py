@@ -78,12 +78,12 @@ class TrainerRunState:
 
     @property
     def callback_metrics(self) -> dict[str, float]:
-        """What callbacks and monitors see: the same as ``logged_metrics``."""
-        return self.logged_metrics
+        """What callbacks and monitors see: the last logged value of each metric (as ``logged_metrics``)."""
+        return self._run.last_metrics if self._run is not None else self._callback_metrics
 
     @callback_metrics.setter
     def callback_metrics(self, value: dict[str, float]) -> None:
-        self._logged_metrics = value
+        self._callback_metrics = value
 
     @property
     def is_global_zero(self) -> bool:
@@ -123,9 +123,10 @@ class TrainerRunState:
 
     @property
     def should_stop(self) -> bool:
-        """Whether training was asked to stop. Set it to True from a hook or a callback, on one rank
-        or all: every rank stops together at the next logging step (``log_every_n_steps``, and the
-        last step), with the final validation and ``save_last`` as at a normal end."""
+        """Whether training was asked to stop (on this rank, until the ranks agreed). Set it to True
+        from a hook or a callback, on one rank or all: every rank stops together at the next logging
+        step (``log_every_n_steps``, and the last step), with the final validation and ``save_last``
+        as at a normal end. The same step on any world size; no collective on other steps."""
         run = self._run
         return run is not None and (run.stop_flag.requested or run.callbacks.stopping)
 

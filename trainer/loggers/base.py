@@ -8,7 +8,8 @@ from typing import Any, Mapping
 class Logger:
     """A metric sink. The trainer builds loggers on rank 0 only and calls, in this order:
 
-    ``log_hyperparams(config)`` once (when the run has a config), ``log_metrics(metrics, step)``
+    ``log_hyperparams(config)`` once (when the run has a config or the module saved hyperparameters:
+    the config with them under "hparams", or them alone), ``log_metrics(metrics, step)``
     on every logging step and after each validation (several calls may share a step), and
     ``finalize()`` once at the end, also when training failed.
 
