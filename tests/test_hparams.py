@@ -14,6 +14,7 @@ from trainer import TrainModule
 from trainer.checkpoint import CheckpointError
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.fsdp import FSDPStrategy
+from trainer.strategies.pipeline import PipelineStrategy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -93,6 +94,21 @@ def test_explicit_names_a_dict_and_errors_naming_the_bad_name():
         TrainModule().save_hyperparameters()
 
 
+class Base(TrainModule):
+    def __init__(self, a: int = 1, **rest):
+        super().__init__()
+        self.save_hyperparameters()
+
+
+class Child(Base):
+    def __init__(self, b: int = 2, a: int = 5):
+        super().__init__(a=a, c=3)
+
+
+def test_a_chain_of_inits_keeps_the_most_derived_values():
+    assert dict(Child(b=4).hparams) == {"a": 5, "c": 3, "b": 4}
+
+
 def test_a_value_that_cannot_be_saved_is_skipped_with_a_warning_naming_it(caplog):
     with caplog.at_level(logging.WARNING, logger="trainer.hparams"):
         module = WithLayer(lr=0.2, layer=torch.nn.Linear(2, 2))
@@ -146,9 +162,18 @@ def test_load_full_file_directory_and_checkpoints_dir_with_overrides(tmp_path):
     assert Saved.load_from_checkpoint(root, map_location="cpu").device == torch.device("cpu")
 
 
-@pytest.mark.parametrize("layout", ["ddp", "fsdp"])
+def test_python_run_logs_the_hparams_alone(tmp_path):
+    _fit(tmp_path, Saved(8), loggers=["csv"], checkpoint=None)
+    assert yaml.safe_load(open(tmp_path / "hparams.yaml")) == {"width": 8, "depth": 2, "lr": 0.01, "api_key": ""}
+
+
+SHARDED = {"ddp": DDPStrategy, "zero1": lambda: DDPStrategy(zero1=True), "fsdp": FSDPStrategy,
+           "pipeline": lambda: PipelineStrategy(microbatches=2)}
+
+
+@pytest.mark.parametrize("layout", list(SHARDED))
 def test_load_sharded_checkpoints_of_two_ranks_in_one_process(tmp_path, layout):
-    strategy = DDPStrategy() if layout == "ddp" else FSDPStrategy()
+    strategy = SHARDED[layout]()
     root = _fit(tmp_path, Saved(8), strategy=strategy, devices=2, batch_size=8)
     assert not torch.distributed.is_initialized()
     module = Saved.load_from_checkpoint(root)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -61,7 +62,9 @@ def _weights(path: str, checkpoint: str | None, map_location: Any) -> dict[str, 
             except Exception as error:
                 raise CheckpointError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
         return loaded["model"] if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict) else loaded
-    weights = full_weights(checkpoint)
+    with warnings.catch_warnings():  # DCP's note that it reads without a process group: intended here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        weights = full_weights(checkpoint)
     if map_location is not None:
         weights = {name: tensor.to(map_location) if not callable(map_location) else tensor
                    for name, tensor in weights.items()}
