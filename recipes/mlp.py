@@ -39,6 +39,9 @@ class MLPClassifier(TrainModule):
         data_seed: int = 1234,
     ):
         super().__init__(optimizer, scheduler)
+        # The model's settings go into checkpoints and loggers (MLPClassifier.load_from_checkpoint
+        # rebuilds it from them); the factories are the training run's, not the model's.
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         for name, value in (("num_features", num_features), ("num_classes", num_classes), ("hidden", hidden),
                             ("num_samples", num_samples)):
             if value < 1:

@@ -195,3 +195,15 @@ def test_module_without_hparams_names_its_missing_arguments(tmp_path):
     with pytest.raises(TypeError, match=r"needs \['width', 'depth'\].*save_hyperparameters\(\) not called"):
         Unsaved.load_from_checkpoint(root)
     _same(Unsaved.load_from_checkpoint(root, width=8, depth=2), _trained(tmp_path))
+
+
+def test_the_mlp_recipe_saves_its_model_settings_without_the_factories(caplog):
+    from functools import partial
+
+    from recipes.mlp import MLPClassifier
+
+    with caplog.at_level(logging.WARNING):
+        module = MLPClassifier(optimizer=partial(torch.optim.SGD, lr=0.1), hidden=32)
+    assert dict(module.hparams) == {"num_features": 20, "num_classes": 4, "hidden": 32, "num_samples": 2048,
+                                    "val_samples": 512, "data_seed": 1234}
+    assert "not saved" not in caplog.text
