@@ -194,7 +194,9 @@ def test_module_without_hparams_names_its_missing_arguments(tmp_path):
     root = _fit(tmp_path, Unsaved(width=8, depth=2))
     with pytest.raises(TypeError, match=r"needs \['width', 'depth'\].*save_hyperparameters\(\) not called"):
         Unsaved.load_from_checkpoint(root)
-    _same(Unsaved.load_from_checkpoint(root, width=8, depth=2), _trained(tmp_path))
+    _same(Unsaved.load_from_checkpoint(root, width=8, depth=2, map_location="cpu"), _trained(tmp_path))
+    with pytest.raises(ValueError, match="a sharded checkpoint is read into CPU tensors"):
+        Unsaved.load_from_checkpoint(root, width=8, depth=2, map_location=lambda storage, location: storage)
 
 
 def test_the_mlp_recipe_saves_its_model_settings_without_the_factories(caplog):

@@ -66,8 +66,11 @@ def _weights(path: str, checkpoint: str | None, map_location: Any) -> dict[str, 
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
         weights = full_weights(checkpoint)
     if map_location is not None:
-        weights = {name: tensor.to(map_location) if not callable(map_location) else tensor
-                   for name, tensor in weights.items()}
+        if callable(map_location) or isinstance(map_location, dict):
+            raise ValueError(f"load_from_checkpoint({path!r}, map_location={map_location!r}): a sharded checkpoint "
+                             "is read into CPU tensors; give a device (\"cuda:0\", torch.device(...)) or None, or a "
+                             "full-format file (python -m trainer.checkpoint consolidate) for a callable / dict")
+        weights = {name: tensor.to(map_location) for name, tensor in weights.items()}
     return weights
 
 

@@ -33,6 +33,7 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
+                    (or trainer.should_stop = True was set: on every rank at the next logging step)
             module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # finished epochs only:
                                               # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
@@ -137,7 +138,10 @@ class TrainModule(ModuleRunState, nn.Module):
         from trainer.hparams import collect
 
         frame = inspect.currentframe()
-        self._hparams = collect(self, args, ignore, frame.f_back if frame is not None else None)
+        try:
+            self._hparams = collect(self, args, ignore, frame.f_back if frame is not None else None)
+        finally:
+            del frame  # a frame referenced from a local is a reference cycle
 
     @property
     def hparams(self) -> Any:
