@@ -27,10 +27,10 @@ from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import load_for_evaluation, restore_run
 from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
+from trainer.hparams import checkpoint_record, for_loggers
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
-from trainer.hparams import checkpoint_record, for_loggers
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.model_summary import count_local, summarize
 from trainer.optimizers import configure_optimizers
@@ -313,7 +313,8 @@ class _Run:
         return {
             "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
-            "config": trainer.config, "hparams": checkpoint_record(self.module.hparams), "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
+            "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
+            "hparams": checkpoint_record(self.module.hparams),  # load_from_checkpoint reads them (redacted ones named)
         }
 
     def restore(self, plan: GlobalBatchPlan) -> None:
