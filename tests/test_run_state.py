@@ -70,7 +70,8 @@ def test_run_state_inside_training_step_and_after_fit(tmp_path, layout):
     world = args.get("devices", 1)
     trainer = Trainer(max_steps=STEPS, log_every_n_steps=2, loggers=["jsonl"], progress_bar=False,
                       collective_timeout_s=120, run_dir=str(tmp_path), **args)
-    trainer.fit(RunStateRecorder())
+    module = RunStateRecorder()
+    trainer.fit(module)
     for rank in range(world):
         seen = _read(tmp_path, rank)["seen"]
         assert seen[0] == {"estimated_stepping_batches": STEPS}
@@ -89,6 +90,7 @@ def test_run_state_inside_training_step_and_after_fit(tmp_path, layout):
         assert [s["step"] for s in logged] == [2, 4, 6] and all("train/loss" in s["callback_metrics"] for s in logged)
     # The caller's trainer (a spawned run trained a pickled copy of it).
     assert (trainer.global_step, trainer.current_epoch) == (STEPS, 1)
+    assert module.trainer is trainer and (module.global_step, module.current_epoch) == (STEPS, 1)
     assert "train/loss" in trainer.logged_metrics and trainer.callback_metrics is trainer.logged_metrics
     assert trainer.is_global_zero and trainer.log_dir == str(tmp_path)
     pickle.dumps(trainer)  # a finished in-process run is not part of the trainer's pickled state

@@ -340,6 +340,7 @@ class Trainer(TrainerRunState):
         if env.launcher == "none" and self.world_size > 1:
             results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
             receive_result(self, module, mode)
+            module._trainer = self  # as after an in-process run: module.global_step ... read this trainer
             return results
         return self._run_here(module, mode, env)
 
