@@ -117,7 +117,9 @@ def collect(module: Any, args: tuple, ignore: str | Iterable[str] | None, frame:
 def checkpoint_record(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """What a checkpoint stores: the redacted hyperparameters and the keys whose values were redacted."""
     redacted = redact_secrets(dict(hparams))
-    return {"values": redacted, "redacted": sorted(k for k in hparams if redacted[k] != hparams[k])}
+    # (an unchanged value is the same object: a NaN is not mistaken for a redaction)
+    changed = sorted(k for k in hparams if redacted[k] is not hparams[k] and redacted[k] != hparams[k])
+    return {"values": redacted, "redacted": changed}
 
 
 def for_loggers(config: Mapping[str, Any] | None, hparams: Mapping[str, Any]) -> dict[str, Any] | None:
