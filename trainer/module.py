@@ -279,6 +279,25 @@ class TrainModule(nn.Module):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Gradients are synced, scaled and clipped; the optimizer has not stepped yet."""
 
+    # Lightning's batch and epoch hooks (callbacks get the same after (trainer, module); order: callbacks/base.py)
+    def on_train_epoch_start(self) -> None:
+        """Before the first step of an epoch."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before each micro-batch's forward (per micro-batch, as Lightning; ``batch_idx`` counts them in the epoch)."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each micro-batch's backward; ``outputs`` is what ``training_step`` returned (device tensors)."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Before a validation pass (not the sanity pass of ``num_sanity_val_steps``)."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+
+    def on_validation_epoch_end(self) -> None:
+        """After a validation pass, its metrics reduced and logged (before ``on_validation_end``)."""
+
     def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
         """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging
         steps and None otherwise (no host sync on the other steps)."""

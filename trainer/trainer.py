@@ -12,10 +12,13 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.resume import resolve_ckpt_path
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
+from trainer.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
+from trainer.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
+from trainer import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 from trainer.weights_return import receive_result, refuse_stale_module
@@ -149,7 +152,21 @@ class Trainer:
         return_weights: bool = True,
         callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
+        fast_dev_run: bool | int = False,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = None,
+        num_sanity_val_steps: int = 2,
+        default_root_dir: str | None = None,
+        **unknown_arguments: Any,
     ):
+        if unknown_arguments:  # Lightning's names that differ from ours, typos: say what to use
+            raise unknown_argument_error(unknown_arguments, _argument_names())
+        devices = resolve_devices(devices, accelerator, detect_environment())
+        strategy = resolve_strategy_name(strategy, devices, num_nodes)
+        check_precision(precision)
+        precision = precision_name(precision)
         _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
         _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
@@ -268,6 +285,29 @@ class Trainer:
         self.config = config
         #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
         self.model: Any = None
+        self._lightning_run_args(fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
+                                 check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
+
+    def _lightning_run_args(self, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any,
+                            val_check_interval: Any, check_val_every_n_epoch: Any, num_sanity_val_steps: Any,
+                            default_root_dir: Any, run_dir: str | None) -> None:
+        """Lightning's run-length arguments (units: ``trainer/run_limits.py``)."""
+        run_limits.check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
+        run_limits.check_limit("limit_val_batches", limit_val_batches, "validation batches")
+        run_limits.check_val_every_n_epoch(check_val_every_n_epoch)
+        run_limits.check_sanity_steps(num_sanity_val_steps)
+        self.val_every_n_steps, self.val_check_fraction = run_limits.merge_val_interval(
+            self.val_every_n_steps, val_check_interval)
+        self.run_dir = run_limits.resolve_run_dir(run_dir, default_root_dir) or self.run_dir
+        self.limit_train_batches, self.limit_val_batches = limit_train_batches, limit_val_batches
+        self.check_val_every_n_epoch = check_val_every_n_epoch
+        self.num_sanity_val_steps = num_sanity_val_steps
+        self.fast_dev_run = run_limits.fast_dev_run_steps(fast_dev_run)
+        if self.fast_dev_run:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
+            n = self.fast_dev_run
+            log.info("fast_dev_run=%d: %d steps of one epoch, %d validation batches, no checkpoints, no loggers", n, n, n)
+            self.max_steps, self.max_epochs, self.limit_train_batches, self.limit_val_batches = n, 1, n, n
+            self.num_sanity_val_steps, self.checkpoint, self.loggers = 0, None, []
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -349,6 +389,13 @@ class Trainer:
         from trainer.loop import run_on_rank
 
         return run_on_rank(self, module, mode, env)
+
+
+def _argument_names() -> list[str]:
+    import inspect
+
+    return [name for name, p in inspect.signature(Trainer.__init__).parameters.items()
+            if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
 
 
 def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:

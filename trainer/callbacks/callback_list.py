@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from trainer import distributed
 from trainer.callbacks.base import Callback
+from trainer.callbacks.hook_shapes import check_hook_shapes
 from trainer.module import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Cal
                 "subclass trainer.callbacks.Callback"
             )
         refuse_unknown_hooks(item, Callback, "Callback")
+        check_hook_shapes(item, Callback)
     return items
 
 
@@ -50,19 +52,19 @@ class CallbackList:
                 self._calling = None
 
     def on_fit_start(self, run: Any) -> None:
-        self._call("on_fit_start", run)
+        self._call("on_fit_start", run.trainer, run.module)
 
     def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
-        self._call("on_train_step_end", run, step, metrics)
+        self._call("on_train_step_end", run.trainer, run.module, step, metrics)
 
     def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
-        self._call("on_validation_end", run, metrics)
+        self._call("on_validation_end", run.trainer, run.module, metrics)
 
     def on_train_epoch_end(self, run: Any, epoch: int) -> None:
-        self._call("on_train_epoch_end", run, epoch)
+        self._call("on_train_epoch_end", run.trainer, run.module)
 
     def on_fit_end(self, run: Any) -> None:
-        self._call("on_fit_end", run)
+        self._call("on_fit_end", run.trainer, run.module)
 
     # ----- stopping --------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -117,3 +119,10 @@ class CallbackList:
         unused = sorted(set(states) - set(keys))
         if unused:
             log.info("the checkpoint holds state of callbacks this run does not have: %s", unused)
+
+
+def call_hooks(run: Any, hook: str, *args: Any) -> None:
+    """The module's ``hook(*args)``, then each callback's ``hook(trainer, module, *args)``."""
+    getattr(run.module, hook)(*args)
+    if run.callbacks.callbacks:
+        run.callbacks._call(hook, run.trainer, run.module, *args)
