@@ -5,7 +5,10 @@
   too (Lightning 1.x spellings of the same).
 - ``devices="auto"``: under torchrun / srun the launcher's processes per node; otherwise the number
   of CUDA devices when CUDA is used (``accelerator`` "auto" or "cuda" and a GPU present), else 1.
-- ``strategy="auto"``: "single" for one process in all (devices x num_nodes == 1), else "ddp".
+- ``strategy="auto"``: "single" for one process in all (devices x num_nodes == 1), else "ddp"
+  (Python API; under ``train.py`` the strategy is a config group: ``strategy=single`` / ``strategy=ddp``).
+- Under ``train.py``: ``trainer.precision=16-mixed`` (any name above; the ``precision`` group keeps
+  our names and the loss-scaler options), ``trainer.devices=auto``.
 - An argument the Trainer does not take: an error naming ours where Lightning's name differs
   (``logger=`` -> ``loggers=``), else the closest of our names (difflib).
 """
@@ -90,18 +93,12 @@ def resolve_strategy_name(strategy: Any, devices: Any, num_nodes: Any) -> Any:
     return "single"
 
 
-def auto_strategy(devices: Any = 1, num_nodes: int = 1, accelerator: str = "auto") -> Any:
-    """The strategy ``strategy=auto`` selects (``conf/strategy/auto.yaml``'s target), as an instance."""
-    from trainer.launch import detect_environment
-    from trainer.strategies import resolve_strategy
+def unknown_argument_error(unknown: Iterable[str], function: Any, where: str = "Trainer") -> TypeError:
+    """The error for arguments ``function`` does not take: Lightning's name -> ours, or the closest names."""
+    import inspect
 
-    devices = resolve_devices(devices, accelerator, detect_environment())
-    return resolve_strategy(resolve_strategy_name("auto", devices, num_nodes), accelerator=accelerator)
-
-
-def unknown_argument_error(unknown: Iterable[str], known: Iterable[str], where: str = "Trainer") -> TypeError:
-    """The error for arguments the Trainer does not take: Lightning's name -> ours, or the closest names."""
-    known = list(known)
+    known = [name for name, p in inspect.signature(function).parameters.items()
+             if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
     parts = []
     for name in unknown:
         if name in LIGHTNING_ARGUMENTS:

@@ -10,13 +10,25 @@ Units (world-size independent, ruling 13):
   validation batch size as one process would run them, i.e. the first ``n x val batch size``
   samples of the validation order, spread over the ranks; a float in (0, 1] is that fraction of
   the validation samples (rounded down, at least 1).
-- ``val_check_interval``: an int is ``val_every_n_steps`` (optimizer steps); a float in (0, 1] is
-  that fraction of an epoch's steps (rounded down, at least 1).
+- ``val_check_interval``: an int is ``val_every_n_steps`` (optimizer steps; both given and
+  different: an error); a float in (0, 1] is that fraction of an epoch's steps (rounded down, at least 1).
+- ``check_val_every_n_epoch``: also validate at the end of every N epochs (None: not at epoch ends).
+- ``num_sanity_val_steps``: validation batches run before the first step, so that a broken
+  ``validation_step`` fails at once (-1: all, 0: none; Lightning's default 2). Nothing is logged,
+  no hook runs, and the training stream is unchanged (``trainer/sanity_check.py``).
+- ``fast_dev_run``: True or n: n optimizer steps of one epoch and n validation batches, no sanity
+  pass, no checkpoints, no loggers (as Lightning); False / 0: off.
+- ``default_root_dir``: Lightning's name for ``run_dir`` (logs; ``checkpoints/`` unless
+  ``checkpoint.dir`` is set); both given and different: an error. Not under ``train.py``, where the
+  run directory is Hydra's (``hydra.run.dir=...``).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def _is_int(value: Any) -> bool:
@@ -52,7 +64,7 @@ def check_sanity_steps(value: Any) -> None:
              "0: none) or -1 (the whole validation set)")
 
 
-def check_val_every_n_epoch(value: Any) -> None:
+def check_epoch_interval(value: Any) -> None:
     _require(value is None or (_is_int(value) and value >= 1),
              f"trainer.check_val_every_n_epoch={value!r}: give an integer >= 1 or null (no validation at epoch ends)")
 
@@ -119,3 +131,23 @@ def val_interval_steps(trainer: Any, steps_per_epoch: int) -> int | None:
     if trainer.val_check_fraction is None:
         return trainer.val_every_n_steps
     return fraction_of(trainer.val_check_fraction, steps_per_epoch) or None
+
+
+def apply(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any, val_check_interval: Any,
+          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None) -> None:
+    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings)."""
+    check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
+    check_limit("limit_val_batches", limit_val_batches, "validation batches")
+    check_epoch_interval(check_val_every_n_epoch)
+    check_sanity_steps(num_sanity_val_steps)
+    trainer.val_every_n_steps, trainer.val_check_fraction = merge_val_interval(trainer.val_every_n_steps,
+                                                                               val_check_interval)
+    trainer.run_dir = resolve_run_dir(run_dir, default_root_dir) or trainer.run_dir
+    trainer.limit_train_batches, trainer.limit_val_batches = limit_train_batches, limit_val_batches
+    trainer.check_val_every_n_epoch = check_val_every_n_epoch
+    trainer.num_sanity_val_steps = num_sanity_val_steps
+    trainer.fast_dev_run = n = fast_dev_run_steps(fast_dev_run)
+    if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
+        log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
+        trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
+        trainer.num_sanity_val_steps, trainer.checkpoint, trainer.loggers = 0, None, []

@@ -41,9 +41,11 @@ class Trainer:
     """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
-        strategy: "single", "ddp", or a Strategy instance (``DDPStrategy(zero1=True)``).
-        devices: processes per node. With no launcher (torchrun / srun) and ``devices > 1`` the
-            trainer spawns them itself; under a launcher it checks they match.
+        strategy: "single", "ddp", "auto" (single for one process in all, else ddp), or a Strategy
+            instance (``DDPStrategy(zero1=True)``).
+        devices: processes per node, or "auto" (the launcher's processes per node under torchrun /
+            srun, else the CUDA device count when CUDA is used, else 1). With no launcher and
+            ``devices > 1`` the trainer spawns them itself; under a launcher it checks they match.
         num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
         accelerator: "auto" (GPU if present), "cpu" or "cuda".
         max_steps: optimizer steps to run (-1: no limit, then ``max_epochs`` decides).
@@ -80,7 +82,8 @@ class Trainer:
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/sync_batchnorm.py``.
         precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
-            or a :class:`~trainer.precision.Precision` with the loss-scaler settings.
+            or a :class:`~trainer.precision.Precision` with the loss-scaler settings. Lightning's
+            names mean the same: "32" / "32-true" / 32, "16-mixed" / 16, "bf16-mixed", "bf16-true".
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
         nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
@@ -106,6 +109,11 @@ class Trainer:
             Timer, your own), called after the module's hook of the same name, in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers.
+        fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
+        num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
+            (world-size independent) in ``trainer/run_limits.py``'s docstring.
+        Another argument (Lightning's ``logger=``, ``enable_checkpointing=``, a typo) is a TypeError
+        naming ours (``trainer/lightning_names.py``).
 
     After ``fit`` returns, the caller may rely on: ``trainer.global_step`` (optimizer steps),
     ``trainer.current_epoch``, ``trainer.logged_metrics`` / ``trainer.callback_metrics`` (the last
@@ -162,12 +170,12 @@ class Trainer:
         **unknown_arguments: Any,
     ):
         if unknown_arguments:  # Lightning's names that differ from ours, typos: say what to use
-            raise unknown_argument_error(unknown_arguments, _argument_names())
+            raise unknown_argument_error(unknown_arguments, Trainer.__init__)
         devices = resolve_devices(devices, accelerator, detect_environment())
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
         precision = precision_name(precision)
-        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
+        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1 or 'auto', got {devices!r}")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
         _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
                  f"data.batch_size must be an integer >= 1, got {batch_size!r} (or null: the train loader's)")
@@ -285,29 +293,8 @@ class Trainer:
         self.config = config
         #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
         self.model: Any = None
-        self._lightning_run_args(fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
-                                 check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
-
-    def _lightning_run_args(self, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any,
-                            val_check_interval: Any, check_val_every_n_epoch: Any, num_sanity_val_steps: Any,
-                            default_root_dir: Any, run_dir: str | None) -> None:
-        """Lightning's run-length arguments (units: ``trainer/run_limits.py``)."""
-        run_limits.check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
-        run_limits.check_limit("limit_val_batches", limit_val_batches, "validation batches")
-        run_limits.check_val_every_n_epoch(check_val_every_n_epoch)
-        run_limits.check_sanity_steps(num_sanity_val_steps)
-        self.val_every_n_steps, self.val_check_fraction = run_limits.merge_val_interval(
-            self.val_every_n_steps, val_check_interval)
-        self.run_dir = run_limits.resolve_run_dir(run_dir, default_root_dir) or self.run_dir
-        self.limit_train_batches, self.limit_val_batches = limit_train_batches, limit_val_batches
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.fast_dev_run = run_limits.fast_dev_run_steps(fast_dev_run)
-        if self.fast_dev_run:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
-            n = self.fast_dev_run
-            log.info("fast_dev_run=%d: %d steps of one epoch, %d validation batches, no checkpoints, no loggers", n, n, n)
-            self.max_steps, self.max_epochs, self.limit_train_batches, self.limit_val_batches = n, 1, n, n
-            self.num_sanity_val_steps, self.checkpoint, self.loggers = 0, None, []
+        run_limits.apply(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
+                         check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -389,13 +376,6 @@ class Trainer:
         from trainer.loop import run_on_rank
 
         return run_on_rank(self, module, mode, env)
-
-
-def _argument_names() -> list[str]:
-    import inspect
-
-    return [name for name, p in inspect.signature(Trainer.__init__).parameters.items()
-            if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
 
 
 def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:
