@@ -6,10 +6,11 @@ Units (world-size independent, ruling 13):
 
 - ``limit_train_batches``: an int counts optimizer steps (global batches) per epoch; a float in
   (0, 1] is that fraction of the epoch's steps (rounded down, at least 1).
-- ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts validation batches of the
-  validation batch size as one process would run them, i.e. the first ``n x val batch size``
-  samples of the validation order, spread over the ranks; a float in (0, 1] is that fraction of
-  the validation samples (rounded down, at least 1).
+- ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts global validation batches (the
+  validation batch size x the data-parallel ranks), i.e. the first ``n x val batch size x ranks``
+  samples of the validation order, spread over the ranks: the same samples for the same global
+  batch on any world size; a float in (0, 1] is that fraction of the validation samples (rounded
+  down, at least 1).
 - ``val_check_interval``: an int is ``val_every_n_steps`` (optimizer steps; both given and
   different: an error); a float in (0, 1] is that fraction of an epoch's steps (rounded down, at least 1).
 - ``check_val_every_n_epoch``: also validate at the end of every N epochs (None: not at epoch ends).
@@ -117,13 +118,14 @@ def train_steps_per_epoch(trainer: Any, steps_per_epoch: int) -> int:
     return fraction_of(trainer.limit_train_batches, steps_per_epoch)
 
 
-def val_sample_limit(limit: Any, val_batch_size: int, num_samples: int) -> int | None:
-    """Validation samples under ``limit`` (batches of ``val_batch_size``, or a fraction); None: all."""
+def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: int) -> int | None:
+    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a
+    fraction); None: all."""
     if limit is None or limit == -1:
         return None
     if isinstance(limit, float):
         return fraction_of(limit, num_samples)
-    return min(limit * val_batch_size, num_samples)
+    return min(limit * val_batch_size * ranks, num_samples)
 
 
 def val_interval_steps(trainer: Any, steps_per_epoch: int) -> int | None:

@@ -55,7 +55,7 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
 
     module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
     limit = val_sample_limit(run.trainer.limit_val_batches if not sanity else sanity_batches,
-                             run.data.val_batch_size, len(run.val_set))  # limit_val_batches: the first samples
+                             run.data.val_batch_size, run.dp_size, len(run.val_set))  # the first samples
     shards = run.data.val_shard(run.epoch, run.data_rank, run.dp_size, limit)  # val_dataloader()'s batch_size, or data's
     weights = [len(indices) for indices in shards]
     real = len(shards)  # batches of this rank before the lockstep padding below
