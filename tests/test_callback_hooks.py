@@ -168,3 +168,26 @@ class LightningValidationEnd(Callback):
 def test_a_hook_of_the_former_shape_is_refused_when_the_trainer_is_built(callback, message):
     with pytest.raises(TypeError, match=message):
         Trainer(callbacks=[callback])
+
+
+class CheckpointHooks(Callback):
+    def __init__(self):
+        self.loaded = None
+
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        assert isinstance(trainer, Trainer)
+        checkpoint["mine"] = checkpoint["step"] * 10
+
+    def on_load_checkpoint(self, trainer, module, checkpoint):
+        self.loaded = dict(checkpoint)
+
+
+def test_checkpoint_hooks_add_to_the_checkpoint_and_get_it_back(tmp_path):
+    checkpoint = dict(dir=str(tmp_path / "checkpoints"), every_n_steps=2)
+    run_trainer(tmp_path / "first", Regressor(), max_steps=2, checkpoint=checkpoint, callbacks=[CheckpointHooks()])
+    resumed = CheckpointHooks()
+    run_trainer(tmp_path / "second", Regressor(), max_steps=3, checkpoint=checkpoint, resume="auto", callbacks=[resumed])
+    assert resumed.loaded == {"step": 2, "epoch": 0, "mine": 20}
+    fresh = CheckpointHooks()
+    run_trainer(tmp_path / "fresh", Regressor(), max_steps=1, callbacks=[fresh])
+    assert fresh.loaded is None  # nothing restored: not called

@@ -80,7 +80,7 @@ class _Run:
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
         self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
-        self.callbacks = CallbackList(trainer.callbacks)
+        self.callbacks = CallbackList(trainer.callbacks, self)
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:

@@ -5,7 +5,8 @@ running the fit and the user's :class:`~trainer.module.TrainModule`. Where each 
 ``Trainer.fit`` (the module's hook of the same name always runs first, then the callbacks' in the
 order they were given)::
 
-    restore a checkpoint (trainer.resume): callback.load_state_dict(state) for each callback
+    restore a checkpoint (trainer.resume): on_load_checkpoint(trainer, module, checkpoint), then
+        callback.load_state_dict(state) for each callback
     on_fit_start(trainer, module)
     sanity validation (trainer.num_sanity_val_steps batches; no hooks, nothing logged)
     for epoch in epochs:
@@ -22,7 +23,7 @@ order they were given)::
                 on_validation_batch_end(trainer, module, outputs, batch, batch_idx)   # per batch
                 on_validation_epoch_end(trainer, module)
                 on_validation_end(trainer, module, metrics)     # ours: the val/ metrics (Lightning's has none)
-            checkpoint if due (saves callback.state_dict() of each callback)
+            checkpoint if due (on rank 0: on_save_checkpoint(trainer, module, checkpoint), state_dict())
             stop here if a callback asked to stop                  # every rank together
         on_train_epoch_end(trainer, module)   # not for an epoch a stop cut short
     final validation (unless this step validated), save_last      # also after a stop
@@ -116,6 +117,15 @@ class Callback:
     def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
         """After training ended (normally or by a stop request), the final validation and save.
         Not after a preemption signal: that run saves and exits, to be resumed."""
+
+    def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """While a checkpoint is saved, on rank 0 (which writes its small files; Lightning: every
+        rank). ``checkpoint`` holds ``step`` and ``epoch``; keys added to it are saved (the types
+        :meth:`state_dict` may hold) and given back to :meth:`on_load_checkpoint`."""
+
+    def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """On resume, on every rank, before :meth:`load_state_dict`: the dict ``on_save_checkpoint``
+        filled (empty for a checkpoint saved without it)."""
 
     # ----- stopping -------------------------------------------------------------------------------------
     def stop_needs_agreement(self, step: int) -> bool:

@@ -13,6 +13,9 @@ from trainer.module import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
 
+#: where the dict that ``on_save_checkpoint`` hooks filled is kept among the callbacks' states
+CHECKPOINT_KEY = "__on_save_checkpoint__"
+
 
 def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Callback]:
     """``Trainer(callbacks=...)`` as a list: None, one Callback, or a sequence of them."""
@@ -37,8 +40,9 @@ def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Cal
 class CallbackList:
     """The run's callbacks (in the order given) and the run's stop request."""
 
-    def __init__(self, callbacks: Sequence[Callback]):
+    def __init__(self, callbacks: Sequence[Callback], run: Any = None):
         self.callbacks = list(callbacks)
+        self.run = run  # the rank's run: its trainer and module for the checkpoint hooks
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
@@ -107,9 +111,20 @@ class CallbackList:
         return keys
 
     def state_dict(self) -> dict[str, Any]:
-        return {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+        """Each callback's ``state_dict()``, and the dict their ``on_save_checkpoint`` hooks filled
+        (called where the checkpoint's small files are written: rank 0)."""
+        states = {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+        if self.run is not None:
+            checkpoint = {"step": self.run.step, "epoch": self.run.epoch}
+            self._call("on_save_checkpoint", self.run.trainer, self.run.module, checkpoint)
+            states[CHECKPOINT_KEY] = checkpoint
+        return states
 
     def load_state_dict(self, states: dict[str, Any]) -> None:
+        states = dict(states)
+        checkpoint = states.pop(CHECKPOINT_KEY, None)
+        if self.run is not None:  # on every rank, before the states (Lightning's order)
+            self._call("on_load_checkpoint", self.run.trainer, self.run.module, checkpoint or {})
         keys = self._keys()
         for key, callback in zip(keys, self.callbacks):
             if key in states:

@@ -21,6 +21,8 @@ HOOK_ARGUMENTS = {
     "on_validation_end": ("trainer", "module", "metrics"),
     "on_train_epoch_end": ("trainer", "module"),
     "on_fit_end": ("trainer", "module"),
+    "on_save_checkpoint": ("trainer", "module", "checkpoint"),
+    "on_load_checkpoint": ("trainer", "module", "checkpoint"),
 }
 
 
