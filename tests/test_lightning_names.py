@@ -218,3 +218,13 @@ def test_a_broken_validation_step_fails_before_the_first_step(tmp_path):
         run_trainer(tmp_path, module, max_steps=100, val_every_n_steps=50)
     assert module.steps_run == 0
     run_trainer(tmp_path / "off", BrokenValidation(), max_steps=1, num_sanity_val_steps=0)  # no validation data: none
+
+
+def test_validation_settings_without_validation_data_warn(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        run_trainer(tmp_path, Regressor(), max_steps=1, limit_val_batches=2, check_val_every_n_epoch=1)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(w.startswith("trainer.limit_val_batches=2, trainer.check_val_every_n_epoch=1: Regressor has no "
+                            "val_dataset()") for w in warned), warned

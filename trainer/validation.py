@@ -39,6 +39,11 @@ def check_validation_setup(run: _Run) -> None:
             rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
                            "is validated; return validation data, or unset trainer.val_every_n_steps", every,
                            type(module).__name__)
+        given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
+                 if getattr(run.trainer, name, None) is not None]
+        if given:
+            rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
+                           ", ".join(given), type(module).__name__)
     elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
         rank_zero_warn(log, "%s has validation data but does not override validation_step(), so validation computes "
                        "no metrics; override it (return the loss or a dict of metrics), or return no validation data",
