@@ -68,7 +68,7 @@ def test_hydra_takes_the_same_names(tmp_path):
     (["trainer.num_sanity_val_steps=-2"], "trainer.num_sanity_val_steps=-2: give an integer >= 0"),
     (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run=-1: give true, false or an integer >= 0"),
     (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0: give an integer >= 1"),
-    (["trainer.devices=some"], "trainer.devices must be an integer >= 1 or 'auto'"),
+    (["trainer.devices=some"], "trainer.devices must be an integer >= 1, got 'some' (or 'auto')"),
     (["trainer.precision=bf16-mixed", "precision=fp16-mixed"], "trainer.precision=bf16-mixed (bf16-mixed) and "
                                                                  "precision=fp16-mixed differ"),
     (["trainer.default_root_dir=/tmp/x"], "set hydra.run.dir=/tmp/x instead"),

@@ -175,7 +175,7 @@ class Trainer:
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
         precision = precision_name(precision)
-        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1 or 'auto', got {devices!r}")
+        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r} (or 'auto')")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
         _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
                  f"data.batch_size must be an integer >= 1, got {batch_size!r} (or null: the train loader's)")
