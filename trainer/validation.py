@@ -41,7 +41,7 @@ def check_validation_setup(run: _Run) -> None:
                            type(module).__name__)
         given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
                  if getattr(run.trainer, name, None) is not None]
-        if given:
+        if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
             rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
                            ", ".join(given), type(module).__name__)
     elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
