@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from trainer import TrainModule, Trainer
-from trainer.callbacks import Callback
+from trainer.callbacks import Callback, run_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -465,16 +465,17 @@ class HotPathProbe(Callback):
             modes[0].__exit__(None, None, None)
         return modes
 
-    def on_fit_start(self, run):
+    def on_fit_start(self, trainer, module):
         self._start()
 
-    def on_train_step_end(self, run, step, metrics):
+    def on_train_step_end(self, trainer, module, step, metrics):
         syncs, collectives = self._stop()
         self.windows[step] = {"syncs": syncs.count, "where": syncs.where,
                               "collectives": {k: v["count"] for k, v in collectives.counts.items()}}
         self._start()
 
-    def on_fit_end(self, run):
+    def on_fit_end(self, trainer, module):
+        run = run_of(trainer)
         self._stop()
         with open(os.path.join(run.run_dir, f"hot_path_rank{run.rank}.json"), "w") as f:
             json.dump(self.windows, f)

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from helpers import REPO, Regressor, read_metrics, run_trainer
 from trainer import Trainer
-from trainer.callbacks import Callback, EarlyStopping, LearningRateMonitor, Timer, parse_duration
+from trainer.callbacks import Callback, EarlyStopping, LearningRateMonitor, Timer, parse_duration, run_of
 from trainer.cli import build
 from trainer.launch import WorkerFailed
 from trainer.schedules import warmup_cosine
@@ -36,7 +36,8 @@ DDP = dict(strategy="ddp", devices=2, batch_size=4, collective_timeout_s=60)
 class StopRecorder(Callback):
     """Each rank writes the step it ended at, and the stop request it saw, into the run dir."""
 
-    def on_fit_end(self, run):
+    def on_fit_end(self, trainer, module):
+        run = run_of(trainer)
         with open(os.path.join(run.run_dir, f"stopped_rank{run.rank}.json"), "w") as f:
             json.dump({"step": run.step, "stop": run.callbacks.stop}, f)
 
@@ -49,9 +50,9 @@ class SkewedTimer(Timer):
         self.late_step = late_step
         self.step = 0
 
-    def on_train_step_end(self, run, step, metrics):
+    def on_train_step_end(self, trainer, module, step, metrics):
         self.step = step
-        super().on_train_step_end(run, step, metrics)
+        super().on_train_step_end(trainer, module, step, metrics)
 
     def elapsed(self):
         late = self.step >= self.late_step and torch.distributed.get_rank() == 1
@@ -64,22 +65,22 @@ class HookRecorder(Callback):
     def __init__(self, calls: list, stop_at: int | None = None):
         self.calls, self.stop_at = calls, stop_at
 
-    def on_fit_start(self, run):
+    def on_fit_start(self, trainer, module):
         self.calls.append(("callback", "on_fit_start", None))
 
-    def on_train_step_end(self, run, step, metrics):
+    def on_train_step_end(self, trainer, module, step, metrics):
         self.calls.append(("callback", "on_train_step_end", (step, metrics is not None)))
         if step == self.stop_at:
-            run.request_stop("asked by the test")
+            run_of(trainer).request_stop("asked by the test")
 
-    def on_validation_end(self, run, metrics):
-        self.calls.append(("callback", "on_validation_end", run.step))
+    def on_validation_end(self, trainer, module, metrics):
+        self.calls.append(("callback", "on_validation_end", run_of(trainer).step))
 
-    def on_train_epoch_end(self, run, epoch):
-        self.calls.append(("callback", "on_train_epoch_end", epoch))
+    def on_train_epoch_end(self, trainer, module):
+        self.calls.append(("callback", "on_train_epoch_end", run_of(trainer).epoch))
 
-    def on_fit_end(self, run):
-        self.calls.append(("callback", "on_fit_end", run.step))
+    def on_fit_end(self, trainer, module):
+        self.calls.append(("callback", "on_fit_end", run_of(trainer).step))
 
 
 class HookOrderRegressor(Regressor):
@@ -264,12 +265,17 @@ class FakeRun:
         self.stops.append((self.step, reason))
 
 
+class FakeTrainer:
+    def __init__(self):
+        self._run = FakeRun()
+
+
 def validations(callback, values):
-    run = FakeRun()
+    trainer = FakeTrainer()
     for step, value in enumerate(values, start=1):
-        run.step = step
-        callback.on_validation_end(run, {"val/loss": value, "val/acc": value})
-    return run.stops
+        trainer._run.step = step
+        callback.on_validation_end(trainer, None, {"val/loss": value, "val/acc": value})
+    return trainer._run.stops
 
 
 def test_early_stopping_rules():

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(240)
 
 BAD = {
     "negative batch": (["data.batch_size=-4"], "error: data.batch_size must be an integer >= 1, got -4 (or null: the train loader's)"),
-    "no devices": (["trainer.devices=0"], "error: trainer.devices must be an integer >= 1, got 0"),
+    "no devices": (["trainer.devices=0"], "error: trainer.devices must be an integer >= 1, got 0 (or 'auto')"),
     "bogus sharding": (["strategy=fsdp", "strategy.sharding=bogus", "trainer.devices=2"],
                        "error: strategy.sharding='bogus' is not one of full, grad_op, no_shard, hybrid"),
 }

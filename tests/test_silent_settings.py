@@ -69,7 +69,7 @@ def test_accelerator_that_differs_from_the_strategy_instance_is_an_error():
 
 
 class LightningHooks(Regressor):
-    def on_train_batch_end(self, outputs, batch, batch_idx):  # Lightning's name: never called here
+    def on_validation_model_eval(self):  # Lightning's name: never called here
         raise AssertionError("not reached")
 
 
@@ -79,7 +79,7 @@ class CallbackWithLightningHook(EarlyStopping):
 
 
 def test_a_lightning_hook_the_trainer_never_calls_is_an_error(tmp_path):
-    with pytest.raises(TypeError, match=r"LightningHooks defines on_train_batch_end\(\), which the trainer never calls"
+    with pytest.raises(TypeError, match=r"LightningHooks defines on_validation_model_eval\(\), which the trainer never calls"
                                         r".*the TrainModule hooks are on_before_optimizer_step, on_fit_end"):
         run_trainer(tmp_path, LightningHooks(), max_steps=2)
     with pytest.raises(TypeError, match=r"CallbackWithLightningHook defines on_before_optimizer_step\(\).*the "

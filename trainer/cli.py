@@ -50,6 +50,10 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     loggers = OmegaConf.to_container(cfg.logger) if cfg.get("logger") is not None else []
     checkpoint = OmegaConf.to_container(cfg.checkpoint) if cfg.get("checkpoint") is not None else None
     precision = instantiate(cfg.precision) if cfg.get("precision") is not None else None
+    precision = merge_precision(trainer_args.pop("precision", None), precision)  # trainer.precision=16-mixed
+    if trainer_args.get("default_root_dir") is not None:
+        raise ValueError(f"trainer.default_root_dir={trainer_args['default_root_dir']!r}: under train.py the run "
+                         f"directory is Hydra's; set hydra.run.dir={trainer_args['default_root_dir']} instead")
     # The ``callbacks`` group composes to {name: {_target_: ...}} in the order selected; ``callbacks=[]`` leaves no node.
     callbacks = [instantiate(node) for node in cfg.callbacks.values()] if cfg.get("callbacks") is not None else []
     trainer = Trainer(
@@ -63,8 +67,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
                   "callbacks", "checkpoint")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
-_TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "precision", "callbacks",
-                                *_DATA_KEYS)
+_TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "callbacks", *_DATA_KEYS)
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
@@ -89,12 +92,16 @@ def check_config_keys(cfg: Any) -> None:
     if unknown:
         rank_zero_warn(log, "config key(s) %s are read by nothing and ignored; the top-level keys are %s",
                        ", ".join(unknown), ", ".join(TOP_LEVEL_KEYS))
-    known = [name for name in inspect.signature(Trainer.__init__).parameters
-             if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE]
+    from trainer.lightning_names import LIGHTNING_ARGUMENTS
+
+    known = [name for name, p in inspect.signature(Trainer.__init__).parameters.items()
+             if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE and p.kind is not p.VAR_KEYWORD]
     extra = [key for key in cfg.trainer if key not in known]
     if extra:
         raise ValueError(f"trainer.{extra[0]} is not a trainer setting; the trainer settings are {', '.join(known)}"
-                         + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else ""))
+                         + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
+                         + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS
+                            else ""))
     nodes = [(name, cfg.get(name)) for name in ("module", "strategy", "optimizer", "scheduler")]
     if isinstance(cfg.get("callbacks"), DictConfig):
         nodes += [(f"callbacks.{name}", node) for name, node in cfg.callbacks.items()]
@@ -107,6 +114,25 @@ def check_config_keys(cfg: Any) -> None:
                                 if where.startswith("callbacks.") else ""))
         _check_target_arguments(where, node)
     _check_added_data_keys(cfg)
+
+
+def merge_precision(name: Any, precision: Any) -> Any:
+    """``trainer.precision`` (ours or Lightning's name) with the ``precision`` group's instance: the
+    group's when they agree (it carries the loss-scaler options), the named one when the group is left
+    at its default fp32, an error naming both when they differ."""
+    if name is None:
+        return precision
+    from trainer.lightning_names import check_precision, precision_name
+    from trainer.precision import Precision
+
+    check_precision(name)
+    wanted = precision_name(name)
+    group = getattr(precision, "name", "fp32")
+    if group == wanted:
+        return precision
+    if group != "fp32":
+        raise ValueError(f"trainer.precision={name} ({wanted}) and precision={group} differ: give one")
+    return Precision(wanted)
 
 
 def _check_target_arguments(where: str, node: Any) -> None:

@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed
 from trainer.callbacks import CallbackList
+from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import load_for_evaluation, restore_run
 from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
@@ -38,6 +39,8 @@ from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.run_state import StopFlag
+from trainer.run_limits import train_steps_per_epoch, val_interval_steps
+from trainer.sanity_check import run_sanity_check
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.step_accounting import NonfiniteLossWatch, TokenCount, counted
 from trainer.sync_batchnorm import padding_micro_batch
@@ -80,7 +83,7 @@ class _Run:
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
         self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
-        self.callbacks = CallbackList(trainer.callbacks)
+        self.callbacks = CallbackList(trainer.callbacks, self)
         self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/run_state.py)
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
@@ -190,7 +193,9 @@ class _Run:
         trainer, module = self.trainer, self.module
         train_set = self.data.train_set()
         plan = self.data.plan(self.dp_size)
-        epoch_limit = plan.steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
+        steps_per_epoch = train_steps_per_epoch(trainer, plan.steps_per_epoch)  # limit_train_batches
+        trainer.val_every_n_steps = val_interval_steps(trainer, steps_per_epoch)  # a float val_check_interval
+        epoch_limit = steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
         self.total_steps = total_steps
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
@@ -204,7 +209,7 @@ class _Run:
             log.warning(short)
         log.info(
             "strategy %s, world size %d, global batch %s, %d steps per epoch, %d steps, run dir %s",
-            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), plan.steps_per_epoch,
+            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), steps_per_epoch,
             total_steps, self.run_dir,
         )
         self.restore(plan)
@@ -222,6 +227,7 @@ class _Run:
         module.train()
         module.on_fit_start()
         self.callbacks.on_fit_start(self)
+        run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
         validated_at = saved_at = -1
         try:
@@ -230,11 +236,12 @@ class _Run:
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
+                call_hooks(self, "on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
                 ))
                 for step_plan in steps:
-                    if self.step >= total_steps:
+                    if self.step >= total_steps or self.epoch_step >= steps_per_epoch:
                         break
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
                     self.trace.before_step(self.step + 1)
@@ -272,11 +279,15 @@ class _Run:
                         break
                 # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
                 # keeps its position, so a resumed or extended run goes on inside the epoch.
-                if self.preempted or self.callbacks.stopping or self.epoch_step < plan.steps_per_epoch:
+                if self.preempted or self.callbacks.stopping or self.epoch_step < steps_per_epoch:
                     break
+                every_epochs = trainer.check_val_every_n_epoch
+                if every_epochs and (self.epoch + 1) % every_epochs == 0 and validated_at != self.step:
+                    self.validate()
+                    validated_at = self.step
                 module.on_train_epoch_end(self.epoch)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
-                if self.epoch_step == plan.steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
+                if self.epoch_step == steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
                     self.lr_scheduling.after_epoch()
                 self.epoch += 1
                 self.epoch_step = 0
@@ -342,6 +353,8 @@ class _Run:
             counting = self.throughput.flops_per_step is None and index == 0
             counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
             padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+            batch_idx = self.batch_idx
+            call_hooks(self, "on_train_batch_start", batch, batch_idx)
             with strategy.sync_context(self.wrapped, sync=index == last), counter, padding:
                 with timer.phase("forward"):  # the step's forward and its bookkeeping
                     with precision.autocast(self.device):
@@ -374,6 +387,7 @@ class _Run:
                         # Mean over the micro-batch x its share of the global batch x the ranks the sync
                         # averages over = this micro-batch's part of the global-batch mean.
                         precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
+            call_hooks(self, "on_train_batch_end", output, batch, batch_idx)
             if counting:
                 self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
                 if self.rank == 0:
@@ -444,6 +458,7 @@ class _Run:
             # collective and a host read: on a logging step only).
             counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps >= 1 and sums is not None
             counter = FlopSum() if counting else contextlib.nullcontext()
+            call_hooks(self, "on_train_batch_start", batch, self.batch_idx)
             with self.breakdown.phase("forward"), counter:
                 tokens, losses = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
                                                      index == last, sums, self.precision, local_tokens is not None)
@@ -458,6 +473,7 @@ class _Run:
             if self.nonfinite is not None:
                 for loss in losses:
                     self.nonfinite.observe(loss)
+            call_hooks(self, "on_train_batch_end", None, batch, self.batch_idx)  # the strategy ran the steps
             self.batch_idx += 1
         if sums is not None:
             self.strategy.complete_metrics(sums)
@@ -476,6 +492,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     own_log_handler = not logging.getLogger().handlers
     configure_rank_logging(env.rank, own_handler=own_log_handler)
     run = _Run(trainer, module, env, own_log_handler)
+    trainer._run = run  # for callbacks: trainer.callbacks.run_of(trainer)
     clean = False
     try:
         run.setup()
@@ -492,5 +509,6 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
             log.exception("rank %d failed", env.rank)
         raise
     finally:
+        trainer._run = None
         run.teardown(clean)
     return results if run.rank == 0 else None

@@ -17,28 +17,35 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                                               # same data seed as train_dataloader()
         optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
         restore a checkpoint (ckpt_path= or trainer.resume), callbacks' state included
-        module.on_fit_start();                callback.on_fit_start(run) for each callback
+        module.on_fit_start();                callback.on_fit_start(trainer, module) for each callback
+        sanity validation of trainer.num_sanity_val_steps batches (no hooks, nothing logged, RNG kept)
         for epoch in epochs:
+            module.on_train_epoch_start()       (callbacks: the same hook with (trainer, module) first)
             for step in global batches of the epoch:      # one optimizer step each
                 for micro_batch in the step's K micro-batches:   # gradient sync only on the last
+                    module.on_train_batch_start(micro_batch, index)
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
                     backward(loss scaled to the global batch)
+                    module.on_train_batch_end(out, micro_batch, index)
                 clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
                 optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
                 on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
-                module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(run, step, metrics_or_None)
-                every val_every_n_steps:
-                    module.validation_step(batch, index) over the val set
+                module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(trainer, module, step, ...)
+                every val_every_n_steps (and at epoch ends with check_val_every_n_epoch):
+                    module.on_validation_epoch_start()
+                    module.validation_step(batch, index) over the val set (limit_val_batches);
+                        module.on_validation_batch_end(out, batch, index) after each
                     ReduceLROnPlateau schedulers monitoring "val/..." metrics
-                    module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
+                    module.on_validation_epoch_end()
+                    module.on_validation_end(metrics);  callback.on_validation_end(trainer, module, metrics)
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
                     (or trainer.should_stop = True was set: on every rank at the next logging step)
-            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # finished epochs only:
+            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(trainer, module)   # finished epochs only:
                                               # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
-        module.on_fit_end();                  callback.on_fit_end(run)
+        module.on_fit_end();                  callback.on_fit_end(trainer, module)
     launcher process (spawned workers): the trained full weights are loaded into the caller's module
         (configure_model() first if it builds layers), unless trainer.return_weights=false
 
@@ -323,6 +330,25 @@ class TrainModule(ModuleRunState, nn.Module):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Gradients are synced, scaled and clipped; the optimizer has not stepped yet."""
+
+    # Lightning's batch and epoch hooks (callbacks get the same after (trainer, module); order: callbacks/base.py)
+    def on_train_epoch_start(self) -> None:
+        """Before the first step of an epoch."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before each micro-batch's forward (per micro-batch, as Lightning; ``batch_idx`` counts them in the epoch)."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each micro-batch's backward; ``outputs`` is what ``training_step`` returned (device tensors)."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Before a validation pass (not the sanity pass of ``num_sanity_val_steps``)."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+
+    def on_validation_epoch_end(self) -> None:
+        """After a validation pass, its metrics reduced and logged (before ``on_validation_end``)."""
 
     def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
         """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging

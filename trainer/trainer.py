@@ -12,11 +12,14 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.resume import resolve_ckpt_path
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
+from trainer.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
+from trainer.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
 from trainer.run_state import TrainerRunState
+from trainer import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 from trainer.weights_return import receive_result, refuse_stale_module
@@ -39,9 +42,11 @@ class Trainer(TrainerRunState):
     """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
-        strategy: "single", "ddp", or a Strategy instance (``DDPStrategy(zero1=True)``).
-        devices: processes per node. With no launcher (torchrun / srun) and ``devices > 1`` the
-            trainer spawns them itself; under a launcher it checks they match.
+        strategy: "single", "ddp", "auto" (single for one process in all, else ddp), or a Strategy
+            instance (``DDPStrategy(zero1=True)``).
+        devices: processes per node, or "auto" (the launcher's processes per node under torchrun /
+            srun, else the CUDA device count when CUDA is used, else 1). With no launcher and
+            ``devices > 1`` the trainer spawns them itself; under a launcher it checks they match.
         num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
         accelerator: "auto" (GPU if present), "cpu" or "cuda".
         max_steps: optimizer steps to run (-1: no limit, then ``max_epochs`` decides).
@@ -78,7 +83,8 @@ class Trainer(TrainerRunState):
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/sync_batchnorm.py``.
         precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
-            or a :class:`~trainer.precision.Precision` with the loss-scaler settings.
+            or a :class:`~trainer.precision.Precision` with the loss-scaler settings. Lightning's
+            names mean the same: "32" / "32-true" / 32, "16-mixed" / 16, "bf16-mixed", "bf16-true".
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
         nonfinite_loss: "error" (a NaN / inf loss stops the run, naming the step and rank) or "ignore".
@@ -107,6 +113,11 @@ class Trainer(TrainerRunState):
             ``save_hyperparameters()`` under "hparams").
         enable_model_summary: log the model summary table (parameters per top-level child module,
             trainable / frozen / total, size in MB, each rank's share when split) at the start of fit.
+        fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
+        num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
+            (world-size independent) in ``trainer/run_limits.py``'s docstring.
+        Another argument (Lightning's ``logger=``, ``enable_checkpointing=``, a typo) is a TypeError
+        naming ours (``trainer/lightning_names.py``).
 
     Run state during and after a run (``trainer/run_state.py``): ``global_step``, ``current_epoch``,
     ``is_global_zero``, ``logged_metrics``, ``callback_metrics``, ``log_dir``, ``optimizers``,
@@ -158,8 +169,22 @@ class Trainer(TrainerRunState):
         callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
         enable_model_summary: bool = True,
+        fast_dev_run: bool | int = False,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = None,
+        num_sanity_val_steps: int = 2,
+        default_root_dir: str | None = None,
+        **unknown_arguments: Any,
     ):
-        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r}")
+        if unknown_arguments:  # Lightning's names that differ from ours, typos: say what to use
+            raise unknown_argument_error(unknown_arguments, Trainer.__init__)
+        devices = resolve_devices(devices, accelerator, detect_environment())
+        strategy = resolve_strategy_name(strategy, devices, num_nodes)
+        check_precision(precision)
+        precision = precision_name(precision)
+        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r} (or 'auto')")
         _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
         _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
                  f"data.batch_size must be an integer >= 1, got {batch_size!r} (or null: the train loader's)")
@@ -280,6 +305,8 @@ class Trainer(TrainerRunState):
         self.config = config
         #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
         self.model: Any = None
+        run_limits.apply(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
+                         check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""

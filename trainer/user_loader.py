@@ -227,18 +227,20 @@ class RunData:
             order=stream,
         )
 
-    def val_shard(self, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+    def val_shard(self, epoch: int, rank: int, world_size: int, limit: int | None = None) -> list[list[int]]:
         """Rank ``rank``'s validation batches (sample indices): every sample, or every position of a
-        validation sampler's stream, exactly once over the ranks."""
+        validation sampler's stream, exactly once over the ranks; with ``limit``, only the first
+        ``limit`` of them (``limit_val_batches``: the same samples on any world size)."""
         assert self.val_set is not None
         size = len(self.val_set)
         if self.val is None or (self._val_stream is None and not self.val.shuffle):
-            return validation_shard(size, self.val_batch_size, rank, world_size)
+            return validation_shard(min(size, limit or size), self.val_batch_size, rank, world_size)
         if self._val_stream is not None:
             order = self._val_stream.epoch_order(epoch)
         else:
             generator = torch.Generator().manual_seed(derive_seed(self.trainer.seed, "val", "epoch", epoch))
             order = torch.randperm(size, generator=generator).tolist()
+        order = order[:limit] if limit is not None else order
         shards = validation_shard(len(order), self.val_batch_size, rank, world_size)
         return [[order[p] for p in batch] for batch in shards]
 

@@ -17,6 +17,7 @@ from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.module import TrainModule
 from trainer.progress import ProgressBar
 from trainer.rank_logging import rank_zero_warn
+from trainer.run_limits import val_sample_limit
 from trainer.tensors import move_to_device
 
 if TYPE_CHECKING:
@@ -38,23 +39,35 @@ def check_validation_setup(run: _Run) -> None:
             rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
                            "is validated; return validation data, or unset trainer.val_every_n_steps", every,
                            type(module).__name__)
+        given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
+                 if getattr(run.trainer, name, None) is not None]
+        if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
+            rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
+                           ", ".join(given), type(module).__name__)
     elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
         rank_zero_warn(log, "%s has validation data but does not override validation_step(), so validation computes "
                        "no metrics; override it (return the loss or a dict of metrics), or return no validation data",
                        type(module).__name__)
 
 
-def run_validation(run: _Run) -> dict[str, float]:
-    """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics."""
+def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
+    """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics.
+    ``sanity_batches``: the sanity pass before training (``trainer/sanity_check.py``): that many
+    batches (-1: all), no hooks, nothing reduced or logged."""
     if run.val_set is None:
         return {}
-    module, strategy = run.module, run.strategy
-    shards = run.data.val_shard(run.epoch, run.data_rank, run.dp_size)  # val_dataloader()'s batch_size, or data's
+    from trainer.callbacks.callback_list import call_hooks
+
+    module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
+    limit = val_sample_limit(run.trainer.limit_val_batches if not sanity else sanity_batches,
+                             run.data.val_batch_size, run.dp_size, len(run.val_set))  # the first samples
+    shards = run.data.val_shard(run.epoch, run.data_rank, run.dp_size, limit)  # val_dataloader()'s batch_size, or data's
     weights = [len(indices) for indices in shards]
+    real = len(shards)  # batches of this rank before the lockstep padding below
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
-        most = len(run.data.val_shard(run.epoch, 0, run.dp_size))
+        most = len(run.data.val_shard(run.epoch, 0, run.dp_size, limit))
         shards += [[0]] * (most - len(shards))
         weights += [0] * (most - len(weights))
 
@@ -71,6 +84,8 @@ def run_validation(run: _Run) -> dict[str, float]:
     module.eval()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
+    if not sanity:
+        call_hooks(run, "on_validation_epoch_start")
     with torch.no_grad():
         for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
             bar.update()
@@ -79,17 +94,23 @@ def run_validation(run: _Run) -> dict[str, float]:
                 for part_weight, values in strategy.evaluate(batch, run.precision, weight):
                     sums.add(values, part_weight)
                 continue
-            loss, metrics = split_step_output(step(batch, index), "validation_step")
+            outputs = step(batch, index)
+            loss, metrics = split_step_output(outputs, "validation_step")
             if loss is not None:
                 metrics["loss"] = loss
             sums.add(metrics, weight)
+            if not sanity and index < real:
+                call_hooks(run, "on_validation_batch_end", outputs, batch, index)
     bar.close()
     strategy.after_evaluation(run.wrapped)
     module.train(was_training)
+    if sanity:
+        return {}
     metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
+    call_hooks(run, "on_validation_epoch_end")
     run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
     module.on_validation_end(metrics)
     run.callbacks.on_validation_end(run, metrics)

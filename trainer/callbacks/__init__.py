@@ -5,7 +5,7 @@ command line ``python train.py callbacks=[lr_monitor,early_stopping]`` (``conf/c
 The hook order is documented once, in ``trainer/callbacks/base.py``.
 """
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Callback, run_of
 from trainer.callbacks.callback_list import CallbackList, check_callbacks
 from trainer.callbacks.early_stopping import EarlyStopping
 from trainer.callbacks.lr_monitor import LearningRateMonitor
@@ -19,4 +19,5 @@ __all__ = [
     "Timer",
     "check_callbacks",
     "parse_duration",
+    "run_of",
 ]

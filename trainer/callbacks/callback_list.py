@@ -8,9 +8,13 @@ from typing import Any, Iterable, Sequence
 
 from trainer import distributed
 from trainer.callbacks.base import Callback
+from trainer.callbacks.hook_shapes import check_hook_shapes
 from trainer.module import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
+
+#: where the dict that ``on_save_checkpoint`` hooks filled is kept among the callbacks' states
+CHECKPOINT_KEY = "__on_save_checkpoint__"
 
 
 def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Callback]:
@@ -29,14 +33,16 @@ def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Cal
                 "subclass trainer.callbacks.Callback"
             )
         refuse_unknown_hooks(item, Callback, "Callback")
+        check_hook_shapes(item, Callback)
     return items
 
 
 class CallbackList:
     """The run's callbacks (in the order given) and the run's stop request."""
 
-    def __init__(self, callbacks: Sequence[Callback]):
+    def __init__(self, callbacks: Sequence[Callback], run: Any = None):
         self.callbacks = list(callbacks)
+        self.run = run  # the rank's run: its trainer and module for the checkpoint hooks
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
@@ -50,19 +56,19 @@ class CallbackList:
                 self._calling = None
 
     def on_fit_start(self, run: Any) -> None:
-        self._call("on_fit_start", run)
+        self._call("on_fit_start", run.trainer, run.module)
 
     def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
-        self._call("on_train_step_end", run, step, metrics)
+        self._call("on_train_step_end", run.trainer, run.module, step, metrics)
 
     def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
-        self._call("on_validation_end", run, metrics)
+        self._call("on_validation_end", run.trainer, run.module, metrics)
 
     def on_train_epoch_end(self, run: Any, epoch: int) -> None:
-        self._call("on_train_epoch_end", run, epoch)
+        self._call("on_train_epoch_end", run.trainer, run.module)
 
     def on_fit_end(self, run: Any) -> None:
-        self._call("on_fit_end", run)
+        self._call("on_fit_end", run.trainer, run.module)
 
     # ----- stopping --------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -105,9 +111,20 @@ class CallbackList:
         return keys
 
     def state_dict(self) -> dict[str, Any]:
-        return {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+        """Each callback's ``state_dict()``, and the dict their ``on_save_checkpoint`` hooks filled
+        (called where the checkpoint's small files are written: rank 0)."""
+        states = {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+        if self.run is not None:
+            checkpoint = {"step": self.run.step, "epoch": self.run.epoch}
+            self._call("on_save_checkpoint", self.run.trainer, self.run.module, checkpoint)
+            states[CHECKPOINT_KEY] = checkpoint
+        return states
 
     def load_state_dict(self, states: dict[str, Any]) -> None:
+        states = dict(states)
+        checkpoint = states.pop(CHECKPOINT_KEY, None)
+        if self.run is not None:  # on every rank, before the states (Lightning's order)
+            self._call("on_load_checkpoint", self.run.trainer, self.run.module, checkpoint or {})
         keys = self._keys()
         for key, callback in zip(keys, self.callbacks):
             if key in states:
@@ -117,3 +134,10 @@ class CallbackList:
         unused = sorted(set(states) - set(keys))
         if unused:
             log.info("the checkpoint holds state of callbacks this run does not have: %s", unused)
+
+
+def call_hooks(run: Any, hook: str, *args: Any) -> None:
+    """The module's ``hook(*args)``, then each callback's ``hook(trainer, module, *args)``."""
+    getattr(run.module, hook)(*args)
+    if run.callbacks.callbacks:
+        run.callbacks._call(hook, run.trainer, run.module, *args)

@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Any
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Callback, run_of
 from trainer.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,17 @@ class EarlyStopping(Callback):
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than
 
-    def on_fit_start(self, run: Any) -> None:
-        if run.val_set is None:  # it could never stop the run it was asked to watch
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        if run_of(trainer).val_set is None:  # it could never stop the run it was asked to watch
             raise ValueError(f"EarlyStopping(monitor={self.monitor!r}) needs validation metrics, but "
-                             f"{type(run.module).__name__} has no val_dataset() / val_dataloader(): return one, or "
+                             f"{type(module).__name__} has no val_dataset() / val_dataloader(): return one, or "
                              "remove the callback")
-        if not run.trainer.val_every_n_steps:
+        if not trainer.val_every_n_steps and not trainer.val_check_fraction and not trainer.check_val_every_n_epoch:
             rank_zero_warn(log, "EarlyStopping(monitor=%r): trainer.val_every_n_steps is not set, so validation (and this "
                         "check) runs only once, at the end of training", self.monitor)
 
-    def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
+    def on_validation_end(self, trainer: Any, module: Any, metrics: dict[str, float]) -> None:
+        run = run_of(trainer)
         if self.monitor not in metrics:
             raise ValueError(
                 f"EarlyStopping(monitor={self.monitor!r}): no such validation metric; "

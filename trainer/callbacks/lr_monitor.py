@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Callback, run_of
 
 
 class LearningRateMonitor(Callback):
@@ -41,7 +41,8 @@ class LearningRateMonitor(Callback):
                 values[f"weight_decay/group{index}"] = float(group["weight_decay"])
         return values
 
-    def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
+    def on_train_step_end(self, trainer: Any, module: Any, step: int, metrics: dict[str, float] | None) -> None:
         if metrics is None:  # not a logging step
             return
+        run = run_of(trainer)
         run.log(self.values(run.optimizer, [c.name for c in run.lr_scheduling.configs if c.name is not None]))

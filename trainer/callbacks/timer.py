@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping
 
-from trainer.callbacks.base import Callback
+from trainer.callbacks.base import Callback, run_of
 
 
 def parse_duration(value: Any) -> float:
@@ -76,18 +76,18 @@ class Timer(Callback):
         """Seconds left of ``max_time`` (negative once over)."""
         return self.max_time_s - self.elapsed()
 
-    def on_fit_start(self, run: Any) -> None:
-        self._every = self.check_every_n_steps or run.trainer.log_every_n_steps
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        self._every = self.check_every_n_steps or trainer.log_every_n_steps
         self._started = time.monotonic()
         if self._restored_s >= self.max_time_s:  # restored from rank 0's checkpoint: the same on every rank
-            run.request_stop(self._reason())
+            run_of(trainer).request_stop(self._reason())
 
     def stop_needs_agreement(self, step: int) -> bool:
         return step % self._every == 0
 
-    def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
+    def on_train_step_end(self, trainer: Any, module: Any, step: int, metrics: dict[str, float] | None) -> None:
         if step % self._every == 0 and self.elapsed() >= self.max_time_s:
-            run.request_stop(self._reason())
+            run_of(trainer).request_stop(self._reason())
 
     def _reason(self) -> str:
         return f"max_time {timedelta(seconds=self.max_time_s)} reached ({self.elapsed():.1f} s of training)"

@@ -1,0 +1,110 @@
+"""Lightning's Trainer names where they mean the same as ours, and clear errors for those that do not.
+
+- ``precision``: Lightning's ``"32"``, ``"32-true"``, ``32``, ``"16-mixed"``, ``16``, ``"bf16-mixed"``,
+  ``"bf16-true"`` map to ours (fp32 / fp16-mixed / bf16-mixed / bf16-true); ``"16"`` and ``"bf16"``
+  too (Lightning 1.x spellings of the same).
+- ``devices="auto"``: under torchrun / srun the launcher's processes per node; otherwise the number
+  of CUDA devices when CUDA is used (``accelerator`` "auto" or "cuda" and a GPU present), else 1.
+- ``strategy="auto"``: "single" for one process in all (devices x num_nodes == 1), else "ddp"
+  (Python API; under ``train.py`` the strategy is a config group: ``strategy=single`` / ``strategy=ddp``).
+- Under ``train.py``: ``trainer.precision=16-mixed`` (any name above; the ``precision`` group keeps
+  our names and the loss-scaler options), ``trainer.devices=auto``.
+- An argument the Trainer does not take: an error naming ours where Lightning's name differs
+  (``logger=`` -> ``loggers=``), else the closest of our names (difflib).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+#: Lightning's precision names (and our own) -> ours.
+PRECISION_ALIASES: dict[Any, str] = {
+    "32": "fp32", "32-true": "fp32", 32: "fp32", "fp32": "fp32",
+    "16": "fp16-mixed", "16-mixed": "fp16-mixed", 16: "fp16-mixed", "fp16-mixed": "fp16-mixed",
+    "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed", "bf16-true": "bf16-true",
+}
+
+#: Lightning Trainer arguments that exist here under another name, or not at all: what to use instead.
+LIGHTNING_ARGUMENTS = {
+    "logger": "loggers= (a name, a Logger, or a list: loggers=['jsonl', 'csv']; loggers=[] for none)",
+    "enable_checkpointing": "checkpoint= (a CheckpointConfig or its fields as a dict; None: never save)",
+    "enable_progress_bar": "progress_bar= (True / False / None: when stderr is a terminal)",
+    "gradient_clip_algorithm": "gradient_clip_val= (this trainer always clips the global gradient norm; "
+                               "'value' clipping does not exist here)",
+    "ckpt_path": "Trainer.fit(module, ckpt_path=...) or resume=",
+    "deterministic": "seed= (runs are reproducible from the seed; torch.use_deterministic_algorithms is yours to call)",
+    "benchmark": "nothing: set torch.backends.cudnn.benchmark yourself",
+    "profiler": "profile= ({'wall_clock_breakdown': ..., 'trace_steps': [first, last], 'comms_steps': [first, last]})",
+    "plugins": "strategy= / precision= (a Strategy or Precision instance)",
+    "val_every_n_epochs": "check_val_every_n_epoch=",
+    "every_n_train_steps": "checkpoint={'every_n_steps': N}",
+    "min_epochs": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
+    "min_steps": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
+    "limit_test_batches": "nothing: this trainer has no test loop",
+    "limit_predict_batches": "nothing: this trainer has no predict loop",
+    "overfit_batches": "limit_train_batches= with the same data for validation",
+    "reload_dataloaders_every_n_epochs": "nothing: the data hooks run once per fit",
+    "use_distributed_sampler": "nothing: the trainer always spreads the samples over the ranks itself",
+    "detect_anomaly": "nonfinite_loss='error' (or torch.autograd.set_detect_anomaly yourself)",
+    "barebones": "progress_bar=False, loggers=[]",
+    "inference_mode": "nothing: validation runs under torch.no_grad()",
+    "sync_dist": "self.log(..., sync_dist=...) in the module, not a Trainer argument",
+}
+
+
+def precision_name(value: Any) -> Any:
+    """Our precision name for a Lightning (or our) name; other values are returned as they are."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)) and value in PRECISION_ALIASES:
+        return PRECISION_ALIASES[value]
+    return value
+
+
+def check_precision(value: Any) -> None:
+    """An error naming the allowed values for a precision that is neither ours nor Lightning's."""
+    if value is None or not isinstance(value, (str, int)) or isinstance(value, bool):
+        return  # a Precision instance or a dict of its fields: Precision.from_any checks it
+    if value not in PRECISION_ALIASES:
+        allowed = ", ".join(repr(k) for k in PRECISION_ALIASES)
+        raise ValueError(f"trainer.precision={value!r} is not a precision; allowed: {allowed}")
+
+
+def resolve_devices(devices: Any, accelerator: str, environment: Any = None) -> Any:
+    """``devices="auto"``: see the module docstring. Other values are returned as they are."""
+    if devices != "auto":
+        return devices
+    if environment is not None and environment.external:
+        return environment.local_world_size
+    import torch
+
+    if accelerator in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return 1
+
+
+def resolve_strategy_name(strategy: Any, devices: Any, num_nodes: Any) -> Any:
+    """``strategy="auto"``: "single" for one process in all, "ddp" for several."""
+    if strategy != "auto":
+        return strategy
+    if isinstance(devices, int) and isinstance(num_nodes, int) and devices * num_nodes > 1:
+        return "ddp"
+    return "single"
+
+
+def unknown_argument_error(unknown: Iterable[str], function: Any, where: str = "Trainer") -> TypeError:
+    """The error for arguments ``function`` does not take: Lightning's name -> ours, or the closest names."""
+    import inspect
+
+    known = [name for name, p in inspect.signature(function).parameters.items()
+             if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    parts = []
+    for name in unknown:
+        if name in LIGHTNING_ARGUMENTS:
+            parts.append(f"{name!r} (Lightning's) is not a {where} argument here; use {LIGHTNING_ARGUMENTS[name]}")
+            continue
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"the arguments are {', '.join(known)}"
+        parts.append(f"{name!r} is not a {where} argument; {hint}")
+    return TypeError("; ".join(parts))
