@@ -27,6 +27,8 @@ from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import load_for_evaluation, restore_run
 from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
+from trainer.datamodule import setup_datamodule
+from trainer.evaluation import run_predict, run_test
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
@@ -97,6 +99,9 @@ class _Run:
         with distributed.rank_zero_first(local=True) as first:
             if first:
                 module.prepare_data()
+                if trainer.datamodule is not None:
+                    trainer.datamodule.prepare_data()
+        setup_datamodule(trainer.datamodule, trainer.stage, trainer.seed)  # every rank, under one seed
         # Seeded right before the build so every rank builds the same weights (prepare_data ran
         # on some ranks only and may have drawn random numbers).
         seed_everything(trainer.seed)
@@ -157,7 +162,8 @@ class _Run:
         # The data hooks run under one seed on every rank; the per-rank streams go on after them.
         self.data = RunData(self.module, self.trainer)
         self.val_set = self.data.val_set
-        check_validation_setup(self)
+        if not self.data.evaluating:  # test / predict read no validation data
+            check_validation_setup(self)
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)
@@ -462,10 +468,14 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     try:
         run.setup()
-        if mode != "fit":
+        if mode == "validate":
             require_validation_data(run)
-            load_for_evaluation(run)  # validate(ckpt_path=...): the checkpoint's weights
-        results = run.fit() if mode == "fit" else run.validate()
+        if mode != "fit":
+            load_for_evaluation(run)  # validate / test / predict (ckpt_path=...): the checkpoint's weights
+        if mode in ("test", "predict"):
+            results = run_test(run) if mode == "test" else run_predict(run)
+        else:
+            results = run.fit() if mode == "fit" else run.validate()
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         clean = True
     except BaseException as error:

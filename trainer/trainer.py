@@ -13,6 +13,7 @@ from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.resume import resolve_ckpt_path
 from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.loggers import Logger, resolve_logger_specs
+from trainer.entry_points import launch_result, remember_fitted, resolve_call
 from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
@@ -268,6 +269,9 @@ class Trainer:
         self.config = config
         #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
         self.model: Any = None
+        #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
+        self.datamodule: Any = None
+        self.stage: str | None = None
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -295,7 +299,7 @@ class Trainer:
         return derived
 
     # ----- entry points ----------------------------------------------------------------------------
-    def fit(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+    def fit(self, module: TrainModule, ckpt_path: str | None = None, datamodule: Any = None) -> dict[str, float] | None:
         """Train ``module``. Returns rank 0's last logged metrics (None on other ranks); afterwards
         ``module`` holds the trained weights (see the class docstring).
 
@@ -303,21 +307,36 @@ class Trainer:
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
+            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
         """
-        return self._launch(module, "fit", ckpt_path)
+        return self._launch(module, "fit", ckpt_path, datamodule)
 
-    def validate(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+    def validate(self, module: TrainModule | None = None, ckpt_path: str | None = None,
+                 datamodule: Any = None) -> dict[str, float] | None:
         """Run one validation pass; returns the metrics reduced over all ranks (rank 0).
 
         Args:
+            module: None: the module (and datamodule) of this trainer's last ``fit``.
             ckpt_path: validate the weights of "last", "best" (by ``checkpoint.monitor``) or a
                 checkpoint path (``trainer.resume`` means the same); None: ``module``'s own weights.
         """
-        return self._launch(module, "validate", ckpt_path)
+        return self._launch(module, "validate", ckpt_path, datamodule)
 
-    def _launch(self, module: TrainModule, mode: str, ckpt_path: str | None = None) -> dict[str, float] | None:
-        if not isinstance(module, TrainModule):
-            raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
+    def test(self, module: TrainModule | None = None, datamodule: Any = None,
+             ckpt_path: str | None = None) -> dict[str, float] | None:
+        """Run ``test_step`` over the test data (``test_dataset()`` / ``test_dataloader()``, the
+        datamodule's first); returns the ``test/`` metrics, exact means over the set (rank 0; a
+        dict, not Lightning's one-dict list). ``module`` / ``ckpt_path`` as for ``validate``."""
+        return self._launch(module, "test", ckpt_path, datamodule)
+
+    def predict(self, module: TrainModule | None = None, datamodule: Any = None, ckpt_path: str | None = None) -> Any:
+        """Run ``predict_step`` over ``predict_dataset()`` / ``predict_dataloader()``; returns (rank 0,
+        or the caller of spawned workers) the list of every batch's output on the CPU, in dataset
+        order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each sample once."""
+        return self._launch(module, "predict", ckpt_path, datamodule)
+
+    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
+        module = resolve_call(self, module, datamodule, mode)
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
         if mode != "fit" and self.ckpt_path is None:
@@ -326,9 +345,11 @@ class Trainer:
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
             results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
-            receive_result(self, module, mode)
-            return results
-        return self._run_here(module, mode, env)
+            results = launch_result(mode, results, receive_result(self, module, mode))
+        else:
+            results = self._run_here(module, mode, env)
+        remember_fitted(self, module, mode)
+        return results
 
     def _check_environment(self, env: ClusterEnvironment) -> None:
         if env.launcher == "none":
@@ -352,4 +373,5 @@ class Trainer:
 
 
 def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:
-    return trainer._run_here(module, mode, detect_environment())
+    result = trainer._run_here(module, mode, detect_environment())
+    return None if mode == "predict" else result  # predictions go through the result file
