@@ -36,7 +36,8 @@ class DataModule:
     """Base class for a run's data. Override what you have; every hook is optional.
 
     Every rank calls ``setup(stage)`` and the data hooks under the same seed (derived from
-    ``trainer.seed``), so an unseeded ``random_split`` gives the same split on every rank.
+    ``trainer.seed``; ``setup`` gets one seed for every stage), so an unseeded ``random_split`` gives
+    the same split on every rank, and in ``fit`` and a later ``test``.
     ``prepare_data()`` runs once per node (local rank 0) before the others go on (download here).
     The dataset / loader hooks mean what the :class:`~trainer.module.TrainModule` hooks of the same
     names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
@@ -131,10 +132,12 @@ def check_datamodule(datamodule: Any) -> None:
 
 
 def setup_datamodule(datamodule: DataModule | None, stage: str, seed: int) -> None:
-    """``datamodule.setup(stage)`` on this rank, under the seed every rank shares for it."""
+    """``datamodule.setup(stage)`` on this rank, under the seed every rank shares for it. The seed
+    is the same for every stage, so an unseeded split made in ``setup`` is the same split for
+    ``fit`` and a later ``test``."""
     if datamodule is None:
         return
     if stage not in STAGES:
         raise ValueError(f"DataModule.setup: stage={stage!r} is not one of {STAGES}")
-    with seeded(derive_seed(seed, "data", "setup", stage)):
+    with seeded(derive_seed(seed, "data", "setup")):
         datamodule.setup(stage)
