@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset, random_split
 
-from helpers import REPO, Regressor, read_metrics, regression_data
-from trainer import DataModule, Trainer
+from helpers import REPO, Regressor, new_trainer, read_metrics, regression_data
+from trainer import DataModule
 
 
 class Regressions(DataModule):
@@ -58,10 +58,7 @@ class Steps(Regressor):
 
 
 def trainer(tmp_path, name, **args):
-    options = dict(max_steps=6, log_every_n_steps=1, loggers=["jsonl"], progress_bar=False, collective_timeout_s=120,
-                   run_dir=str(tmp_path / name))
-    options.update(args)
-    return Trainer(**options)
+    return new_trainer(tmp_path / name, **{"max_steps": 6, **args})
 
 
 def test_datamodule_hooks_and_stages_in_one_process(tmp_path, caplog):

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from helpers import BlockRegressor, Regressor
-from trainer import Trainer
+from helpers import BlockRegressor, Regressor, new_trainer
 
 NUM_SAMPLES = 37  # not a multiple of the batch (4) nor of the ranks (2, 4): short last batch, uneven shards
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -63,10 +62,7 @@ class ShardedEvaluated(BlockRegressor):
 
 
 def trainer(tmp_path, name, **args):
-    options = dict(max_steps=4, log_every_n_steps=1, loggers=["jsonl"], progress_bar=False, collective_timeout_s=120,
-                   run_dir=str(tmp_path / name))
-    options.update(args)
-    return Trainer(**options)
+    return new_trainer(tmp_path / name, **{"max_steps": 4, **args})
 
 
 def check_predictions(outputs, batch_size):
