@@ -137,9 +137,11 @@ def test_ckpt_path_on_test_and_predict(tmp_path):
     module = Evaluated()
     fitted.fit(module)
     expected_metrics, expected_outputs = fitted.test(), fitted.predict()
+    assert fitted.global_step == 4  # test / predict keep the fitted progress
     # A fresh module (initial weights) and trainer: the checkpoint's weights are what is evaluated.
     again = trainer(tmp_path, "fit", checkpoint=dict(save_last=True, format="full"))
     assert again.test(Evaluated(), ckpt_path="last") == pytest.approx(expected_metrics, rel=1e-6)
+    assert again.global_step == 4  # the checkpoint's step
     untrained = trainer(tmp_path, "fresh").test(Evaluated())
     assert untrained["test/loss"] != pytest.approx(expected_metrics["test/loss"], rel=1e-3)  # the check can fail
     outputs = again.predict(Evaluated(), ckpt_path="last")

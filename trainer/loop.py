@@ -470,6 +470,8 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
         run.setup()
         if mode == "validate":
             require_validation_data(run)
+        if mode in ("test", "predict"):  # the trainer keeps its progress (a checkpoint's step replaces it)
+            run.step, run.epoch = trainer.global_step, trainer.current_epoch
         if mode != "fit":
             load_for_evaluation(run)  # validate / test / predict (ckpt_path=...): the checkpoint's weights
         if mode in ("test", "predict"):
