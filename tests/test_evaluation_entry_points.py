@@ -98,10 +98,14 @@ def test_predict_returns_each_sample_once_in_order(tmp_path, devices):
     torch.testing.assert_close(check_predictions(outputs, 4), reference, **TOL)
 
 
-def test_predict_under_fsdp_two_ranks(tmp_path):
+def test_predict_and_test_under_fsdp_two_ranks(tmp_path):
     reference = check_predictions(trainer(tmp_path, "one").predict(ShardedEvaluated()), 3)
     outputs = trainer(tmp_path, "fsdp", strategy="fsdp", devices=2, batch_size=4).predict(ShardedEvaluated())
     torch.testing.assert_close(check_predictions(outputs, 3), reference, **TOL)
+    # test_dataset() batched by data.batch_size 3: 13 batches, so rank 1 runs a zero-weight filler forward.
+    expected = trainer(tmp_path, "one", batch_size=3).test(ShardedEvaluated())
+    got = trainer(tmp_path, "fsdp", strategy="fsdp", devices=2, batch_size=3).test(ShardedEvaluated())
+    assert got == pytest.approx(expected, rel=1e-5)
 
 
 def test_pipeline_refuses_test_and_predict(tmp_path):
