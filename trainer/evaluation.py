@@ -17,16 +17,31 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import distributed
+from trainer.checkpoint.resume import load_for_evaluation
 from trainer.data import build_loader, derive_seed, seeded
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.progress import ProgressBar
 from trainer.tensors import move_to_device
 from trainer.user_loader import _collate, check_map_style, read_loader
+from trainer.validation import require_validation_data
 
 if TYPE_CHECKING:
     from trainer.loop import _Run
 
 log = logging.getLogger("trainer.loop")  # the same logger as the training lines
+
+
+def run_evaluation(run: _Run, mode: str) -> Any:
+    """``validate`` / ``test`` / ``predict`` on this rank, after the run's set-up: the weights of
+    ``ckpt_path`` if given (its step too), then the pass."""
+    if mode == "validate":
+        require_validation_data(run)
+    else:  # the trainer keeps its progress (a checkpoint's step replaces it)
+        run.step, run.epoch = run.trainer.global_step, run.trainer.current_epoch
+    load_for_evaluation(run)
+    if mode == "validate":
+        return run.validate()
+    return run_test(run) if mode == "test" else run_predict(run)
 
 
 def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[tuple[int, list[int]]]:

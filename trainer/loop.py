@@ -24,11 +24,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
-from trainer.checkpoint.resume import load_for_evaluation, restore_run
+from trainer.checkpoint.resume import restore_run
 from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.datamodule import setup_datamodule
-from trainer.evaluation import run_predict, run_test
+from trainer.evaluation import run_evaluation
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
@@ -44,7 +44,7 @@ from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.token_weights import token_weighted
 from trainer.user_loader import RunData
-from trainer.validation import check_validation_setup, require_validation_data, run_validation
+from trainer.validation import check_validation_setup, run_validation
 from trainer.weights_return import record_result
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -468,16 +468,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     try:
         run.setup()
-        if mode == "validate":
-            require_validation_data(run)
-        if mode in ("test", "predict"):  # the trainer keeps its progress (a checkpoint's step replaces it)
-            run.step, run.epoch = trainer.global_step, trainer.current_epoch
-        if mode != "fit":
-            load_for_evaluation(run)  # validate / test / predict (ckpt_path=...): the checkpoint's weights
-        if mode in ("test", "predict"):
-            results = run_test(run) if mode == "test" else run_predict(run)
-        else:
-            results = run.fit() if mode == "fit" else run.validate()
+        results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         clean = True
     except BaseException as error:

@@ -41,6 +41,11 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
     launcher process (spawned workers): the trained full weights are loaded into the caller's module
         (configure_model() first if it builds layers), unless trainer.return_weights=false
 
+``Trainer.validate`` / ``test`` / ``predict`` run the same set-up without the optimizer, then one pass
+of ``validation_step`` / ``test_step`` / ``predict_step`` over the set (``trainer/evaluation.py``). With
+``datamodule=`` (``trainer/datamodule.py``), ``datamodule.prepare_data()`` follows ``module.prepare_data()``,
+then ``datamodule.setup(stage)`` runs on every rank, and its data hooks replace the module's per stage.
+
 Callbacks (``Trainer(callbacks=[...])``, see ``trainer/callbacks/base.py``) run after the module's
 hook of the same name, in the order given.
 

@@ -36,7 +36,7 @@ def _is_int(value: Any) -> bool:
 
 
 class Trainer:
-    """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
+    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
         strategy: "single", "ddp", or a Strategy instance (``DDPStrategy(zero1=True)``).
