@@ -1,15 +1,20 @@
 """``Trainer.test`` and ``Trainer.predict``: exact test metrics on any world size, every sample
 predicted once and in order on 1, 2 and 4 ranks (spawned workers), FSDP's lockstep forward, the
-pipeline's refusal, ``module=None`` reusing the fitted module and ``ckpt_path=``."""
+pipeline's refusal, ``module=None`` reusing the fitted module, ``ckpt_path=`` and the README's example."""
 
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from helpers import BlockRegressor, Regressor, new_trainer
+from helpers import REPO, BlockRegressor, Regressor, new_trainer
 
 NUM_SAMPLES = 37  # not a multiple of the batch (4) nor of the ranks (2, 4): short last batch, uneven shards
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -150,3 +155,13 @@ def test_ckpt_path_on_test_and_predict(tmp_path):
     assert untrained["test/loss"] != pytest.approx(expected_metrics["test/loss"], rel=1e-3)  # the check can fail
     outputs = again.predict(Evaluated(), ckpt_path="last")
     torch.testing.assert_close(check_predictions(outputs, 4), check_predictions(expected_outputs, 4), **TOL)
+
+
+def test_readme_test_predict_example_runs(tmp_path):
+    with open(os.path.join(REPO, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    (tmp_path / "example.py").write_text(next(block for block in blocks if "class Clusters(DataModule)" in block))
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'test/accuracy'" in done.stdout and "torch.Size([37])" in done.stdout, done.stdout
