@@ -115,11 +115,16 @@ def fit(run_dir: str, module: TrainModule | None = None, **trainer_args) -> tupl
 
 
 def run_trainer(run_dir: str, module: TrainModule, **trainer_args):
-    """``Trainer.fit`` with the tests' defaults: every step logged to metrics.jsonl, no progress bar."""
+    """``Trainer.fit`` with the tests' defaults (``new_trainer``)."""
+    return new_trainer(run_dir, **trainer_args).fit(module)
+
+
+def new_trainer(run_dir: str, **trainer_args) -> Trainer:
+    """A Trainer with the tests' defaults: every step logged to metrics.jsonl, no progress bar."""
     args = dict(max_steps=8, log_every_n_steps=1, loggers=["jsonl"], progress_bar=False, collective_timeout_s=120,
                 run_dir=str(run_dir))
     args.update(trainer_args)
-    return Trainer(**args).fit(module)
+    return Trainer(**args)
 
 
 class VariableLengthTokens(TrainModule):

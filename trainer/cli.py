@@ -60,12 +60,14 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
         strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, precision=precision,
         callbacks=callbacks, **trainer_args, **data_args
     )
+    # The ``datamodule`` group (none by default): given to fit as datamodule= (run_job).
+    trainer.datamodule = instantiate(cfg.datamodule) if cfg.get("datamodule") is not None else None
     return trainer, module
 
 
 # The top-level nodes that conf/config.yaml and its groups define; the ``hydra`` node never reaches ``build``.
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
-                  "callbacks", "checkpoint")
+                  "callbacks", "checkpoint", "datamodule")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
 _TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "callbacks", *_DATA_KEYS)
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
@@ -75,7 +77,7 @@ def check_config_keys(cfg: Any) -> None:
     """Every key a user adds is read by something, or said not to be (ruling General / issue 12).
 
     An unknown top-level key: one warning naming it. An unknown key under ``trainer``, or under a
-    node built from ``_target_`` (module, strategy, optimizer, scheduler, callbacks.*) whose target
+    node built from ``_target_`` (module, strategy, optimizer, scheduler, datamodule, callbacks.*) whose target
     takes no such argument: an error naming it and the known ones (before anything is built, so the
     optimizer's and scheduler's keys are refused now rather than at the first step). ``+data.<key>``
     that neither the trainer nor another override reads: an error (see ``_check_added_data_keys``).
@@ -102,7 +104,7 @@ def check_config_keys(cfg: Any) -> None:
                          + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
                          + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS
                             else ""))
-    nodes = [(name, cfg.get(name)) for name in ("module", "strategy", "optimizer", "scheduler")]
+    nodes = [(name, cfg.get(name)) for name in ("module", "strategy", "optimizer", "scheduler", "datamodule")]
     if isinstance(cfg.get("callbacks"), DictConfig):
         nodes += [(f"callbacks.{name}", node) for name, node in cfg.callbacks.items()]
     for where, node in nodes:
@@ -238,7 +240,7 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     if trainer is None:  # a multirun job that could not start (reported); the sweep goes on
         return None
     with config_errors(multirun, only_checkpoint=True):  # a damaged checkpoint: one line too
-        result = trainer.fit(module)
+        result = trainer.fit(module, datamodule=trainer.datamodule)
     return result
 
 
@@ -255,7 +257,7 @@ def follow_rank_zero() -> bool:
         except JobSkipped:
             continue  # rank 0 reports why; in a multirun it goes on with the next job
         with config_errors(multirun=True, only_checkpoint=True):  # rank 0 reports it (the same error)
-            trainer.fit(module)
+            trainer.fit(module, datamodule=trainer.datamodule)
 
 
 def main(hydra_task: Callable[[], Any]) -> None:

@@ -175,3 +175,12 @@ def check_same_keys(keys: list[str], what: str) -> None:
     per_rank = all_gather_object(keys)
     lines = "; ".join(f"rank {r}: {sorted(k)}" for r, k in enumerate(per_rank))
     raise MetricKeyMismatch(f"ranks logged different {what} metric keys ({lines}); every rank must return the same keys")
+
+
+def gather_object(obj: Any) -> list[Any] | None:
+    """Every rank's ``obj``, in rank order, on rank 0 (None on the other ranks)."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] | None = [None] * world_size() if rank() == 0 else None
+    dist.gather_object(obj, gathered, dst=0, group=_control_group)
+    return gathered

@@ -25,10 +25,12 @@ from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
-from trainer.checkpoint.resume import load_for_evaluation, restore_run
+from trainer.checkpoint.resume import restore_run
 from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
 from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.hparams import checkpoint_record, for_loggers
+from trainer.datamodule import setup_datamodule
+from trainer.evaluation import run_evaluation
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
@@ -48,7 +50,7 @@ from trainer.tensors import local_tensor, move_to_device
 from trainer.throughput import FlopSum, Throughput, write_flops_by_module
 from trainer.token_weights import token_weighted
 from trainer.user_loader import RunData
-from trainer.validation import check_validation_setup, require_validation_data, run_validation
+from trainer.validation import check_validation_setup, run_validation
 from trainer.weights_return import record_result
 from trainer.weight_init import WeightInit, has_meta_tensors
 from trainer.wrap_policy import select_units
@@ -107,6 +109,9 @@ class _Run:
         with distributed.rank_zero_first(local=True) as first:
             if first:
                 module.prepare_data()
+                if trainer.datamodule is not None:
+                    trainer.datamodule.prepare_data()
+        setup_datamodule(trainer.datamodule, trainer.stage, trainer.seed)  # every rank, under one seed
         # Seeded right before the build so every rank builds the same weights (prepare_data ran
         # on some ranks only and may have drawn random numbers).
         seed_everything(trainer.seed)
@@ -170,7 +175,8 @@ class _Run:
         # The data hooks run under one seed on every rank; the per-rank streams go on after them.
         self.data = RunData(self.module, self.trainer)
         self.val_set = self.data.val_set
-        check_validation_setup(self)
+        if not self.data.evaluating:  # test / predict read no validation data
+            check_validation_setup(self)
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)
@@ -496,10 +502,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     try:
         run.setup()
-        if mode != "fit":
-            require_validation_data(run)
-            load_for_evaluation(run)  # validate(ckpt_path=...): the checkpoint's weights
-        results = run.fit() if mode == "fit" else run.validate()
+        results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         clean = True
     except BaseException as error:

@@ -49,6 +49,11 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
     launcher process (spawned workers): the trained full weights are loaded into the caller's module
         (configure_model() first if it builds layers), unless trainer.return_weights=false
 
+``Trainer.validate`` / ``test`` / ``predict`` run the same set-up without the optimizer, then one pass
+of ``validation_step`` / ``test_step`` / ``predict_step`` over the set (``trainer/evaluation.py``). With
+``datamodule=`` (``trainer/datamodule.py``), ``datamodule.prepare_data()`` follows ``module.prepare_data()``,
+then ``datamodule.setup(stage)`` runs on every rank, and its data hooks replace the module's per stage.
+
 Callbacks (``Trainer(callbacks=[...])``, see ``trainer/callbacks/base.py``) run after the module's
 hook of the same name, in the order given.
 
@@ -265,6 +270,26 @@ class TrainModule(ModuleRunState, nn.Module):
         and what ``train_dataloader`` refuses."""
         return None
 
+    def test_dataset(self) -> Dataset | None:
+        """The map-style dataset ``Trainer.test`` runs ``test_step`` over (when ``test_dataloader()``
+        returns None), batched by ``data.batch_size``; None: no test data."""
+        return None
+
+    def test_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``test_dataset()``: a test DataLoader, read as ``val_dataloader()`` is
+        (every sample once over the ranks, its own ``batch_size``); ``shuffle=True`` changes nothing
+        (the metrics are means over the whole set); a custom sampler is refused."""
+        return None
+
+    def predict_dataset(self) -> Dataset | None:
+        """The map-style dataset ``Trainer.predict`` runs ``predict_step`` over, in dataset order."""
+        return None
+
+    def predict_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``predict_dataset()``: a DataLoader whose ``batch_size`` forms the
+        batches (in dataset order: ``shuffle=True`` or a sampler is refused)."""
+        return None
+
     def collate_fn(self, samples: list) -> Any:
         """Turn a list of samples into a batch (default: torch's default_collate)."""
         from torch.utils.data import default_collate
@@ -282,6 +307,17 @@ class TrainModule(ModuleRunState, nn.Module):
         """Return the loss or a dict of metrics (means over the batch); the trainer weights them by
         batch size and reduces them across ranks into exact means over the validation set."""
         return None
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:
+        """``Trainer.test``'s step: return the loss or a dict of metrics (means over the batch), reduced
+        like validation's into exact means over the test set, logged as ``test/<name>``. ``batch_idx``
+        is the batch's index in the whole set (the same on any world size)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement test_step() for Trainer.test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``).
+        Tensors in it are moved to the CPU and gathered to rank 0."""
+        return self(batch)
 
     # ----- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:

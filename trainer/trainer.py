@@ -15,6 +15,7 @@ from trainer.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
 from trainer.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
+from trainer.entry_points import launch_result, remember_fitted, resolve_call
 from trainer.module import TrainModule, refuse_unknown_hooks
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
@@ -39,7 +40,7 @@ def _is_int(value: Any) -> bool:
 
 
 class Trainer(TrainerRunState):
-    """Runs ``fit`` / ``validate`` for a :class:`TrainModule` with a strategy plugin.
+    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
         strategy: "single", "ddp", "auto" (single for one process in all, else ddp), or a Strategy
@@ -307,6 +308,9 @@ class Trainer(TrainerRunState):
         self.model: Any = None
         run_limits.apply(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
                          check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
+        #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
+        self.datamodule: Any = None
+        self.stage: str | None = None
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -334,7 +338,7 @@ class Trainer(TrainerRunState):
         return derived
 
     # ----- entry points ----------------------------------------------------------------------------
-    def fit(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+    def fit(self, module: TrainModule, ckpt_path: str | None = None, datamodule: Any = None) -> dict[str, float] | None:
         """Train ``module``. Returns rank 0's last logged metrics (None on other ranks); afterwards
         ``module`` holds the trained weights (see the class docstring).
 
@@ -342,21 +346,36 @@ class Trainer(TrainerRunState):
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
+            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
         """
-        return self._launch(module, "fit", ckpt_path)
+        return self._launch(module, "fit", ckpt_path, datamodule)
 
-    def validate(self, module: TrainModule, ckpt_path: str | None = None) -> dict[str, float] | None:
+    def validate(self, module: TrainModule | None = None, ckpt_path: str | None = None,
+                 datamodule: Any = None) -> dict[str, float] | None:
         """Run one validation pass; returns the metrics reduced over all ranks (rank 0).
 
         Args:
+            module: None: the module (and datamodule) of this trainer's last ``fit``.
             ckpt_path: validate the weights of "last", "best" (by ``checkpoint.monitor``) or a
                 checkpoint path (``trainer.resume`` means the same); None: ``module``'s own weights.
         """
-        return self._launch(module, "validate", ckpt_path)
+        return self._launch(module, "validate", ckpt_path, datamodule)
 
-    def _launch(self, module: TrainModule, mode: str, ckpt_path: str | None = None) -> dict[str, float] | None:
-        if not isinstance(module, TrainModule):
-            raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
+    def test(self, module: TrainModule | None = None, datamodule: Any = None,
+             ckpt_path: str | None = None) -> dict[str, float] | None:
+        """Run ``test_step`` over the test data (``test_dataset()`` / ``test_dataloader()``, the
+        datamodule's first); returns the ``test/`` metrics, exact means over the set (rank 0; a
+        dict, not Lightning's one-dict list). ``module`` / ``ckpt_path`` as for ``validate``."""
+        return self._launch(module, "test", ckpt_path, datamodule)
+
+    def predict(self, module: TrainModule | None = None, datamodule: Any = None, ckpt_path: str | None = None) -> Any:
+        """Run ``predict_step`` over ``predict_dataset()`` / ``predict_dataloader()``; returns (rank 0,
+        or the caller of spawned workers) the list of every batch's output on the CPU, in dataset
+        order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each sample once."""
+        return self._launch(module, "predict", ckpt_path, datamodule)
+
+    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
+        module = resolve_call(self, module, datamodule, mode)
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
         self._run = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
@@ -366,10 +385,12 @@ class Trainer(TrainerRunState):
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
             results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
-            receive_result(self, module, mode)
+            results = launch_result(mode, results, receive_result(self, module, mode))
             module._trainer = self  # as after an in-process run: module.global_step ... read this trainer
-            return results
-        return self._run_here(module, mode, env)
+        else:
+            results = self._run_here(module, mode, env)
+        remember_fitted(self, module, mode)
+        return results
 
     def _check_environment(self, env: ClusterEnvironment) -> None:
         if env.launcher == "none":
@@ -393,4 +414,5 @@ class Trainer(TrainerRunState):
 
 
 def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:
-    return trainer._run_here(module, mode, detect_environment())
+    result = trainer._run_here(module, mode, detect_environment())
+    return None if mode == "predict" else result  # predictions go through the result file

@@ -170,10 +170,16 @@ class RunData:
     ``batch_size``, ``drop_last``, ``num_workers``, ``pin_memory`` and global batch."""
 
     def __init__(self, module: TrainModule, trainer: Trainer):
+        from trainer.datamodule import DataHooks
+
         self.module, self.trainer = module, trainer
+        # The datamodule's hooks where it defines a stage's data; test / predict call only their own
+        # stage's hooks (as Lightning), so a datamodule set up for "test" need not build training data.
+        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None))
+        self.evaluating = getattr(trainer, "stage", "fit") in ("test", "predict")
         seed = trainer.seed
         with seeded(derive_seed(seed, "data", "train")):
-            loader = module.train_dataloader()
+            loader = None if self.evaluating else hooks.train_dataloader()
         self.train = read_loader(loader, "train_dataloader()") if loader is not None else None
         given = trainer.data_args  # as the user gave them, None = unset
         where, train = "train_dataloader()", self.train
@@ -189,9 +195,9 @@ class RunData:
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
         with seeded(derive_seed(seed, "data", "val")):
-            val_loader = module.val_dataloader()
+            val_loader = None if self.evaluating else hooks.val_dataloader()
             self.val = read_loader(val_loader, "val_dataloader()") if val_loader is not None else None
-            self.val_set = self.val.dataset if self.val is not None else module.val_dataset()
+            self.val_set = self.val.dataset if self.val is not None else (None if self.evaluating else hooks.val_dataset())
         if self.val is not None:
             if self.val.drop_last:
                 raise ValueError("val_dataloader(): drop_last=True cannot be honoured: validation covers every sample "
@@ -211,7 +217,7 @@ class RunData:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""
         if self._train_set is None:
             with seeded(derive_seed(self.trainer.seed, "data", "train")):
-                self._train_set = self.module.train_dataset()
+                self._train_set = self.hooks.train_dataset()
             check_map_style(self._train_set, "train_dataset()")
         return self._train_set
 

@@ -41,7 +41,7 @@ def record_result(run: _Run, mode: str) -> None:
         weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
     if run.rank == 0:
         result = {"global_step": run.step, "current_epoch": run.epoch, "metrics": dict(run.last_metrics),
-                  "state_dict": weights}
+                  "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
         path = os.path.join(run.run_dir, RESULT_FILE)
         torch.save(result, path + ".tmp")
         os.replace(path + ".tmp", path)
@@ -53,9 +53,10 @@ def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, flo
     trainer.callback_metrics = trainer.logged_metrics
 
 
-def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> None:
+def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
     """In the launcher after spawned workers finished: read rank 0's result file, put the progress
-    on ``trainer`` and the trained weights into ``module``, delete the file."""
+    on ``trainer`` and the trained weights into ``module``, delete the file. Returns what a
+    ``predict`` gathered (None for the other modes)."""
     path = os.path.join(trainer.run_dir, RESULT_FILE)
     if not os.path.isfile(path):
         raise RuntimeError(f"the workers finished but left no result in {path}")
@@ -65,13 +66,14 @@ def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> None:
         os.remove(path)
     set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"])
     if mode != "fit":
-        return
+        return result.get("predictions")
     if result["state_dict"] is None:
         setattr(module, STALE_MARK, trainer.run_dir)
-        return
+        return None
     load_full_weights(module, result["state_dict"])
     if hasattr(module, STALE_MARK):
         delattr(module, STALE_MARK)
+    return None
 
 
 def load_full_weights(module: nn.Module, state: dict[str, torch.Tensor]) -> None:

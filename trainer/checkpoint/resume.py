@@ -165,4 +165,4 @@ def load_for_evaluation(run: _Run) -> None:
     integrity.verify(path, marker)  # a damaged file is named before anything is read
     load_training_state(path, run.module, None, marker["format"], part_of_model=run.strategy.owns_step)
     run.step = marker["step"]
-    log.info("validating the weights of %s (step %d)", path, run.step)
+    log.info("evaluating the weights of %s (step %d)", path, run.step)
