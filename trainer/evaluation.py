@@ -37,7 +37,7 @@ def run_evaluation(run: _Run, mode: str) -> Any:
     if mode == "validate":
         require_validation_data(run)
     else:  # the trainer keeps its progress (a checkpoint's step replaces it)
-        run.step, run.epoch = run.trainer.global_step, run.trainer.current_epoch
+        run.step, run.epoch = run.trainer.stored_progress()
     load_for_evaluation(run)
     if mode == "validate":
         return run.validate()

@@ -57,6 +57,11 @@ class TrainerRunState:
     def global_step(self, value: int) -> None:
         self._global_step = value
 
+    def stored_progress(self) -> tuple[int, int]:
+        """(global_step, current_epoch) as the last call left them, even while a new run is set up
+        (the properties read the run then)."""
+        return self._global_step, self._current_epoch
+
     @property
     def current_epoch(self) -> int:
         """The epoch being trained (0-based); after fit, the number of finished epochs."""
