@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.module_logging import merge_logged
 from trainer.module import TrainModule
 from trainer.progress import ProgressBar
 from trainer.rank_logging import rank_zero_warn
@@ -71,7 +72,8 @@ def run_validation(run: _Run) -> dict[str, float]:
     module.eval()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
-    with torch.no_grad():
+    logs = run.module_logs
+    with torch.no_grad(), logs.stage("validate"):  # self.log in validation_step: aggregated over this whole pass
         for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
             bar.update()
             batch = run.precision.convert_input(move_to_device(batch, run.device))
@@ -79,7 +81,9 @@ def run_validation(run: _Run) -> dict[str, float]:
                 for part_weight, values in strategy.evaluate(batch, run.precision, weight):
                     sums.add(values, part_weight)
                 continue
-            loss, metrics = split_step_output(step(batch, index), "validation_step")
+            with logs.micro_batch(weight):
+                output = step(batch, index)
+            loss, metrics = split_step_output(output, "validation_step")
             if loss is not None:
                 metrics["loss"] = loss
             sums.add(metrics, weight)
@@ -87,6 +91,7 @@ def run_validation(run: _Run) -> dict[str, float]:
     strategy.after_evaluation(run.wrapped)
     module.train(was_training)
     metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+    merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
