@@ -90,12 +90,18 @@ class _Scope:
 
 
 def _caller() -> str:
-    """The name of the user's function that called ``self.log`` (for error messages)."""
+    """The hook (``on_...`` / ``..._step``) that called ``self.log``, maybe through helpers, else the
+    user's function that did (for error messages)."""
     frame = sys._getframe(1)
     ours = (os.path.join("trainer", "module_logging.py"), os.path.join("trainer", "module.py"))
     while frame is not None and frame.f_code.co_filename.endswith(ours):
         frame = frame.f_back
-    return frame.f_code.co_name if frame is not None else "?"
+    user = frame.f_code.co_name if frame is not None else "?"
+    while frame is not None and not frame.f_code.co_filename.endswith(os.path.join("trainer", "loop.py")):
+        if frame.f_code.co_name.startswith("on_") or frame.f_code.co_name.endswith("_step"):
+            return frame.f_code.co_name
+        frame = frame.f_back
+    return user
 
 
 def _checked_value(name: str, value: Any) -> Any:
