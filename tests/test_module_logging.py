@@ -30,7 +30,7 @@ class LoggingRegressor(Regressor):
     feature of every training batch it saw (``<run_dir>/seen_rank{r}.json``) for hand computations."""
 
     def __init__(self, **kwargs):
-        super().__init__(val_samples=50, **kwargs)
+        super().__init__(**{"num_samples": 197, "val_samples": 51, **kwargs})  # odd: uneven shares on 2 ranks
         self.seen: list[list[float]] = []
 
     def training_step(self, batch, batch_idx):
@@ -76,11 +76,11 @@ def _fit(run_dir, batch_size=32, **args):
 
 
 def test_names_and_values_match_a_hand_computation(tmp_path):
-    # One process, 200 samples, batches of 32: 6 full steps and a short one of 8 (one epoch).
+    # One process, 197 samples, batches of 32: 6 full steps and a short one of 5 (one epoch).
     module, _ = _fit(tmp_path)
     steps, epochs, validations = _logged(tmp_path)
     seen = module.seen
-    assert [len(b) for b in seen] == [32] * 6 + [8]
+    assert [len(b) for b in seen] == [32] * 6 + [5]
     assert len(steps) == 7 and len(epochs) == 1 and len(validations) == 1
     for record, batch in zip(steps, seen):
         mean = sum(batch) / len(batch)
@@ -95,7 +95,7 @@ def test_names_and_values_match_a_hand_computation(tmp_path):
         assert "q_bar" not in record  # logger=False
     everything = [v for batch in seen for v in batch]
     assert sorted(everything) == pytest.approx(sorted(module.train_dataset().tensors[0][:, 0].tolist()))
-    epoch_mean = sum(everything) / len(everything)  # sample-weighted: the short batch counts 8/200
+    epoch_mean = sum(everything) / len(everything)  # sample-weighted: the short batch counts 5/197
     assert epochs[0]["q_both_epoch"] == pytest.approx(epoch_mean, abs=TOLERANCE)
     assert epochs[0]["q_epoch_only"] == pytest.approx(epoch_mean, abs=TOLERANCE)
     assert epochs[0]["q_both_epoch"] != pytest.approx(sum(sum(b) / len(b) for b in seen) / 7, abs=1e-4)
@@ -105,8 +105,9 @@ def test_names_and_values_match_a_hand_computation(tmp_path):
 
 
 def test_one_process_equals_two_ddp_ranks(tmp_path):
-    # 1 process x 32 == 2 ranks x 16; the last global batch has 8 samples, so the ranks' real sample
-    # counts differ there (8 and 0 or 4 and 4 ...): the means stay sample-weighted over the global batch.
+    # 1 process x 32 == 2 ranks x 16; the last global batch has 5 samples, so the ranks' real sample
+    # counts differ there (3 and 2): the means stay sample-weighted over the global batch. The validation
+    # set (51) splits 26 / 25.
     _fit(tmp_path / "one")
     _fit(tmp_path / "two", batch_size=16, strategy="ddp", devices=2)
     one, two = _logged(tmp_path / "one"), _logged(tmp_path / "two")
@@ -118,6 +119,7 @@ def test_one_process_equals_two_ddp_ranks(tmp_path):
                 assert b[name] == pytest.approx(a[name], abs=TOLERANCE), name
     # sync_dist=True: the sample-weighted mean of the ranks' numbers; sync_dist=False: rank 0's own.
     seen = [json.load(open(tmp_path / "two" / f"seen_rank{r}.json")) for r in range(2)]
+    assert len(seen[0][-1]) != len(seen[1][-1])
     for step, record in enumerate(two[0]):
         counts = [len(seen[r][step]) if step < len(seen[r]) else 0 for r in range(2)]
         assert record["rank_mean"] == pytest.approx(counts[1] / sum(counts), abs=TOLERANCE)
