@@ -260,3 +260,25 @@ class LogsEveryStep(PythonCountTokens):
         self.log("tok_max", out["loss"], reduce_fx="max", on_epoch=True)
         self.log("calls", 1, reduce_fx="sum")
         return out
+
+
+class PlateauOnLogged(LoggingRegressor):
+    """ReduceLROnPlateau monitoring a self.log'ed validation name (``val_q``: constant, never improves)."""
+
+    def __init__(self, monitor: str = "val_q"):
+        super().__init__()
+        self.monitor = monitor
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": self.monitor}}
+
+
+def test_reduce_lr_on_plateau_monitors_a_logged_name(tmp_path):
+    # Validation after every step: the first sets the best val_q, the second does not improve on it
+    # (patience 0), so step 3 runs at half the learning rate. A name nobody logs is an error there.
+    run_trainer(tmp_path / "ok", PlateauOnLogged(), batch_size=32, max_steps=3, val_every_n_steps=1)
+    assert [r["train/lr"] for r in read_metrics(str(tmp_path / "ok")) if "train/lr" in r] == [0.05, 0.05, 0.025]
+    with pytest.raises(ValueError, match=r"'val_qq' is not among the validation metrics, which are .*'val_q'"):
+        run_trainer(tmp_path / "bad", PlateauOnLogged("val_qq"), batch_size=32, max_steps=3, val_every_n_steps=1)

@@ -190,6 +190,7 @@ class _Run:
         total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
+        self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
@@ -271,6 +272,7 @@ class _Run:
                 if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
                     self.log({**epoch_logged, "epoch": self.epoch})
                     progress.note(epoch_logged)
+                self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
                 if self.epoch_step == plan.steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
                     self.lr_scheduling.after_epoch()

@@ -208,6 +208,15 @@ class LogCollector:
         """Whether ``stage`` holds on_epoch values not yet reduced (this rank)."""
         return bool(self._epochs.get(stage, _Scope()).values)
 
+    def known_names(self) -> set[str]:
+        """Every metric name ``self.log`` calls of this run produce (in any stage, logged or not yet)."""
+        names = set()
+        for options_by_name in self._options.values():
+            for name, options in options_by_name.items():
+                both = options.on_step and options.on_epoch
+                names.update((name + "_step", name + "_epoch") if both else (name,))
+        return names
+
     # ----- self.log ------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
             logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
