@@ -33,7 +33,8 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     module.on_validation_end(metrics);  callback.on_validation_end(run, metrics)
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
-            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(run, epoch)   # finished epochs only:
+            module.on_train_epoch_end(epoch);     [self.log's on_epoch values logged]
+                                              callback.on_train_epoch_end(run, epoch)   # finished epochs only:
                                               # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
@@ -303,8 +304,9 @@ class TrainModule(nn.Module):
                                       # (Lightning's is "epoch"); not used by ReduceLROnPlateau (one warning)
              "frequency": 1,          # an integer >= 1
              "monitor": "val/loss",   # ReduceLROnPlateau only (and required): a "val/..." metric steps it at
-                                      # validation ends, a "train/..." metric at logging steps; `frequency`
-                                      # counts those events. A monitor missing there is an error ...
+                                      # validation ends, a "train/..." metric at logging steps, a self.log
+                                      # name where it is reduced; `frequency` counts those events. A monitor
+                                      # missing there is an error ...
              "strict": True,          # ... or, with False, that event is skipped (one warning); ReduceLROnPlateau only
              "name": None,            # LearningRateMonitor logs "{name}/group{i}" instead of "lr/group{i}"
              "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
