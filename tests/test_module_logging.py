@@ -282,3 +282,31 @@ def test_reduce_lr_on_plateau_monitors_a_logged_name(tmp_path):
     assert [r["train/lr"] for r in read_metrics(str(tmp_path / "ok")) if "train/lr" in r] == [0.05, 0.05, 0.025]
     with pytest.raises(ValueError, match=r"'val_qq' is not among the validation metrics, which are .*'val_q'"):
         run_trainer(tmp_path / "bad", PlateauOnLogged("val_qq"), batch_size=32, max_steps=3, val_every_n_steps=1)
+
+
+class LogsOnOneRank(Regressor):
+    """Rank 1 logs a name rank 0 does not (``conflict``: both log it, with different reduce_fx)."""
+
+    def __init__(self, conflict: bool = False):
+        super().__init__(num_samples=64)
+        self.conflict = conflict
+
+    def training_step(self, batch, batch_idx):
+        rank = _rank()
+        if self.conflict:
+            self.log("m", 1.0, reduce_fx="max" if rank else "mean")
+        elif rank == 1:
+            self.log("only_rank1", 3.0, on_epoch=True)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_name_logged_on_some_ranks_is_reduced_over_them_and_a_conflict_is_an_error(tmp_path):
+    # No hang: the names are agreed on logging steps; the mean is over the samples that logged it.
+    run_trainer(tmp_path / "some", LogsOnOneRank(), strategy="ddp", devices=2, batch_size=16, max_steps=2)
+    records = read_metrics(str(tmp_path / "some"))
+    assert [r["only_rank1_step"] for r in records if "train/loss" in r] == [3.0, 3.0]
+    assert [r["only_rank1_epoch"] for r in records if "only_rank1_epoch" in r] == [3.0]
+    with pytest.raises(Exception, match=r"self.log\('m'\): rank 0 logs it with reduce_fx='mean', rank 1 with "
+                                        r"reduce_fx='max'"):
+        run_trainer(tmp_path / "conflict", LogsOnOneRank(conflict=True), strategy="ddp", devices=2, batch_size=16,
+                    max_steps=2)

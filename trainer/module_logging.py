@@ -142,7 +142,7 @@ class LogCollector:
         #: output names the progress bar shows (``prog_bar=True``) and names kept off the loggers
         self.prog_bar: set[str] = set()
         self.hidden: set[str] = set()
-        self.dropped_epoch_values = False  # training on_epoch values of an epoch that never ended
+        self._anyone_logs = False  # some rank has called self.log (learnt at reductions)
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
     @property
@@ -186,7 +186,7 @@ class LogCollector:
         self._in_step = False
         if not self._log_step:
             return None
-        return self._reduce(self._step, strategy, "_step")
+        return self._reduce(self._step, strategy, "_step", always_agree=True)
 
     @contextlib.contextmanager
     def epoch_end_hooks(self) -> Iterator[None]:
@@ -202,7 +202,7 @@ class LogCollector:
         over the ranks (on every rank); the aggregates start again empty."""
         scope = self._epochs.get(stage, _Scope())
         self._epochs[stage] = _Scope()
-        return self._reduce(scope, strategy, "_epoch")
+        return self._reduce(scope, strategy, "_epoch", always_agree=stage != "train")
 
     def pending_epoch_values(self, stage: str) -> bool:
         """Whether ``stage`` holds on_epoch values not yet reduced (this rank)."""
@@ -272,17 +272,24 @@ class LogCollector:
         scope.values[name].add(value, weight)
 
     # ----- reduction --------------------------------------------------------------------------------------
-    def _reduce(self, scope: _Scope, strategy: Any, suffix: str) -> dict[str, float]:
+    def _reduce(self, scope: _Scope, strategy: Any, suffix: str, always_agree: bool = False) -> dict[str, float]:
         """Every name of ``scope`` (and, with sync_dist, of the other ranks' scopes) -> its value.
         ``suffix`` is added when the name is logged both on_step and on_epoch (Lightning's names)."""
         if self.refused:
             return {}
         synced = {n: a.options for n, a in scope.values.items() if a.options.sync_dist}
-        if distributed.is_distributed():
-            # Everyone takes part when anyone logged a synced name; a cheap flag first, so that a run
-            # that never calls self.log pays one tiny all-reduce per logging step and nothing more.
-            flag = torch.tensor([float(bool(synced))], device=self.device)
-            if strategy.all_reduce_max(flag).item() > 0:  # (logging steps / epoch ends only)
+        # Every rank takes part when any rank logged a synced name: a flag first (one tiny all-reduce),
+        # then the names. A run that never calls self.log pays that flag on logging steps and evaluation
+        # ends only (which make collectives anyway), where it also learns whether any rank has called
+        # self.log; at training-epoch ends (no collective may be added there for nothing) the flag runs
+        # once some rank is known to use self.log, or this rank does (ranks log alike from their first
+        # step; one that starts alone after the last logging step would wait for the others until the
+        # collective timeout).
+        if distributed.is_distributed() and (always_agree or self._options or self._anyone_logs):
+            flag = torch.tensor([float(bool(synced)), float(bool(self._options))], device=self.device)
+            anyone_synced, anyone_logs = strategy.all_reduce_max(flag).tolist()  # (the reduction's host read)
+            self._anyone_logs = self._anyone_logs or anyone_logs > 0
+            if anyone_synced > 0:
                 synced = self._agree(synced)
         names = sorted(synced)
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
