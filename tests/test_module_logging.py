@@ -108,15 +108,19 @@ def test_one_process_equals_two_ddp_ranks(tmp_path):
     # 1 process x 32 == 2 ranks x 16; the last global batch has 5 samples, so the ranks' real sample
     # counts differ there (3 and 2): the means stay sample-weighted over the global batch. The validation
     # set (51) splits 26 / 25.
+    # Also one process accumulating 2 micro-batches of 16: values logged per micro-batch aggregate
+    # over the step's micro-batches.
     _fit(tmp_path / "one")
     _fit(tmp_path / "two", batch_size=16, strategy="ddp", devices=2)
+    _fit(tmp_path / "acc", batch_size=16, accumulate_grad_batches=2)
     one, two = _logged(tmp_path / "one"), _logged(tmp_path / "two")
     keys = ["q", "q_both_step", "q_max", "q_abs_max", "q_lowest", "count"]
-    for records_one, records_two, names in zip(one, two, [keys, ["q_both_epoch", "q_epoch_only"], ["val_q", "val_q_sum"]]):
-        assert len(records_one) == len(records_two) > 0
-        for a, b in zip(records_one, records_two):
-            for name in names:
-                assert b[name] == pytest.approx(a[name], abs=TOLERANCE), name
+    for other in (two, _logged(tmp_path / "acc")):
+        for records_one, records_two, names in zip(one, other, [keys, ["q_both_epoch", "q_epoch_only"], ["val_q", "val_q_sum"]]):
+            assert len(records_one) == len(records_two) > 0
+            for a, b in zip(records_one, records_two):
+                for name in names:
+                    assert b[name] == pytest.approx(a[name], abs=TOLERANCE), name
     # sync_dist=True: the sample-weighted mean of the ranks' numbers; sync_dist=False: rank 0's own.
     seen = [json.load(open(tmp_path / "two" / f"seen_rank{r}.json")) for r in range(2)]
     assert len(seen[0][-1]) != len(seen[1][-1])
@@ -125,6 +129,14 @@ def test_one_process_equals_two_ddp_ranks(tmp_path):
         assert record["rank_mean"] == pytest.approx(counts[1] / sum(counts), abs=TOLERANCE)
         assert record["rank_local"] == 0.0
     assert [r["rank_mean"] for r in one[0]] == [0.0] * 7
+
+
+def test_validate_collects_logged_values(tmp_path):
+    module = LoggingRegressor()
+    metrics = Trainer(run_dir=str(tmp_path), loggers=["jsonl"], progress_bar=False, batch_size=32).validate(module)
+    val_x = module.val_dataset().tensors[0][:, 0]
+    assert metrics["val_q"] == pytest.approx(val_x.mean().item(), abs=TOLERANCE)
+    assert metrics["val_q_sum"] == pytest.approx(val_x.sum().item(), abs=1e-5)
 
 
 def test_logged_names_reach_monitors_hooks_and_callback_metrics(tmp_path):
