@@ -174,7 +174,7 @@ class LogsWrong(Regressor):
         self.where, self.log_args = where, log_args
 
     def _log(self, where):
-        if where == self.where:
+        if where in self.where.split("+"):
             args = dict(self.log_args)
             self.log(args.pop("name", "m"), args.pop("value", 1.0), **args)
 
@@ -205,6 +205,7 @@ class LogsWrong(Regressor):
     ("training_step", dict(rank_zero_only=True, sync_dist=True), ValueError, "rank_zero_only=True, sync_dist=True"),
     ("training_step", dict(name="train/loss"), ValueError, r"\[.train/loss.\] clash"),
     ("validation_step", dict(on_step=True), ValueError, "on_step=True"),
+    ("training_step+validation_step", {}, ValueError, r"self.log\('m'\) in the validate stage, but it is logged in the train"),
     ("on_fit_start", {}, RuntimeError, r"called from on_fit_start\(\)"),
     ("on_validation_end", {}, RuntimeError, r"called from on_validation_end\(\)"),
 ])

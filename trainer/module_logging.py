@@ -248,6 +248,11 @@ class LogCollector:
         if not on_step and not on_epoch:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) would log nothing; set one of them")
         options = LogOptions(on_step, on_epoch, reduce_fx, sync_dist, prog_bar, logger)
+        if name not in self._options.get(stage, {}):
+            other = next((s for s, names in self._options.items() if name in names), None)
+            if other is not None:  # one name for two things: monitors and callback_metrics would mix them
+                raise ValueError(f"self.log({name!r}) in the {stage} stage, but it is logged in the {other} stage too; "
+                                 f"give each its own name (e.g. 'train_loss', 'val_loss')")
         known = self._options.setdefault(stage, {}).setdefault(name, options)
         if known != options:
             raise ValueError(f"self.log({name!r}) in the {stage} stage with {options}, but earlier with {known}; "
