@@ -298,15 +298,18 @@ def test_reduce_lr_on_plateau_monitors_a_logged_name(tmp_path):
 
 
 class LogsOnOneRank(Regressor):
-    """Rank 1 logs a name rank 0 does not (``conflict``: both log it, with different reduce_fx)."""
+    """Rank 1 logs a name rank 0 does not (``mode="conflict"``: both log it, with different reduce_fx;
+    ``mode="rank0"``: an epoch value with rank_zero_only)."""
 
-    def __init__(self, conflict: bool = False):
+    def __init__(self, mode: str = "some"):
         super().__init__(num_samples=64)
-        self.conflict = conflict
+        self.mode = mode
 
     def training_step(self, batch, batch_idx):
         rank = _rank()
-        if self.conflict:
+        if self.mode == "rank0":
+            self.log("r0", 5.0, on_step=False, on_epoch=True, rank_zero_only=True)
+        elif self.mode == "conflict":
             self.log("m", 1.0, reduce_fx="max" if rank else "mean")
         elif rank == 1:
             self.log("only_rank1", 3.0, on_epoch=True)
@@ -321,5 +324,10 @@ def test_a_name_logged_on_some_ranks_is_reduced_over_them_and_a_conflict_is_an_e
     assert [r["only_rank1_epoch"] for r in records if "only_rank1_epoch" in r] == [3.0]
     with pytest.raises(Exception, match=r"self.log\('m'\): rank 0 logs it with reduce_fx='mean', rank 1 with "
                                         r"reduce_fx='max'"):
-        run_trainer(tmp_path / "conflict", LogsOnOneRank(conflict=True), strategy="ddp", devices=2, batch_size=16,
+        run_trainer(tmp_path / "conflict", LogsOnOneRank("conflict"), strategy="ddp", devices=2, batch_size=16,
                     max_steps=2)
+    # An unsynced value logged by rank 0 alone, reduced at an epoch end before any logging step: rank 0
+    # makes no collective the other rank does not (no hang).
+    run_trainer(tmp_path / "rank0", LogsOnOneRank("rank0"), strategy="ddp", devices=2, batch_size=16, max_steps=4,
+                log_every_n_steps=4, collective_timeout_s=30)
+    assert [r["r0"] for r in read_metrics(str(tmp_path / "rank0")) if "r0" in r] == [5.0, 5.0]

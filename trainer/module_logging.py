@@ -142,7 +142,7 @@ class LogCollector:
         #: output names the progress bar shows (``prog_bar=True``) and names kept off the loggers
         self.prog_bar: set[str] = set()
         self.hidden: set[str] = set()
-        self._anyone_logs = False  # some rank has called self.log (learnt at reductions)
+        self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
     @property
@@ -287,11 +287,12 @@ class LogCollector:
         # then the names. A run that never calls self.log pays that flag on logging steps and evaluation
         # ends only (which make collectives anyway), where it also learns whether any rank has called
         # self.log; at training-epoch ends (no collective may be added there for nothing) the flag runs
-        # once some rank is known to use self.log, or this rank does (ranks log alike from their first
-        # step; one that starts alone after the last logging step would wait for the others until the
-        # collective timeout).
-        if distributed.is_distributed() and (always_agree or self._options or self._anyone_logs):
-            flag = torch.tensor([float(bool(synced)), float(bool(self._options))], device=self.device)
+        # once some rank is known to log synced values, or this rank does (ranks log alike from their
+        # first step; one that starts alone before any logging step would wait for the others until
+        # the collective timeout). Unsynced names (sync_dist=False, rank_zero_only) never count.
+        logs_synced = self._logs_synced()
+        if distributed.is_distributed() and (always_agree or logs_synced or self._anyone_logs):
+            flag = torch.tensor([float(bool(synced)), float(logs_synced)], device=self.device)
             anyone_synced, anyone_logs = strategy.all_reduce_max(flag).tolist()  # (the reduction's host read)
             self._anyone_logs = self._anyone_logs or anyone_logs > 0
             if anyone_synced > 0:
@@ -344,6 +345,10 @@ class LogCollector:
         for name in local:
             out[self._output_name(name, scope.values[name].options, suffix)] = next(it)
         return out
+
+    def _logs_synced(self) -> bool:
+        """Whether this rank has logged a synced name in this run."""
+        return any(o.sync_dist for names in self._options.values() for o in names.values())
 
     def _agree(self, synced: dict[str, LogOptions]) -> dict[str, LogOptions]:
         """The union of the ranks' synced names; one name with other options on two ranks is an error."""
