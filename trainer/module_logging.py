@@ -125,7 +125,14 @@ class LogCollector:
     The loop drives it: :meth:`stage` (or :meth:`begin` / :meth:`end`) around a stage,
     :meth:`micro_batch` around each step call, :meth:`begin_step` / :meth:`end_step` around an
     optimizer step, :meth:`epoch_end_hooks` around an epoch-end hook and :meth:`epoch_metrics`
-    at the end of an epoch or evaluation run.
+    at the end of an epoch or evaluation run. An evaluation stage (validation, test) is::
+
+        with run.module_logs.stage("test"):
+            for index, (weight, batch) in ...:          # weight: the batch's real samples (0: padding)
+                with run.module_logs.micro_batch(weight):
+                    output = module.test_step(batch, index)
+            # hooks that may log epoch values (e.g. an on_test_epoch_end) go here, inside the stage
+        logged = run.module_logs.epoch_metrics("test", run.strategy)   # on every rank: collectives
     """
 
     def __init__(self, device: torch.device, refused: str | None = None):
