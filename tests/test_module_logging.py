@@ -331,3 +331,17 @@ def test_a_name_logged_on_some_ranks_is_reduced_over_them_and_a_conflict_is_an_e
     run_trainer(tmp_path / "rank0", LogsOnOneRank("rank0"), strategy="ddp", devices=2, batch_size=16, max_steps=4,
                 log_every_n_steps=4, collective_timeout_s=30)
     assert [r["r0"] for r in read_metrics(str(tmp_path / "rank0")) if "r0" in r] == [5.0, 5.0]
+
+
+def test_fsdp_lockstep_validation_collects_logged_values(tmp_path):
+    # FSDP validates in lockstep (short ranks run zero-weight forwards): those count for nothing.
+    from trainer.strategies.fsdp import FSDPStrategy
+
+    # 17 validation samples in batches of 8: rank 0 runs 2 batches (9 samples), rank 1 one real batch
+    # (8) and one zero-weight forward.
+    run_trainer(tmp_path / "one", LoggingRegressor(val_samples=17), batch_size=16, max_steps=2, val_every_n_steps=2)
+    run_trainer(tmp_path / "fsdp", LoggingRegressor(val_samples=17), strategy=FSDPStrategy(sharding="full"), devices=2,
+                batch_size=8, max_steps=2, val_every_n_steps=2)
+    (_, _, [one]), (_, _, [fsdp]) = _logged(tmp_path / "one"), _logged(tmp_path / "fsdp")
+    assert fsdp["val_q"] == pytest.approx(one["val_q"], abs=TOLERANCE)
+    assert fsdp["val_q_sum"] == pytest.approx(one["val_q_sum"], abs=1e-5)
