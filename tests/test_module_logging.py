@@ -156,6 +156,7 @@ def test_logged_names_reach_monitors_hooks_and_callback_metrics(tmp_path):
     trainer.fit(module)
     assert trainer.global_step == 4
     assert "q_bar" in trainer.callback_metrics and "val_q" in trainer.callback_metrics
+    assert "q_bar" not in trainer.logged_metrics and "q" in trainer.logged_metrics  # logger=False: not logged
     assert all("q_bar" in m for m in module.hook_metrics)
     from trainer.checkpoint import layout
 
