@@ -20,6 +20,7 @@ from trainer import distributed
 from trainer.checkpoint.resume import load_for_evaluation
 from trainer.data import build_loader, derive_seed, seeded
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.module_logging import merge_logged
 from trainer.progress import ProgressBar
 from trainer.tensors import move_to_device
 from trainer.user_loader import _collate, check_map_style, read_loader
@@ -110,7 +111,7 @@ def _pass(run: _Run, stage: str, on_output: Any) -> None:
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
             batch = run.precision.convert_input(move_to_device(batch, run.device))
-            with run.precision.autocast(run.device):
+            with run.precision.autocast(run.device), run.module_logs.micro_batch(weight):
                 output = forward(batch, index)
             on_output(index, weight, output)
     bar.close()
@@ -128,8 +129,11 @@ def run_test(run: _Run) -> dict[str, float]:
             metrics["loss"] = loss
         sums.add(metrics, weight)
 
-    _pass(run, "test", add)
-    metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
+    logs = run.module_logs
+    with logs.stage("test"):  # self.log in test_step: aggregated over the whole test set
+        _pass(run, "test", add)
+        metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
+        merge_logged(metrics, logs.epoch_metrics("test", run.strategy), "test")
     if metrics:
         run.log(metrics)
         log.info("test at step %d  %s", run.step, format_metrics(metrics))

@@ -36,6 +36,7 @@ from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.model_summary import count_local, summarize
+from trainer.module_logging import LogCollector, merge_logged
 from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
@@ -106,6 +107,8 @@ class _Run:
                 log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
         trainer._run = self  # the run-state properties read this run (trainer/run_state.py)
+        refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
+        self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
         with distributed.rank_zero_first(local=True) as first:
             if first:
                 module.prepare_data()
@@ -180,14 +183,17 @@ class _Run:
 
     def log(self, metrics: dict[str, float]) -> None:
         self.last_metrics.update(metrics)
+        hidden = self.module_logs.hidden  # self.log(..., logger=False): for the hooks and monitors only
+        written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
         for logger in self.loggers:
-            logger.log_metrics(metrics, self.step)
+            logger.log_metrics(written, self.step)
 
     def request_stop(self, reason: str) -> None:
         """End training at the end of the current step (for callbacks; see ``Callback``)."""
         self.callbacks.request_stop(reason)
 
     def teardown(self, clean: bool) -> None:
+        self.module._log_collector = None  # self.log outside a run is an error
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
         for logger in self.loggers:
@@ -206,6 +212,7 @@ class _Run:
         self.total_steps = total_steps
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
+        self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.optimizer = self.strategy.setup_optimizer(self.optimizer)
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
@@ -235,6 +242,8 @@ class _Run:
         self.callbacks.on_fit_start(self)
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
+        progress.also_show = self.module_logs.prog_bar  # self.log(..., prog_bar=True) names, as they come
+        self.module_logs.begin("train")
         validated_at = saved_at = -1
         try:
             while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
@@ -267,7 +276,7 @@ class _Run:
                     self.stop_flag.agree(self, logging_step=metrics is not None)  # trainer.should_stop
                     progress.update(metrics)
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
-                        self.validate()
+                        progress.note(self.validate())
                         validated_at = self.step
                     if self.checkpoints is not None:
                         self.checkpoints.poll()
@@ -291,7 +300,12 @@ class _Run:
                 if every_epochs and (self.epoch + 1) % every_epochs == 0 and validated_at != self.step:
                     self.validate()
                     validated_at = self.step
-                module.on_train_epoch_end(self.epoch)
+                with self.module_logs.epoch_end_hooks():
+                    module.on_train_epoch_end(self.epoch)
+                if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
+                    self.log({**epoch_logged, "epoch": self.epoch})
+                    progress.note(epoch_logged)
+                self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
                 if self.epoch_step == steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
                     self.lr_scheduling.after_epoch()
@@ -304,6 +318,10 @@ class _Run:
             progress.close()
             self.trace.close()
             self.comms.close()
+        if self.module_logs.pending_epoch_values("train"):
+            rank_zero_warn(log, "self.log(..., on_epoch=True) values of training epoch %d are not logged: the epoch did "
+                           "not finish (max_steps, a stop or preemption), and epoch values are logged at epoch ends",
+                           self.epoch)
         if self.preempted:
             return self.last_metrics
         if validated_at != self.step:
@@ -343,6 +361,7 @@ class _Run:
         timer = self.breakdown
         by_tokens = trainer.loss_normalization == "tokens"
         sums = WeightedSums(self.device) if log_now else None
+        self.module_logs.begin_step(log_now)
         local_tokens = TokenCount(self.device) if by_tokens else None
         nonfinite = self.nonfinite
         last = len(plan.micro_batches) - 1
@@ -363,7 +382,7 @@ class _Run:
             call_hooks(self, "on_train_batch_start", batch, batch_idx)
             with strategy.sync_context(self.wrapped, sync=index == last), counter, padding:
                 with timer.phase("forward"):  # the step's forward and its bookkeeping
-                    with precision.autocast(self.device):
+                    with precision.autocast(self.device), self.module_logs.micro_batch(micro_batch.num_real):
                         output = self.wrapped(batch, self.batch_idx)
                     loss, metrics = split_step_output(output, "training_step")
                     self.batch_idx += 1
@@ -433,6 +452,7 @@ class _Run:
             self.optimizer.zero_grad(set_to_none=True)
         timer.step_finished()
         self.throughput.step(plan.global_count)
+        logged = self.module_logs.end_step(strategy)  # the step's self.log values (reduced on logging steps)
         if sums is None:
             return None
         self.settle_nonfinite(self.step + 1)
@@ -447,7 +467,7 @@ class _Run:
         self._tokens_since_log.reset()
         metrics.update(self.throughput.metrics(tokens))
         metrics.update(timer.metrics())
-        return metrics
+        return merge_logged(metrics, logged, "training")
 
     def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None,
                                 local_tokens: TokenCount | None) -> None:

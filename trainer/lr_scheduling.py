@@ -11,6 +11,10 @@ fields) and steps on one kind of event, every ``frequency`` events:
   (``trainer.log_every_n_steps``) for a ``train/...`` monitor. The metrics there are reduced over
   all ranks, so every rank takes the same decision. A monitor missing from those metrics is an
   error at the first such event (``strict=False``: the scheduler skips that event, with one warning).
+  A monitor named as the module logs it (``self.log("val_loss", ...)``: no prefix) steps the scheduler
+  at every validation end, logging step and training-epoch end whose metrics hold it; it is an error
+  (strict) at a validation end (or, without validation data, a training-epoch end) if it is neither
+  there nor a name ``self.log`` has been given in this run.
 
 The event counters are saved in checkpoints with the schedulers' own states, so a resumed run steps
 exactly as an uninterrupted one.
@@ -47,6 +51,8 @@ class LRSchedulerConfig:
     def event(self) -> str:
         """What this scheduler counts: "step", "epoch", "validation" or "logging"."""
         if self.reduce_on_plateau:
+            if not self.monitor.startswith(MONITOR_PREFIXES):
+                return "logged"  # a self.log name: wherever it is reduced
             return "validation" if self.monitor.startswith("val/") else "logging"
         return self.interval
 
@@ -61,11 +67,15 @@ class LRScheduling:
         self.configs = list(configs or [])
         self.events = [0] * len(self.configs)  # events counted per scheduler (saved in checkpoints)
         self._by_event = {kind: [i for i, c in enumerate(self.configs) if c.event == kind]
-                          for kind in ("step", "epoch", "validation", "logging")}
+                          for kind in ("step", "epoch", "validation", "logging", "logged")}
         self._reported: set[int] = set()  # strict=False schedulers whose missing monitor was reported
+        self._has_val_set = True
+        #: the names self.log was given so far in this run (set by the loop; for "logged" monitors)
+        self.known_names: Any = set
 
     def check_fit(self, has_val_set: bool, val_every_n_steps: int | None, rank: int) -> None:
         """At fit start: a ``val/`` monitor without validation data is an error (it is never logged)."""
+        self._has_val_set = has_val_set
         for index in self._by_event["validation"]:
             config = self.configs[index]
             if not has_val_set:
@@ -93,17 +103,34 @@ class LRScheduling:
     def on_logging_step(self, step: int, metrics: dict[str, float]) -> None:
         """With the reduced training metrics of a logging step (Python floats: no sync)."""
         self._plateau("logging", metrics, f"training metrics of logging step {step}")
+        self._plateau_logged(metrics, None)
+
+    def on_epoch_metrics(self, epoch: int, metrics: dict[str, float]) -> None:
+        """With the reduced ``self.log`` epoch values of a finished training epoch."""
+        self._plateau_logged(metrics, None if self._has_val_set else f"training-epoch {epoch} metrics")
 
     def on_validation_end(self, metrics: dict[str, float]) -> None:
         """With the reduced validation metrics."""
         self._plateau("validation", metrics, "validation metrics")
+        self._plateau_logged(metrics, "validation metrics")
 
-    def _plateau(self, kind: str, metrics: dict[str, float], where: str) -> None:
+    def _plateau_logged(self, metrics: dict[str, float], checked: str | None) -> None:
+        """Self.log-named monitors: step where present. Absent ones are skipped, except where
+        ``checked`` names the event: there a monitor that is not a name self.log was given in this
+        run is handled as a missing monitor (an error, or a warning with strict=False)."""
+        known = set(self.known_names()) if checked is not None else None
+        elsewhere = {c.monitor: None for c in self.configs
+                     if c.monitor not in metrics and (known is None or c.monitor in known)}
+        self._plateau("logged", {**elsewhere, **metrics}, checked or "", skip_absent=True)
+
+    def _plateau(self, kind: str, metrics: dict[str, Any], where: str, skip_absent: bool = False) -> None:
         for index in self._by_event[kind]:
             config = self.configs[index]
+            if skip_absent and config.monitor in metrics and metrics[config.monitor] is None:
+                continue  # a self.log name reduced at another event (or not yet)
             if config.monitor not in metrics:
                 message = (f"lr_scheduler {config.describe()}: {config.monitor!r} is not among the {where}, "
-                           f"which are {sorted(metrics)}")
+                           f"which are {sorted(k for k, v in metrics.items() if v is not None)}")
                 if config.strict:
                     raise ValueError(f"{message}; monitor one of them (or set strict=False to skip a step when it is missing)")
                 if index not in self._reported:

@@ -41,7 +41,8 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                 checkpoint if due
                 stop here, on every rank, if a callback called run.request_stop(reason)
                     (or trainer.should_stop = True was set: on every rank at the next logging step)
-            module.on_train_epoch_end(epoch);     callback.on_train_epoch_end(trainer, module)   # finished epochs only:
+            module.on_train_epoch_end(epoch);     [self.log's on_epoch values logged]
+                                              callback.on_train_epoch_end(trainer, module)   # finished epochs only:
                                               # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
@@ -180,6 +181,7 @@ class TrainModule(ModuleRunState, nn.Module):
         # groups (pipeline stages, strategy) cannot be pickled; a worker only loads data.
         state = super().__getstate__()
         state["_trainer"] = None
+        state["_log_collector"] = None
         return state
 
     # ----- model -------------------------------------------------------------------------------
@@ -318,6 +320,56 @@ class TrainModule(ModuleRunState, nn.Module):
         """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``).
         Tensors in it are moved to the CPU and gathered to rank 0."""
         return self(batch)
+    # ----- logging (trainer/module_logging.py) ---------------------------------------------------------
+    def log(self, name: str, value: Any, on_step: bool | None = None, on_epoch: bool | None = None,
+            prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool | None = None,
+            batch_size: int | None = None, rank_zero_only: bool = False, enable_graph: bool = False,
+            add_dataloader_idx: bool = True, sync_dist_group: Any = None, metric_attribute: str | None = None) -> None:
+        """Log ``value`` (a Python number or a one-element tensor) under ``name``, kept as given (no
+        prefix), from ``training_step``, ``validation_step``, ``test_step``, ``on_before_optimizer_step``
+        or ``on_train_epoch_end``. As Lightning's: ``on_step`` (default True in training steps) writes
+        it on logging steps (every ``log_every_n_steps``), ``on_epoch`` (default True elsewhere)
+        aggregates it over the epoch / the evaluation run; both: ``name_step`` and ``name_epoch``.
+        ``reduce_fx``: "mean" (weighted by ``batch_size``, default the batch's real samples), "sum",
+        "max", "min". ``sync_dist`` (default True, Lightning's is False): reduced exactly over the
+        ranks; False: this rank's value (rank 0's is written). ``prog_bar``: shown in the progress
+        bar; ``logger=False``: only in ``trainer.callback_metrics`` (and the hooks' metrics).
+        ``rank_zero_only=True``: logged by rank 0 alone (not synced). ``add_dataloader_idx`` has no
+        effect (one dataloader per stage); ``enable_graph=True``, ``sync_dist_group`` and
+        ``metric_attribute`` are refused (values are detached and reduced over the data-parallel
+        ranks; metric objects are not logged)."""
+        if enable_graph is not False:
+            raise ValueError(f"self.log({name!r}, enable_graph={enable_graph!r}): logged values are detached; "
+                             "remove enable_graph")
+        if sync_dist_group is not None:
+            raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over the data-parallel "
+                             "ranks; remove sync_dist_group")
+        if metric_attribute is not None:
+            raise ValueError(f"self.log({name!r}, metric_attribute={metric_attribute!r}): metric objects are not "
+                             "logged here; log the metric's computed value")
+        if not isinstance(add_dataloader_idx, bool) or not isinstance(rank_zero_only, bool):
+            raise TypeError(f"self.log({name!r}): add_dataloader_idx and rank_zero_only take True or False")
+        if rank_zero_only and sync_dist:
+            raise ValueError(f"self.log({name!r}, rank_zero_only=True, sync_dist=True): a value logged by rank 0 "
+                             "alone cannot be reduced over the ranks; drop sync_dist")
+        collector = getattr(self, "_log_collector", None)
+        if collector is None:
+            raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "
+                               "validated or tested")
+        from trainer import distributed
+
+        if rank_zero_only and distributed.rank() != 0:
+            return
+        collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
+                      reduce_fx=reduce_fx, sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
+                      batch_size=batch_size)
+
+    def log_dict(self, dictionary: Any, **options: Any) -> None:
+        """``self.log(name, value, **options)`` for each item of ``dictionary``."""
+        if not hasattr(dictionary, "items"):
+            raise TypeError(f"self.log_dict takes a mapping of name -> value, got {type(dictionary).__name__}")
+        for name, value in dictionary.items():
+            self.log(name, value, **options)
 
     # ----- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -339,8 +391,9 @@ class TrainModule(ModuleRunState, nn.Module):
                                       # (Lightning's is "epoch"); not used by ReduceLROnPlateau (one warning)
              "frequency": 1,          # an integer >= 1
              "monitor": "val/loss",   # ReduceLROnPlateau only (and required): a "val/..." metric steps it at
-                                      # validation ends, a "train/..." metric at logging steps; `frequency`
-                                      # counts those events. A monitor missing there is an error ...
+                                      # validation ends, a "train/..." metric at logging steps, a self.log
+                                      # name where it is reduced; `frequency` counts those events. A monitor
+                                      # missing there is an error ...
              "strict": True,          # ... or, with False, that event is skipped (one warning); ReduceLROnPlateau only
              "name": None,            # LearningRateMonitor logs "{name}/group{i}" instead of "lr/group{i}"
              "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)

@@ -13,7 +13,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from trainer import distributed
-from trainer.lr_scheduling import INTERVALS, MONITOR_PREFIXES, LRSchedulerConfig
+from trainer.lr_scheduling import INTERVALS, LRSchedulerConfig
 
 log = logging.getLogger("trainer.loop")
 
@@ -21,7 +21,7 @@ ACCEPTED = (
     "configure_optimizers may return: an optimizer; (optimizer, scheduler); [optimizer]; "
     "([optimizer], [scheduler, ...]); {'optimizer': optimizer, 'lr_scheduler': scheduler, 'monitor': ...} "
     "(or [that dict]). A scheduler is a torch LRScheduler / ReduceLROnPlateau or a dict "
-    "{'scheduler': ..., 'interval': 'step'|'epoch', 'frequency': n, 'monitor': 'val/...'|'train/...', "
+    "{'scheduler': ..., 'interval': 'step'|'epoch', 'frequency': n, 'monitor': 'val/...'|'train/...'|a self.log name, "
     "'strict': bool, 'name': str, 'reduce_on_plateau': bool}"
 )
 OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
@@ -197,15 +197,17 @@ def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) 
                 raise ValueError(f"lr_scheduler {kind}: {key!r} is only used by ReduceLROnPlateau, which steps with "
                                  f"a metric; remove it")
         return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency)
-    if not isinstance(own_monitor, str) or not own_monitor.startswith(MONITOR_PREFIXES):
+    if not isinstance(own_monitor, str) or not own_monitor:
         raise ValueError(
-            f"ReduceLROnPlateau needs monitor='val/...' (it steps at each validation end) or 'train/...' (at each "
-            f"logging step), got monitor={own_monitor!r}; e.g. {{'optimizer': optimizer, 'lr_scheduler': "
+            f"ReduceLROnPlateau needs monitor='val/...' (it steps at each validation end), 'train/...' (at each "
+            f"logging step) or a name the module logs with self.log (where it is computed), got "
+            f"monitor={own_monitor!r}; e.g. {{'optimizer': optimizer, 'lr_scheduler': "
             "{'scheduler': scheduler, 'monitor': 'val/loss'}}"
         )
     if "interval" in options and distributed.rank() == 0:
         log.warning("lr_scheduler ReduceLROnPlateau(monitor=%r): interval=%r is not used; it steps when its monitor "
                     "is computed (%s), frequency counting those", own_monitor, interval,
-                    "each validation end" if own_monitor.startswith("val/") else "each logging step")
+                    "each validation end" if own_monitor.startswith("val/") else "each logging step"
+                    if own_monitor.startswith("train/") else "where the module's self.log values are reduced")
     return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency, reduce_on_plateau=True,
                              monitor=own_monitor, strict=strict)

@@ -16,6 +16,8 @@ class ProgressBar:
     def __init__(self, total: int | None, enabled: bool | None, initial: int = 0, desc: str = "train",
                  unit: str = "step", leave: bool = True):
         self._bar = None
+        self.also_show: set[str] = set()  # more metric names to show as they are (self.log's prog_bar=True)
+        self._postfix: dict[str, str] = {}  # what the bar shows, kept until a newer value comes
         if enabled is None:
             enabled = sys.stderr.isatty()
         if enabled:
@@ -26,11 +28,18 @@ class ProgressBar:
     def update(self, metrics: Mapping[str, float] | None = None) -> None:
         if self._bar is None:
             return
-        if metrics:
-            shown = {label: fmt.format(metrics[key]) for key, (label, fmt) in SHOWN.items() if key in metrics}
-            if shown:
-                self._bar.set_postfix(shown, refresh=False)
+        self.note(metrics)
         self._bar.update(1)
+
+    def note(self, metrics: Mapping[str, float] | None) -> None:
+        """Show the values of ``metrics`` the bar shows (e.g. a validation's), without advancing."""
+        if self._bar is None or not metrics:
+            return
+        shown = {label: fmt.format(metrics[key]) for key, (label, fmt) in SHOWN.items() if key in metrics}
+        shown.update({key: f"{metrics[key]:.4g}" for key in sorted(self.also_show) if key in metrics})
+        if shown:
+            self._postfix.update(shown)
+            self._bar.set_postfix(self._postfix, refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.module_logging import merge_logged
 from trainer.module import TrainModule
 from trainer.progress import ProgressBar
 from trainer.rank_logging import rank_zero_warn
@@ -84,33 +85,39 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     module.eval()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
-    if not sanity:
-        call_hooks(run, "on_validation_epoch_start")
-    with torch.no_grad():
-        for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
-            bar.update()
-            batch = run.precision.convert_input(move_to_device(batch, run.device))
-            if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
-                for part_weight, values in strategy.evaluate(batch, run.precision, weight):
-                    sums.add(values, part_weight)
-                continue
-            outputs = step(batch, index)
-            loss, metrics = split_step_output(outputs, "validation_step")
-            if loss is not None:
-                metrics["loss"] = loss
-            sums.add(metrics, weight)
-            if not sanity and index < real:
-                call_hooks(run, "on_validation_batch_end", outputs, batch, index)
-    bar.close()
-    strategy.after_evaluation(run.wrapped)
-    module.train(was_training)
-    if sanity:
-        return {}
-    metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+    logs = run.module_logs
+    # self.log in validation_step and in the validation epoch hooks: aggregated over this whole pass
+    # (a sanity pass's values are dropped: the next pass begins the stage afresh).
+    with logs.stage("validate"):
+        if not sanity:
+            call_hooks(run, "on_validation_epoch_start")
+        with torch.no_grad():
+            for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
+                bar.update()
+                batch = run.precision.convert_input(move_to_device(batch, run.device))
+                if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
+                    for part_weight, values in strategy.evaluate(batch, run.precision, weight):
+                        sums.add(values, part_weight)
+                    continue
+                with logs.micro_batch(weight):
+                    outputs = step(batch, index)
+                loss, metrics = split_step_output(outputs, "validation_step")
+                if loss is not None:
+                    metrics["loss"] = loss
+                sums.add(metrics, weight)
+                if not sanity and index < real:
+                    call_hooks(run, "on_validation_batch_end", outputs, batch, index)
+        bar.close()
+        strategy.after_evaluation(run.wrapped)
+        module.train(was_training)
+        if sanity:
+            return {}
+        metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+        call_hooks(run, "on_validation_epoch_end")  # what it logs belongs to this pass
+        merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
-    call_hooks(run, "on_validation_epoch_end")
     run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
     module.on_validation_end(metrics)
     run.callbacks.on_validation_end(run, metrics)

@@ -33,7 +33,8 @@ def record_result(run: _Run, mode: str) -> None:
     """On every rank after a clean ``fit`` / ``validate``: progress and metrics on the trainer;
     under spawned workers also the result file (rank 0), with the full weights after a fit."""
     trainer = run.trainer
-    set_progress(trainer, run.step, run.epoch, run.last_metrics)
+    hidden = sorted(run.module_logs.hidden)  # self.log(..., logger=False): not in logged_metrics
+    set_progress(trainer, run.step, run.epoch, run.last_metrics, hidden)
     if run.env.launcher != "spawned":
         return
     weights = None
@@ -41,16 +42,17 @@ def record_result(run: _Run, mode: str) -> None:
         weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
     if run.rank == 0:
         result = {"global_step": run.step, "current_epoch": run.epoch, "metrics": dict(run.last_metrics),
-                  "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
+                  "hidden": hidden, "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
         path = os.path.join(run.run_dir, RESULT_FILE)
         torch.save(result, path + ".tmp")
         os.replace(path + ".tmp", path)
 
 
-def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float]) -> None:
+def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float], hidden: Any = ()) -> None:
+    """``hidden``: names kept off the loggers (in ``callback_metrics``, not in ``logged_metrics``)."""
     trainer.global_step, trainer.current_epoch = step, epoch
-    trainer.logged_metrics = dict(metrics)
-    trainer.callback_metrics = trainer.logged_metrics
+    trainer.callback_metrics = dict(metrics)
+    trainer.logged_metrics = {k: v for k, v in metrics.items() if k not in hidden}
 
 
 def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
@@ -64,7 +66,7 @@ def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
         result = torch.load(path, map_location="cpu", weights_only=True)
     finally:
         os.remove(path)
-    set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"])
+    set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"], result.get("hidden", ()))
     if mode != "fit":
         return result.get("predictions")
     if result["state_dict"] is None:
