@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
+from trainer.manual_optimization import ManualOptimizationHooks
+
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
 
@@ -94,8 +96,13 @@ def refuse_unknown_hooks(obj: Any, base: type, kind: str) -> None:
 SchedulerFactory = Callable[..., Any]
 
 
-class TrainModule(nn.Module):
+class TrainModule(ManualOptimizationHooks, nn.Module):
     """Base class for what is trained: a model plus its steps, optimizer and data.
+
+    ``self.automatic_optimization = False`` (in ``__init__``): ``training_step`` steps the optimizers
+    itself with ``self.optimizers()``, ``self.manual_backward(loss)``, ``self.clip_gradients(...)``,
+    ``self.lr_schedulers()`` and ``self.no_backward_sync()`` (Lightning's manual optimization; see
+    trainer/manual_optimization.py).
 
     Args:
         optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
@@ -123,6 +130,7 @@ class TrainModule(nn.Module):
         # groups (pipeline stages, strategy) cannot be pickled; a worker only loads data.
         state = super().__getstate__()
         state["_trainer"] = None
+        state.pop("_manual_step", None)  # holds the run's optimizers and process groups
         return state
 
     # ----- model -------------------------------------------------------------------------------
@@ -258,8 +266,9 @@ class TrainModule(nn.Module):
              "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
 
         A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
-        Anything else (two optimizers included: they come with manual optimization, later) is an
-        error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
+        Several optimizers (a list of them, ``([opt, ...], [sched, ...])``
+        or a list of optimizer dicts) need ``self.automatic_optimization = False``; the module then steps
+        the schedulers itself. Anything else is an error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
         ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
         (``self.optimizer_factory``) is an error, since the group's settings would be ignored."""
         if self.optimizer_factory is None:
