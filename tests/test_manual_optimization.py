@@ -148,3 +148,11 @@ def test_gan_recipe_runs_from_the_command_line(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [r for r in read_metrics(str(tmp_path)) if "train/d_loss" in r]
     assert len(rows) == 1 and rows[0]["train/g_loss"] > 0 and math.isfinite(rows[0]["train/d_loss"])
+
+
+def test_lr_monitor_logs_every_optimizer(tmp_path):
+    from trainer.callbacks import LearningRateMonitor
+
+    run_trainer(tmp_path, tiny_gan(), batch_size=16, max_steps=2, callbacks=[LearningRateMonitor()])
+    logged = {k for r in read_metrics(str(tmp_path)) for k in r}
+    assert {"lr/optimizer0/group0", "lr/optimizer1/group0", "train/lr/optimizer0", "train/lr/optimizer1"} <= logged
