@@ -9,12 +9,13 @@ import torch
 from recipes.gan import DigitsGAN
 
 
-def tiny_gan(**kwargs) -> DigitsGAN:
-    """recipes/gan.py's module, small: 197 digits (a short, uneven last global batch), width 16."""
+def tiny_gan(cls: type = DigitsGAN, **kwargs) -> DigitsGAN:
+    """recipes/gan.py's module (or a subclass ``cls``), small: 197 digits (a short, uneven last global
+    batch), width 16."""
     options = dict(optimizer=partial(torch.optim.Adam, lr=1e-3, betas=(0.5, 0.999)), latent=4, hidden=16,
                    num_samples=197)
     options.update(kwargs)
-    return DigitsGAN(**options)
+    return cls(**options)
 
 
 class HandAccumulatingGAN(DigitsGAN):

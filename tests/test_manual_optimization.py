@@ -16,6 +16,7 @@ import torch
 
 from helpers import REPO, HotPathProbe, read_hot_path, read_metrics, run_trainer
 from manual_modules import HandAccumulatingGAN, OverflowingGAN, tiny_gan
+from recipes.gan import DigitsGAN
 from trainer.comms_log import GRADIENT_KIND
 from trainer.optimizers import split_manual, split_optimizers
 from trainer.precision import Precision
@@ -156,3 +157,14 @@ def test_lr_monitor_logs_every_optimizer(tmp_path):
     run_trainer(tmp_path, tiny_gan(), batch_size=16, max_steps=2, callbacks=[LearningRateMonitor()])
     logged = {k for r in read_metrics(str(tmp_path)) for k in r}
     assert {"lr/optimizer0/group0", "lr/optimizer1/group0", "train/lr/optimizer0", "train/lr/optimizer1"} <= logged
+
+
+def test_bf16_and_a_step_that_returns_nothing(tmp_path):
+    class Quiet(DigitsGAN):
+        def training_step(self, batch, batch_idx):
+            super().training_step(batch, batch_idx)  # steps both optimizers, returns nothing to log
+
+    run_trainer(tmp_path / "quiet", tiny_gan(Quiet), batch_size=16, max_steps=2)
+    assert all("train/d_loss" not in r for r in read_metrics(str(tmp_path / "quiet")))
+    losses, _ = gan_run(tmp_path / "bf16", max_steps=3, precision="bf16-mixed")
+    assert len(losses) == 3 and all(map(math.isfinite, sum(losses, ())))

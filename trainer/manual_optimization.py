@@ -52,24 +52,25 @@ class ManualOptimizationHooks:
     #: False: ``training_step`` steps the optimizers itself (see trainer/manual_optimization.py)
     automatic_optimization: bool = True
 
-    def _manual(self, what: str) -> ManualStep:
+    def _manual(self, what: str, inside_step: bool = True) -> ManualStep:
         step = self.__dict__.get("_manual_step")
-        if not getattr(self, "automatic_optimization", True) and step is not None and step.active:
-            return step
         if getattr(self, "automatic_optimization", True):
             raise RuntimeError(f"self.{what} is for manual optimization: set self.automatic_optimization = False "
                                "in the module's __init__ (with automatic optimization the trainer does it)")
-        raise RuntimeError(f"self.{what} can only be called inside training_step during Trainer.fit")
+        if step is not None and (step.active or not inside_step):
+            return step
+        raise RuntimeError(f"self.{what} can only be called {'inside training_step' if inside_step else 'once'} "
+                           "during Trainer.fit (after configure_optimizers)")
 
     def optimizers(self) -> Any:
         """The optimizers of ``configure_optimizers`` (wrapped: ``step()`` goes through the strategy
         and precision): one, or a list when there are several (Lightning's shape)."""
-        step = self._manual("optimizers()")
+        step = self._manual("optimizers()", inside_step=False)
         return step.optimizers[0] if len(step.optimizers) == 1 else list(step.optimizers)
 
     def lr_schedulers(self) -> Any:
         """The schedulers of ``configure_optimizers``: None, one, or a list. Step them yourself."""
-        schedulers = [config.scheduler for config in self._manual("lr_schedulers()").schedulers]
+        schedulers = [config.scheduler for config in self._manual("lr_schedulers()", inside_step=False).schedulers]
         return None if not schedulers else schedulers[0] if len(schedulers) == 1 else schedulers
 
     def manual_backward(self, loss: torch.Tensor) -> None:
@@ -199,14 +200,22 @@ class ManualStep:
 
     def _average_gradients(self) -> None:
         """DDP: average every gradient over the ranks (the ones synced before are equal on every rank,
-        so averaging them again keeps them). One flat all-reduce per dtype."""
+        so averaging them again keeps them). Flat all-reduces per dtype of at most ``bucket_cap_mb``
+        (DDP's default 25 MB) each."""
         grads = [p.grad for p in self.run.module.parameters() if p.grad is not None]
         world = torch.distributed.get_world_size()
+        cap = (getattr(self.run.strategy, "bucket_cap_mb", None) or 25) * 2**20
         with labelled(GRADIENT_KIND):
-            by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+            buckets: list[list[torch.Tensor]] = []
+            open_bucket: dict[torch.dtype, tuple[list[torch.Tensor], int]] = {}  # dtype -> (bucket, bytes)
             for grad in grads:
-                by_dtype.setdefault(grad.dtype, []).append(grad)
-            for group in by_dtype.values():
+                bucket, size = open_bucket.get(grad.dtype, (None, 0))
+                if bucket is None or size >= cap:
+                    bucket, size = [], 0
+                    buckets.append(bucket)
+                bucket.append(grad)
+                open_bucket[grad.dtype] = (bucket, size + grad.numel() * grad.element_size())
+            for group in buckets:
                 flat = torch._utils._flatten_dense_tensors(group)
                 flat.div_(world)
                 torch.distributed.all_reduce(flat)
