@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-from functools import partial
 
 import pytest
 import torch

@@ -23,6 +23,8 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                 for micro_batch in the step's K micro-batches:   # gradient sync only on the last
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
                     backward(loss scaled to the global batch)
+                # (automatic_optimization = False: training_step alone, once per step, steps the
+                #  optimizers itself; none of the lines below up to on_train_step_end: manual_optimization.py)
                 clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
                 optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
                 on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics

@@ -36,7 +36,8 @@ class Callback:
     ``trainer/callbacks/base.py``'s docstring and in ``trainer/module.py``). ``run`` is the rank's
     training run; a callback may use:
 
-    - ``run.trainer`` (its settings, e.g. ``log_every_n_steps``), ``run.module``, ``run.optimizer``,
+    - ``run.trainer`` (its settings, e.g. ``log_every_n_steps``), ``run.module``, ``run.optimizer``
+      (a list under manual optimization with several optimizers),
       ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step``,
       ``run.epoch``, ``run.rank``, ``run.run_dir``;
     - ``run.log(metrics)``: record ``{name: float}`` at the current step with the run's loggers
