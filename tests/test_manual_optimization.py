@@ -167,3 +167,20 @@ def test_bf16_and_a_step_that_returns_nothing(tmp_path):
     assert all("train/d_loss" not in r for r in read_metrics(str(tmp_path / "quiet")))
     losses, _ = gan_run(tmp_path / "bf16", max_steps=3, precision="bf16-mixed")
     assert len(losses) == 3 and all(map(math.isfinite, sum(losses, ())))
+
+
+def test_manual_refusals_of_strategies_and_normalisation():
+    from types import SimpleNamespace
+
+    from trainer.manual_optimization import check_manual_setup
+
+    trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None, loss_normalization="samples")
+    plain = SimpleNamespace(owns_step=False, name="ddp", zero1=False)
+    two = [object(), object()]
+    check_manual_setup(trainer, plain, two)  # accepted
+    with pytest.raises(ValueError, match="strategy=pipeline runs each micro-batch's forward and backward itself"):
+        check_manual_setup(trainer, SimpleNamespace(owns_step=True, name="pipeline"), two)
+    with pytest.raises(ValueError, match="strategy.zero1=true with 2 optimizers"):
+        check_manual_setup(trainer, SimpleNamespace(owns_step=False, name="ddp", zero1=True), two)
+    with pytest.raises(ValueError, match="loss_normalization='tokens' with manual optimization"):
+        check_manual_setup(SimpleNamespace(**dict(vars(trainer), loss_normalization="tokens")), plain, two)
