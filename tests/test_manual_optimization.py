@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import torch
@@ -107,11 +108,21 @@ def test_fp16_overflow_skips_the_step(tmp_path):
 
 
 def test_checkpoint_resume_of_a_manual_run_is_exact(tmp_path):
-    straight_losses, straight_state = gan_run(tmp_path / "straight")
-    gan_run(tmp_path / "first", max_steps=4, checkpoint=dict(every_n_steps=4))
-    resumed_losses, resumed_state = gan_run(tmp_path / "resumed", resume=str(tmp_path / "first" / "checkpoints"))
+    # Both optimizers' states (Adam moments) and both schedulers (stepped by the module) are saved.
+    def module():
+        return tiny_gan(scheduler=partial(torch.optim.lr_scheduler.StepLR, step_size=3, gamma=0.5))
+
+    def lrs(run_dir):
+        return [(r["train/lr/optimizer0"], r["train/lr/optimizer1"]) for r in read_metrics(str(run_dir))
+                if "train/lr/optimizer0" in r]
+
+    straight_losses, straight_state = gan_run(tmp_path / "straight", module=module())
+    gan_run(tmp_path / "first", module=module(), max_steps=4, checkpoint=dict(every_n_steps=4))
+    resumed_losses, resumed_state = gan_run(tmp_path / "resumed", module=module(),
+                                            resume=str(tmp_path / "first" / "checkpoints"))
     assert resumed_losses == straight_losses[4:]
     assert_close_states(resumed_state, straight_state, atol=0)
+    assert lrs(tmp_path / "resumed") == lrs(tmp_path / "straight")[4:] and lrs(tmp_path / "straight")[-1][0] == 1e-3 / 4
 
 
 def test_several_optimizers_need_manual_optimization():
