@@ -195,3 +195,24 @@ def test_manual_refusals_of_strategies_and_normalisation():
         check_manual_setup(trainer, SimpleNamespace(owns_step=False, name="ddp", zero1=True), two)
     with pytest.raises(ValueError, match="loss_normalization='tokens' with manual optimization"):
         check_manual_setup(SimpleNamespace(**dict(vars(trainer), loss_normalization="tokens")), plain, two)
+
+
+def test_optimizers_and_lr_schedulers_read_under_automatic_optimization(tmp_path):
+    from helpers import Regressor
+
+    class Reading(Regressor):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+
+        def on_train_step_end(self, step, metrics):
+            self.read = (self.optimizers().param_groups[0]["lr"], self.lr_schedulers().last_epoch)
+
+        def training_step(self, batch, batch_idx):
+            with pytest.raises(RuntimeError, match=r"manual_backward\(\) is for manual optimization"):
+                self.manual_backward(torch.zeros(()))
+            return super().training_step(batch, batch_idx)
+
+    module = Reading()
+    run_trainer(tmp_path, module, max_steps=3)
+    assert module.read == (0.1 / 8, 3)

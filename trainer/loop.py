@@ -30,7 +30,7 @@ from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
-from trainer.manual_optimization import start_manual
+from trainer.manual_optimization import setup_optimizers
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
@@ -187,10 +187,7 @@ class _Run:
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
-        if isinstance(self.optimizer, list):  # automatic_optimization = False
-            self.manual = start_manual(self, self.optimizer, schedulers)
-        else:
-            self.optimizer = self.strategy.setup_optimizer(self.optimizer)
+        self.manual = setup_optimizers(self, schedulers)  # a ManualStep under automatic_optimization = False
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
             self.checkpoints.setup()

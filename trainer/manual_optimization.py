@@ -54,22 +54,26 @@ class ManualOptimizationHooks:
 
     def _manual(self, what: str, inside_step: bool = True) -> ManualStep:
         step = self.__dict__.get("_manual_step")
+        if not inside_step and step is not None:  # optimizers() / lr_schedulers(): also under automatic
+            return step
         if getattr(self, "automatic_optimization", True):
             raise RuntimeError(f"self.{what} is for manual optimization: set self.automatic_optimization = False "
                                "in the module's __init__ (with automatic optimization the trainer does it)")
         if step is not None and (step.active or not inside_step):
             return step
-        raise RuntimeError(f"self.{what} can only be called {'inside training_step' if inside_step else 'once'} "
-                           "during Trainer.fit (after configure_optimizers)")
+        where = "inside training_step during Trainer.fit" if inside_step else "during Trainer.fit, after configure_optimizers"
+        raise RuntimeError(f"self.{what} can only be called {where}")
 
     def optimizers(self) -> Any:
-        """The optimizers of ``configure_optimizers`` (wrapped: ``step()`` goes through the strategy
-        and precision): one, or a list when there are several (Lightning's shape)."""
+        """The optimizers of ``configure_optimizers`` (manual optimization: wrapped, ``step()`` goes through
+        the strategy and precision): one, or a list when there are several (Lightning's shape). Under
+        automatic optimization the optimizer itself, to read (the trainer steps it)."""
         step = self._manual("optimizers()", inside_step=False)
         return step.optimizers[0] if len(step.optimizers) == 1 else list(step.optimizers)
 
     def lr_schedulers(self) -> Any:
-        """The schedulers of ``configure_optimizers``: None, one, or a list. Step them yourself."""
+        """The schedulers of ``configure_optimizers``: None, one, or a list. Under manual optimization
+        the module steps them (the trainer never does); under automatic, the trainer does."""
         schedulers = [config.scheduler for config in self._manual("lr_schedulers()", inside_step=False).schedulers]
         return None if not schedulers else schedulers[0] if len(schedulers) == 1 else schedulers
 
@@ -160,16 +164,32 @@ def check_manual_setup(trainer: Any, strategy: Any, optimizers: list) -> None:
                          "set strategy.zero1=false or return one optimizer")
 
 
-def start_manual(run: Any, optimizers: list[torch.optim.Optimizer], schedulers: list) -> ManualStep:
-    """At fit start, after ``configure_optimizers``: check the settings, set the optimizers up with the
-    strategy and attach the step to the module (``self.optimizers()`` ...). ``run.optimizer`` becomes
-    the optimizer, or the list of them, that checkpoints save."""
-    check_manual_setup(run.trainer, run.strategy, optimizers)
-    optimizers = [run.strategy.setup_optimizer(o) for o in optimizers]
+def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
+    """At fit start, after ``configure_optimizers`` (``run.optimizer``: one, or a list under manual
+    optimization): set the optimizers up with the strategy. Manual optimization: check the settings and
+    return the step, attached to the module (``self.optimizers()`` ...); ``run.optimizer`` becomes the
+    optimizer, or the list of them, that checkpoints save. Automatic: ``self.optimizers()`` and
+    ``self.lr_schedulers()`` give the optimizer and schedulers to read (the trainer steps them)."""
+    if not isinstance(run.optimizer, list):
+        run.optimizer = run.strategy.setup_optimizer(run.optimizer)
+        run.module.__dict__["_manual_step"] = _Configured([run.optimizer], schedulers)
+        return None
+    check_manual_setup(run.trainer, run.strategy, run.optimizer)
+    optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
     run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
     step = ManualStep(run, optimizers, schedulers)
     run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
     return step
+
+
+class _Configured:
+    """Automatic optimization: what ``self.optimizers()`` / ``self.lr_schedulers()`` read (as Lightning
+    allows there); the optimizers are the user's own, stepped by the trainer."""
+
+    active = False
+
+    def __init__(self, optimizers: list, schedulers: list):
+        self.optimizers, self.schedulers = optimizers, schedulers
 
 
 class ManualStep:
