@@ -268,10 +268,10 @@ class TrainModule(ManualOptimizationHooks, nn.Module):
              "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
 
         A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
-        Several optimizers (a list of them, ``([opt, ...], [sched, ...])``
-        or a list of optimizer dicts) need ``self.automatic_optimization = False``; the module then steps
-        the schedulers itself. Anything else is an error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
-        ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
+        Several optimizers (a list of them, ``([opt, ...], [sched, ...])`` or a list of optimizer
+        dicts) need ``self.automatic_optimization = False``; the module then steps the schedulers
+        itself. Anything else is an error naming what was given. The default uses the factories
+        given to ``__init__`` (the Hydra ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
         (``self.optimizer_factory``) is an error, since the group's settings would be ignored."""
         if self.optimizer_factory is None:
             raise ValueError(
