@@ -127,10 +127,12 @@ def test_config_composes_and_builds(overrides, tmp_path):
         optimizer.step()  # no gradients: a no-op, but keeps the scheduler's step order check quiet
         scheduler.step()
 
-    # The path the trainer itself takes.
-    configured = module.configure_optimizers()
-    first = configured[0] if isinstance(configured, tuple) else configured
-    assert isinstance(first, torch.optim.Optimizer)
+    # The path the trainer itself takes (a list of optimizers under manual optimization: recipe=gan).
+    from trainer.optimizers import configure_optimizers
+
+    optimizers, _ = configure_optimizers(module)
+    for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+        assert isinstance(optimizer, torch.optim.Optimizer)
 
 
 @pytest.mark.parametrize("group, options", SELECTIONS, ids=[f"{g}=[{','.join(o)}]" for g, o in SELECTIONS])

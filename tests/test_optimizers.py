@@ -116,11 +116,11 @@ class GAN(Regressor):
 
 
 @pytest.mark.parametrize("shape", ["list", "lists", "dicts"])
-def test_two_optimizers_are_refused(tmp_path, shape):
+def test_two_optimizers_are_refused_under_automatic_optimization(tmp_path, shape):
     # Before: [opt_g, opt_d] was read as (optimizer, scheduler), opt_d.step() ran as "the scheduler"
     # and D's gradients were never zeroed, without a word.
-    with pytest.raises(TypeError, match=r"2 optimizers \(\[a SGD, a SGD\]\): one optimizer per run for now "
-                                        r"\(several optimizers and manual optimization come with a later"):
+    with pytest.raises(TypeError, match=r"2 optimizers \(\[a SGD, a SGD\]\) with automatic optimization, which steps "
+                                        r"one \(as Lightning >= 2\.0\): set self\.automatic_optimization = False"):
         run_trainer(tmp_path, GAN(shape), max_steps=2)
 
 
@@ -134,7 +134,7 @@ REFUSED = {
     "empty list": (lambda o, p: [], TypeError, r"returned \[\]\. configure_optimizers may return"),
     "scheduler first": (lambda o, p: (StepLR(o, 1), o), TypeError, r"gave optimizer=a StepLR, not a torch\.optim\.Optimizer"),
     "optimizer as lr_scheduler": (lambda o, p: {"optimizer": o, "lr_scheduler": p}, TypeError,
-                                  r"a SGD optimizer where a scheduler belongs; several optimizers are not supported yet"),
+                                  r"a SGD optimizer where a scheduler belongs \(several optimizers need automatic_optimization = False\)"),
     "optimizer in scheduler list": (lambda o, p: ([o], [p]), TypeError, r"a SGD optimizer where a scheduler belongs"),
     "optimizer as scheduler dict's scheduler": (lambda o, p: (o, {"scheduler": p}), TypeError,
                                                 r"a SGD optimizer where a scheduler belongs"),

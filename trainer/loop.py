@@ -34,6 +34,7 @@ from trainer.evaluation import run_evaluation
 from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
+from trainer.manual_optimization import setup_optimizers
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.model_summary import count_local, summarize
 from trainer.module_logging import LogCollector, merge_logged
@@ -80,7 +81,8 @@ class _Run:
         self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
         self.preempted = False
         self.checkpoints: CheckpointManager | None = None
-        self.optimizer: Any = None
+        self.optimizer: Any = None  # a list of them under manual optimization with several
+        self.manual: Any = None  # automatic_optimization = False: trainer/manual_optimization.py
         self.lr_scheduling = LRScheduling()  # the schedulers and when they step
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
@@ -214,7 +216,7 @@ class _Run:
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
-        self.optimizer = self.strategy.setup_optimizer(self.optimizer)
+        self.manual = setup_optimizers(self, schedulers)  # a ManualStep under automatic_optimization = False
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
             self.checkpoints.setup()
@@ -357,6 +359,8 @@ class _Run:
         restore_run(self, plan)
 
     def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
+        if self.manual is not None:  # the module steps its optimizers in training_step
+            return self.manual.train_step(plan, batches, log_now)
         trainer, strategy, module, precision = self.trainer, self.strategy, self.module, self.precision
         timer = self.breakdown
         by_tokens = trainer.loss_normalization == "tokens"

@@ -27,6 +27,8 @@ The whole loop, with every hook where it fires (``Trainer.fit``)::
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
                     backward(loss scaled to the global batch)
                     module.on_train_batch_end(out, micro_batch, index)
+                # (automatic_optimization = False: training_step alone, once per step, steps the
+                #  optimizers itself; none of the lines below up to on_train_step_end: manual_optimization.py)
                 clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
                 optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
                 on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
@@ -70,6 +72,7 @@ import torch
 from torch import nn
 
 from trainer.run_state import ModuleRunState
+from trainer.manual_optimization import ManualOptimizationHooks
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
@@ -110,8 +113,13 @@ def refuse_unknown_hooks(obj: Any, base: type, kind: str) -> None:
 SchedulerFactory = Callable[..., Any]
 
 
-class TrainModule(ModuleRunState, nn.Module):
+class TrainModule(ModuleRunState, ManualOptimizationHooks, nn.Module):
     """Base class for what is trained: a model plus its steps, optimizer and data.
+
+    ``self.automatic_optimization = False`` (in ``__init__``): ``training_step`` steps the optimizers
+    itself with ``self.optimizers()``, ``self.manual_backward(loss)``, ``self.clip_gradients(...)``,
+    ``self.lr_schedulers()`` and ``self.no_backward_sync()`` (Lightning's manual optimization; see
+    trainer/manual_optimization.py).
 
     Args:
         optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
@@ -182,6 +190,7 @@ class TrainModule(ModuleRunState, nn.Module):
         state = super().__getstate__()
         state["_trainer"] = None
         state["_log_collector"] = None
+        state.pop("_manual_step", None)  # holds the run's optimizers and process groups
         return state
 
     # ----- model -------------------------------------------------------------------------------
@@ -399,9 +408,10 @@ class TrainModule(ModuleRunState, nn.Module):
              "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
 
         A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
-        Anything else (two optimizers included: they come with manual optimization, later) is an
-        error naming what was given. The default uses the factories given to ``__init__`` (the Hydra
-        ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
+        Several optimizers (a list of them, ``([opt, ...], [sched, ...])`` or a list of optimizer
+        dicts) need ``self.automatic_optimization = False``; the module then steps the schedulers
+        itself. Anything else is an error naming what was given. The default uses the factories
+        given to ``__init__`` (the Hydra ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
         (``self.optimizer_factory``) is an error, since the group's settings would be ignored."""
         if self.optimizer_factory is None:
             raise ValueError(

@@ -1,7 +1,9 @@
 """What ``TrainModule.configure_optimizers`` may return, read into (optimizer, scheduler configs).
 
 Lightning's single-optimizer shapes are accepted (see ``ACCEPTED``); anything else is an error that
-lists them. Several optimizers are refused for now (they come with manual optimization, later).
+lists them. Several optimizers (``ACCEPTED_SEVERAL``) need manual optimization
+(``automatic_optimization = False``, as in Lightning >= 2.0); their schedulers are then stepped by the
+module (trainer/manual_optimization.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ ACCEPTED = (
     "{'scheduler': ..., 'interval': 'step'|'epoch', 'frequency': n, 'monitor': 'val/...'|'train/...'|a self.log name, "
     "'strict': bool, 'name': str, 'reduce_on_plateau': bool}"
 )
+ACCEPTED_SEVERAL = (
+    "with automatic_optimization = False also: [optimizer, ...]; ([optimizer, ...], [scheduler, ...]); "
+    "[{'optimizer': optimizer, 'lr_scheduler': scheduler}, ...]; a scheduler is a torch LRScheduler / "
+    "ReduceLROnPlateau built on one of the optimizers, or {'scheduler': ..., 'name': str} (the module steps it)"
+)
+MANUAL_SCHEDULER_KEYS = ("scheduler", "name")
 OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
 SCHEDULER_DICT_KEYS = ("scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict")
 
@@ -44,8 +52,9 @@ class _UseRecorder:
         return getattr(self._factory, attribute)
 
 
-def configure_optimizers(module: Any) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
-    """``module.configure_optimizers()`` read by ``split_optimizers``. An ``optimizer=`` or ``scheduler=``
+def configure_optimizers(module: Any) -> tuple[Any, list[LRSchedulerConfig]]:
+    """``module.configure_optimizers()`` read by ``split_optimizers`` (under manual optimization:
+    ``split_manual``, which returns a list of optimizers). An ``optimizer=`` or ``scheduler=``
     factory the module was given (the Hydra ``optimizer`` / ``scheduler`` groups) that an overriding
     ``configure_optimizers`` never used is an error: its settings (``optimizer.lr=...``) would be ignored."""
     used: set = set()
@@ -67,7 +76,10 @@ def configure_optimizers(module: Any) -> tuple[torch.optim.Optimizer, list[LRSch
             f"{' / '.join('self.' + n + '_factory' for n in unused)}, or do not pass {' / '.join(n + '=' for n in unused)} "
             f"(a recipe: remove {' / '.join(n + ': ${' + n + '}' for n in unused)} from its module node)"
         )
-    return split_optimizers(configured)
+    automatic = getattr(module, "automatic_optimization", True)
+    if not isinstance(automatic, bool):
+        raise TypeError(f"{type(module).__name__}.automatic_optimization={automatic!r}; it must be True or False")
+    return split_optimizers(configured) if automatic else split_manual(configured)
 
 
 def _describe_factory(factory: Any) -> str:
@@ -130,10 +142,84 @@ def _describe(value: Any) -> str:
 def _refuse_several(optimizers: Any) -> None:
     if isinstance(optimizers, (list, tuple)) and len(optimizers) > 1:
         raise TypeError(
-            f"configure_optimizers returned {len(optimizers)} optimizers ({_describe(list(optimizers))}): "
-            "one optimizer per run for now (several optimizers and manual optimization come with a later "
-            f"version); return one optimizer over all parameters (with parameter groups if needed). {ACCEPTED}"
+            f"configure_optimizers returned {len(optimizers)} optimizers ({_describe(list(optimizers))}) with "
+            "automatic optimization, which steps one (as Lightning >= 2.0): set self.automatic_optimization = False "
+            "in the module's __init__ and step them in training_step (self.optimizers(), self.manual_backward(loss)), "
+            f"or return one optimizer over all parameters (with parameter groups if needed). {ACCEPTED}"
         )
+
+
+def split_manual(configured: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+    """Manual optimization: ``([optimizers], scheduler configs)`` from any shape of ``ACCEPTED`` or
+    ``ACCEPTED_SEVERAL``. The module steps the schedulers, so a scheduler dict takes only 'scheduler'
+    and 'name' (when to step is the module's code)."""
+    shapes = f"{ACCEPTED}; {ACCEPTED_SEVERAL}"
+    if _is_optimizer(configured):
+        optimizers, schedulers = [configured], []
+    elif isinstance(configured, dict):
+        optimizers, schedulers = _read_manual_dict(configured, shapes)
+    elif isinstance(configured, (list, tuple)) and configured and all(isinstance(o, dict) for o in configured):
+        optimizers, schedulers = [], []
+        for entry in configured:
+            more, scheduler = _read_manual_dict(entry, shapes)
+            optimizers += more
+            schedulers += scheduler
+    elif isinstance(configured, (list, tuple)) and configured and all(_is_optimizer(o) for o in configured):
+        optimizers, schedulers = list(configured), []
+    elif (isinstance(configured, (list, tuple)) and len(configured) == 2
+          and all(isinstance(part, (list, tuple)) for part in configured)):
+        optimizers, schedulers = list(configured[0]), list(configured[1])
+    elif isinstance(configured, (list, tuple)) and len(configured) == 2 and _is_optimizer(configured[0]):
+        optimizers, schedulers = [configured[0]], [] if configured[1] is None else [configured[1]]
+    else:
+        raise TypeError(f"configure_optimizers returned {_describe(configured)}. {shapes}")
+    if not optimizers or not all(_is_optimizer(o) for o in optimizers):
+        raise TypeError(f"configure_optimizers gave optimizers {_describe(optimizers)}: each must be a "
+                        f"torch.optim.Optimizer, at least one. {shapes}")
+    seen: dict[int, int] = {}
+    for index, optimizer in enumerate(optimizers):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if seen.setdefault(id(param), index) != index:
+                    raise ValueError(f"configure_optimizers: optimizers {seen[id(param)]} and {index} share a parameter "
+                                     f"of shape {tuple(param.shape)}; give each parameter to one optimizer")
+    configs = [_read_manual_scheduler(s, optimizers) for s in schedulers]
+    names = [c.name for c in configs if c.name is not None]
+    if len(set(names)) != len(names):
+        raise ValueError(f"configure_optimizers: lr_scheduler names {names} repeat; give each scheduler its own name")
+    return optimizers, configs
+
+
+def _read_manual_dict(configured: dict, shapes: str) -> tuple[list, list]:
+    unknown = sorted(set(configured) - {"optimizer", "lr_scheduler"}, key=str)
+    if unknown:
+        raise ValueError(f"configure_optimizers dict: keys {unknown} with manual optimization, where the module steps "
+                         "its schedulers itself (e.g. with a metric for ReduceLROnPlateau); the keys are "
+                         f"['optimizer', 'lr_scheduler']")
+    if "optimizer" not in configured:
+        raise ValueError(f"configure_optimizers dict has no 'optimizer' key. {shapes}")
+    scheduler = configured.get("lr_scheduler")
+    return [configured["optimizer"]], [] if scheduler is None else [scheduler]
+
+
+def _read_manual_scheduler(given: Any, optimizers: list) -> LRSchedulerConfig:
+    options = dict(given) if isinstance(given, dict) else {"scheduler": given}
+    unknown = sorted(set(options) - set(MANUAL_SCHEDULER_KEYS), key=str)
+    if unknown:
+        raise ValueError(f"lr_scheduler dict: keys {unknown} with manual optimization: the module steps its schedulers "
+                         f"itself (self.lr_schedulers()), so when to step is its code; the keys are "
+                         f"{list(MANUAL_SCHEDULER_KEYS)}")
+    scheduler, name = options.get("scheduler"), options.get("name")
+    if not isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
+        raise TypeError(f"lr_scheduler {_describe(scheduler)} is not a torch.optim.lr_scheduler.LRScheduler "
+                        f"or ReduceLROnPlateau. {ACCEPTED_SEVERAL}")
+    if not any(getattr(scheduler, "optimizer", None) is o for o in optimizers):
+        raise ValueError(f"lr_scheduler {type(scheduler).__name__} was built on an optimizer that configure_optimizers "
+                         "did not return; build it on one of them")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"lr_scheduler dict: name={name!r}; it must be a non-empty string or None")
+    # Never stepped by the trainer (its interval is not used); kept for checkpoints and LearningRateMonitor.
+    return LRSchedulerConfig(scheduler, name=name)
 
 
 def _read_optimizer_dict(configured: dict) -> tuple[Any, list, Any]:
@@ -163,8 +249,8 @@ def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) 
     scheduler = options["scheduler"]
     if _is_optimizer(scheduler):
         raise TypeError(
-            f"configure_optimizers gave a {type(scheduler).__name__} optimizer where a scheduler belongs; several "
-            f"optimizers are not supported yet (they come with manual optimization, later). {ACCEPTED}"
+            f"configure_optimizers gave a {type(scheduler).__name__} optimizer where a scheduler belongs (several "
+            f"optimizers need automatic_optimization = False). {ACCEPTED}"
         )
     if not isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
         raise TypeError(f"lr_scheduler {_describe(scheduler)} is not a torch.optim.lr_scheduler.LRScheduler "

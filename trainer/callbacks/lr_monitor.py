@@ -10,7 +10,8 @@ from trainer.callbacks.base import Callback, run_of
 class LearningRateMonitor(Callback):
     """Logs ``lr/group{i}`` for every parameter group ``i`` of the optimizer on logging steps; under
     ``{name}/group{i}`` instead when a scheduler of ``configure_optimizers`` has a ``name`` (Lightning's
-    scheduler-dict key; each named scheduler of the optimizer gives its own keys).
+    scheduler-dict key; each named scheduler of the optimizer gives its own keys). Several optimizers
+    (manual optimization): ``lr/optimizer{k}/group{i}`` for optimizer ``k``, or its schedulers' names.
 
     The value logged at step k is the one the optimizer holds after step k's scheduler update,
     i.e. the learning rate step k+1 uses (the same convention as ``train/lr``). Reading the
@@ -45,4 +46,12 @@ class LearningRateMonitor(Callback):
         if metrics is None:  # not a logging step
             return
         run = run_of(trainer)
-        run.log(self.values(run.optimizer, [c.name for c in run.lr_scheduling.configs if c.name is not None]))
+        optimizers = run.optimizer if isinstance(run.optimizer, list) else [run.optimizer]
+        values: dict[str, float] = {}
+        for index, optimizer in enumerate(optimizers):  # several: manual optimization
+            names = [c.name for c in run.lr_scheduling.configs
+                     if c.name is not None and (len(optimizers) == 1 or c.scheduler.optimizer is optimizer)]
+            if len(optimizers) > 1 and not names:
+                names = [f"lr/optimizer{index}"]  # "lr/optimizer{i}/group{j}": Lightning's "lr-Adam-1" ...
+            values.update(self.values(optimizer, names))
+        run.log(values)

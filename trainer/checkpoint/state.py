@@ -65,12 +65,14 @@ def set_training_state(
 def keep_param_group_dicts(optimizer: torch.optim.Optimizer) -> Iterator[None]:
     """``Optimizer.load_state_dict`` replaces the param-group dicts; keep the original dict objects
     (ZeRO-1 shares them with the user's optimizer, where the scheduler writes the learning rate)
-    and copy the loaded values into them."""
-    groups = optimizer.param_groups
+    and copy the loaded values into them. ``optimizer`` may be a list (manual optimization)."""
+    optimizers = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
+    kept = [o.param_groups for o in optimizers]
     yield
-    for old, new in zip(groups, optimizer.param_groups):
-        old.update({k: v for k, v in new.items() if k != "params"})
-    optimizer.param_groups = groups
+    for groups, one in zip(kept, optimizers):
+        for old, new in zip(groups, one.param_groups):
+            old.update({k: v for k, v in new.items() if k != "params"})
+        one.param_groups = groups
 
 
 def expected_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:

@@ -1,0 +1,218 @@
+"""Manual optimization (``automatic_optimization = False``) and several optimizers: the GAN recipe's
+module trains the same in one process and on 2 DDP ranks (and FSDP), hand accumulation skips the
+gradient sync, fp16 overflows skip the step, checkpoints resume exactly, and what is refused says so."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+import torch
+
+from helpers import REPO, HotPathProbe, read_hot_path, read_metrics, run_trainer
+from manual_modules import HandAccumulatingGAN, OverflowingGAN, tiny_gan
+from recipes.gan import DigitsGAN
+from trainer.comms_log import GRADIENT_KIND
+from trainer.optimizers import split_manual, split_optimizers
+from trainer.precision import Precision
+from trainer.strategies.ddp import DDPStrategy
+from trainer.strategies.fsdp import FSDPStrategy
+
+pytestmark = pytest.mark.timeout(300)
+
+STEPS = 8  # 197 samples in global batches of 32: step 7 is the short last batch (5 samples, uneven over 2 ranks)
+GLOBAL = 32
+
+
+def gan_run(run_dir, devices: int = 1, strategy="single", module=None, **args):
+    module = module if module is not None else tiny_gan()
+    run_trainer(run_dir, module, strategy=strategy, devices=devices, batch_size=GLOBAL // devices,
+                **dict(dict(max_steps=STEPS), **args))
+    rows = [r for r in read_metrics(str(run_dir)) if "train/d_loss" in r]
+    return [(r["train/d_loss"], r["train/g_loss"]) for r in rows], {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def assert_close_states(a, b, atol):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_gan_ddp_equals_one_process(tmp_path):
+    single_losses, single_state = gan_run(tmp_path / "single")
+    ddp_losses, ddp_state = gan_run(tmp_path / "ddp", devices=2, strategy=DDPStrategy())
+    assert len(single_losses) == STEPS and all(map(math.isfinite, sum(single_losses, ())))
+    # Each rank's loss is its micro-batch mean; manual_backward weights it by its real samples, so the
+    # short uneven step 7 (and everything after it) matches one process on the same global batch.
+    torch.testing.assert_close(torch.tensor(ddp_losses), torch.tensor(single_losses), rtol=0, atol=1e-5)
+    assert_close_states(ddp_state, single_state, atol=1e-5)
+    assert len(set(single_losses)) == STEPS  # it trains: every step's losses differ
+
+
+def test_gan_fsdp_trains_like_one_process(tmp_path):
+    single_losses, single_state = gan_run(tmp_path / "single")
+    fsdp_losses, fsdp_state = gan_run(tmp_path / "fsdp", devices=2, strategy=FSDPStrategy(sharding="full"))
+    assert all(map(math.isfinite, sum(fsdp_losses, ())))
+    torch.testing.assert_close(torch.tensor(fsdp_losses), torch.tensor(single_losses), rtol=0, atol=1e-5)
+    assert_close_states(fsdp_state, single_state, atol=1e-5)
+
+
+def comms(run_dir) -> dict:
+    with open(os.path.join(str(run_dir), "comms", "rank0.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("strategy, gradient_kind", [
+    (DDPStrategy, "all_reduce (gradients)"),
+    (lambda: FSDPStrategy(sharding="full"), "reduce_scatter"),
+])
+def test_no_backward_sync_skips_the_gradient_sync(tmp_path, strategy, gradient_kind):
+    states, counts = {}, {}
+    for skip in (True, False):
+        run_dir = tmp_path / str(skip)
+        module = HandAccumulatingGAN(skip_sync=skip)
+        run_trainer(run_dir, module, strategy=strategy(), devices=2, batch_size=16, max_steps=4,
+                    log_every_n_steps=100, profile={"comms_steps": [3, 4]})
+        counts[skip] = comms(run_dir)["kinds"][gradient_kind]["count"]
+        states[skip] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    # Two backward passes per step: synced once with no_backward_sync, twice without.
+    assert counts[True] >= 2 and counts[False] == 2 * counts[True], counts
+    assert_close_states(states[True], states[False], atol=1e-6)  # the sync skipped, the same gradients
+
+
+def test_quiet_manual_steps_make_no_new_host_sync(tmp_path):
+    # DDP, fp16: on a step that does not log, the only host reads are the overflow decisions (one
+    # per optimizer step, as the automatic path's one per step) and the only collectives the gradients'.
+    run_trainer(tmp_path, tiny_gan(), strategy=DDPStrategy(), devices=2, batch_size=8, max_steps=6,
+                log_every_n_steps=3, precision=Precision("fp16-mixed", initial_scale_power=8), callbacks=[HotPathProbe()])
+    for rank, windows in enumerate(read_hot_path(tmp_path, 2)):
+        for step in (2, 5):
+            window = windows[step]
+            assert window["syncs"] == 2 and all(w.startswith("loss_scaler.py") for w in window["where"]), (rank, window)
+            assert set(window["collectives"]) == {GRADIENT_KIND}, (rank, window["collectives"])
+
+
+def test_fp16_overflow_skips_the_step(tmp_path):
+    module = OverflowingGAN(bad_batch=2)
+    run_trainer(tmp_path, module, batch_size=16, max_steps=5, precision=Precision("fp16-mixed", initial_scale_power=8))
+    metrics = [r for r in read_metrics(str(tmp_path)) if "train/skipped_steps" in r]
+    assert [r["train/skipped_steps"] for r in metrics] == [0, 0, 1, 1, 1]
+    sums = dict(module.seen)
+    assert sums[2] == sums[1] and sums[3] != sums[2]  # the overflowing step left the weights alone
+    assert all(math.isfinite(s) for s in sums.values())
+
+
+def test_checkpoint_resume_of_a_manual_run_is_exact(tmp_path):
+    # Both optimizers' states (Adam moments) and both schedulers (stepped by the module) are saved.
+    def module():
+        return tiny_gan(scheduler=partial(torch.optim.lr_scheduler.StepLR, step_size=3, gamma=0.5))
+
+    def lrs(run_dir):
+        return [(r["train/lr/optimizer0"], r["train/lr/optimizer1"]) for r in read_metrics(str(run_dir))
+                if "train/lr/optimizer0" in r]
+
+    straight_losses, straight_state = gan_run(tmp_path / "straight", module=module())
+    gan_run(tmp_path / "first", module=module(), max_steps=4, checkpoint=dict(every_n_steps=4))
+    resumed_losses, resumed_state = gan_run(tmp_path / "resumed", module=module(),
+                                            resume=str(tmp_path / "first" / "checkpoints"))
+    assert resumed_losses == straight_losses[4:]
+    assert_close_states(resumed_state, straight_state, atol=0)
+    assert lrs(tmp_path / "resumed") == lrs(tmp_path / "straight")[4:] and lrs(tmp_path / "straight")[-1][0] == 1e-3 / 4
+
+
+def test_several_optimizers_need_manual_optimization():
+    first, second = (torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1) for _ in range(2))
+    for shape in ([first, second], ([first, second], []), [{"optimizer": first}, {"optimizer": second}]):
+        with pytest.raises(TypeError, match="2 optimizers.*self.automatic_optimization = False"):
+            split_optimizers(shape)
+        optimizers, configs = split_manual(shape)
+        assert optimizers == [first, second] and configs == []
+    scheduler = torch.optim.lr_scheduler.StepLR(second, 1)
+    optimizers, configs = split_manual(([first, second], [scheduler]))
+    assert [c.scheduler for c in configs] == [scheduler]
+    with pytest.raises(ValueError, match=r"keys \['interval'\] with manual optimization"):
+        split_manual([{"optimizer": first, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}])
+    with pytest.raises(ValueError, match="share a parameter"):
+        split_manual([first, torch.optim.SGD(first.param_groups[0]["params"], lr=0.1)])
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(accumulate_grad_batches=2), "accumulate_grad_batches=2.*accumulate by hand"),
+    (dict(gradient_clip_val=1.0), "gradient_clip_val=1.0 with manual optimization.*self.clip_gradients"),
+])
+def test_manual_optimization_refusals(tmp_path, args, message):
+    with pytest.raises(ValueError, match=message):
+        run_trainer(tmp_path, tiny_gan(), batch_size=8, max_steps=2, **args)
+
+
+def test_gan_recipe_runs_from_the_command_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "train.py", "recipe=gan", "trainer.max_steps=5", "trainer.log_every_n_steps=5",
+         f"hydra.run.dir={tmp_path}", "trainer.progress_bar=false"],
+        cwd=REPO, capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONPATH=REPO),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [r for r in read_metrics(str(tmp_path)) if "train/d_loss" in r]
+    assert len(rows) == 1 and rows[0]["train/g_loss"] > 0 and math.isfinite(rows[0]["train/d_loss"])
+
+
+def test_lr_monitor_logs_every_optimizer(tmp_path):
+    from trainer.callbacks import LearningRateMonitor
+
+    run_trainer(tmp_path, tiny_gan(), batch_size=16, max_steps=2, callbacks=[LearningRateMonitor()])
+    logged = {k for r in read_metrics(str(tmp_path)) for k in r}
+    assert {"lr/optimizer0/group0", "lr/optimizer1/group0", "train/lr/optimizer0", "train/lr/optimizer1"} <= logged
+
+
+def test_bf16_and_a_step_that_returns_nothing(tmp_path):
+    class Quiet(DigitsGAN):
+        def training_step(self, batch, batch_idx):
+            super().training_step(batch, batch_idx)  # steps both optimizers, returns nothing to log
+
+    run_trainer(tmp_path / "quiet", tiny_gan(Quiet), batch_size=16, max_steps=2)
+    assert all("train/d_loss" not in r for r in read_metrics(str(tmp_path / "quiet")))
+    losses, _ = gan_run(tmp_path / "bf16", max_steps=3, precision="bf16-mixed")
+    assert len(losses) == 3 and all(map(math.isfinite, sum(losses, ())))
+
+
+def test_manual_refusals_of_strategies_and_normalisation():
+    from types import SimpleNamespace
+
+    from trainer.manual_optimization import check_manual_setup
+
+    trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None, loss_normalization="samples")
+    plain = SimpleNamespace(owns_step=False, name="ddp", zero1=False)
+    two = [object(), object()]
+    check_manual_setup(trainer, plain, two)  # accepted
+    with pytest.raises(ValueError, match="strategy=pipeline runs each micro-batch's forward and backward itself"):
+        check_manual_setup(trainer, SimpleNamespace(owns_step=True, name="pipeline"), two)
+    with pytest.raises(ValueError, match="strategy.zero1=true with 2 optimizers"):
+        check_manual_setup(trainer, SimpleNamespace(owns_step=False, name="ddp", zero1=True), two)
+    with pytest.raises(ValueError, match="loss_normalization='tokens' with manual optimization"):
+        check_manual_setup(SimpleNamespace(**dict(vars(trainer), loss_normalization="tokens")), plain, two)
+
+
+def test_optimizers_and_lr_schedulers_read_under_automatic_optimization(tmp_path):
+    from helpers import Regressor
+
+    class Reading(Regressor):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+
+        def on_train_step_end(self, step, metrics):
+            self.read = (self.optimizers().param_groups[0]["lr"], self.lr_schedulers().last_epoch)
+
+        def training_step(self, batch, batch_idx):
+            with pytest.raises(RuntimeError, match=r"manual_backward\(\) is for manual optimization"):
+                self.manual_backward(torch.zeros(()))
+            return super().training_step(batch, batch_idx)
+
+    module = Reading()
+    run_trainer(tmp_path, module, max_steps=3)
+    assert module.read == (0.1 / 8, 3)
