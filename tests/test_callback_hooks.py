@@ -191,3 +191,39 @@ def test_checkpoint_hooks_add_to_the_checkpoint_and_get_it_back(tmp_path):
     fresh = CheckpointHooks()
     run_trainer(tmp_path / "fresh", Regressor(), max_steps=1, callbacks=[fresh])
     assert fresh.loaded is None  # nothing restored: not called
+
+
+def test_module_hooks_of_lightnings_shape_without_arguments_are_called(tmp_path):
+    # A LightningModule's on_train_epoch_end(self) / on_validation_end(self) take no argument; ours
+    # pass the epoch / the metrics. Both shapes are called; a wrong shape still raises.
+    from trainer.module_hooks import call_module_hook
+
+    class LightningShaped(Regressor):
+        def __init__(self):
+            super().__init__(num_samples=64, val_samples=16)
+            self.calls = []
+
+        def on_train_epoch_end(self):
+            self.calls.append(("epoch_end", self.current_epoch))
+
+        def on_validation_end(self):
+            self.calls.append(("validation_end", dict(self.trainer.callback_metrics).get("val/loss") is not None))
+
+    module = LightningShaped()
+    run_trainer(tmp_path, module, max_steps=-1, max_epochs=2, batch_size=32, num_sanity_val_steps=0)
+    assert module.calls == [("epoch_end", 0), ("epoch_end", 1), ("validation_end", True)]
+
+    class Ours(Regressor):
+        def on_train_epoch_end(self, epoch):
+            self.seen = epoch
+
+    ours = Ours()
+    call_module_hook(ours, "on_train_epoch_end", 3)
+    assert ours.seen == 3
+
+    class Wrong(Regressor):
+        def on_train_epoch_end(self, epoch, extra):
+            pass
+
+    with pytest.raises(TypeError):
+        call_module_hook(Wrong(), "on_train_epoch_end", 3)

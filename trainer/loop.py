@@ -37,6 +37,7 @@ from trainer.lr_scheduling import LRScheduling
 from trainer.manual_optimization import setup_optimizers
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.model_summary import count_local, summarize
+from trainer.module_hooks import call_module_hook
 from trainer.module_logging import LogCollector, merge_logged
 from trainer.optimizers import configure_optimizers
 from trainer.profiling import TraceWindow, WallClockBreakdown
@@ -303,7 +304,7 @@ class _Run:
                     self.validate()
                     validated_at = self.step
                 with self.module_logs.epoch_end_hooks():
-                    module.on_train_epoch_end(self.epoch)
+                    call_module_hook(module, "on_train_epoch_end", self.epoch)  # or Lightning's on_train_epoch_end()
                 if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
                     self.log({**epoch_logged, "epoch": self.epoch})
                     progress.note(epoch_logged)

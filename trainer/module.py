@@ -454,11 +454,13 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, nn.Module):
         steps and None otherwise (no host sync on the other steps)."""
 
     def on_validation_end(self, metrics: dict[str, float]) -> None:
-        """After a validation pass, with the metrics reduced over all ranks."""
+        """After a validation pass, with the metrics reduced over all ranks. Lightning's shape
+        ``on_validation_end(self)`` works too (trainer/module_hooks.py)."""
 
     def on_train_epoch_end(self, epoch: int) -> None:
         """After the last step of an epoch (only of an epoch that finished: a run that stops at
-        ``max_steps`` mid-epoch does not end that epoch)."""
+        ``max_steps`` mid-epoch does not end that epoch). Lightning's shape ``on_train_epoch_end(self)``
+        works too (trainer/module_hooks.py)."""
 
     def on_fit_end(self) -> None:
         """After training stops, on every rank."""

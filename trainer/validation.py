@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.module_hooks import call_module_hook
 from trainer.metrics import WeightedSums, format_metrics, split_step_output
 from trainer.module_logging import merge_logged
 from trainer.module import TrainModule
@@ -119,7 +120,7 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
     run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
-    module.on_validation_end(metrics)
+    call_module_hook(module, "on_validation_end", metrics)  # or Lightning's on_validation_end()
     run.callbacks.on_validation_end(run, metrics)
     return metrics
 

@@ -1,0 +1,34 @@
+"""Module hooks that pass an argument where Lightning's hook of the same name takes none.
+
+``on_train_epoch_end(epoch)`` and ``on_validation_end(metrics)`` give the module the epoch and the
+reduced metrics; a LightningModule overrides them as ``on_train_epoch_end(self)`` and
+``on_validation_end(self)``. Both shapes are honoured: an override that cannot take the argument
+but takes none is called without it (reading ``self.current_epoch`` / ``self.trainer.callback_metrics``
+as in Lightning). Any other mismatch raises Python's own TypeError at the call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_NO_ARGUMENT: dict[tuple[type, str], bool] = {}
+
+
+def call_module_hook(module: Any, hook: str, *args: Any) -> Any:
+    """``module.<hook>(*args)``, or ``module.<hook>()`` for an override of Lightning's shape."""
+    method = getattr(module, hook)
+    key = (type(module), hook)
+    if key not in _NO_ARGUMENT:
+        _NO_ARGUMENT[key] = bool(args) and _binds(method) and not _binds(method, *args)
+    return method() if _NO_ARGUMENT[key] else method(*args)
+
+
+def _binds(method: Any, *args: Any) -> bool:
+    try:
+        inspect.signature(method).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read: called as given
+        return not args
+    return True
