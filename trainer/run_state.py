@@ -105,9 +105,11 @@ class TrainerRunState:
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
-        """The run's optimizer as a one-item list (as the strategy set it up: ZeRO-1's wrapper);
-        [] before ``configure_optimizers`` ran."""
+        """The run's optimizers as a list (as the strategy set them up: ZeRO-1's wrapper): one item,
+        or several under manual optimization; [] before ``configure_optimizers`` ran."""
         optimizer = getattr(self._run, "optimizer", None)
+        if isinstance(optimizer, list):
+            return list(optimizer)
         return [optimizer] if optimizer is not None else []
 
     @property
