@@ -37,8 +37,9 @@ def run_evaluation(run: _Run, mode: str) -> Any:
     ``ckpt_path`` if given (its step too), then the pass."""
     if mode == "validate":
         require_validation_data(run)
-    else:  # the trainer keeps its progress (a checkpoint's step replaces it)
-        run.step, run.epoch = run.trainer.stored_progress()
+    # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
+    # of a ckpt_path's checkpoint replaces it.
+    run.step, run.epoch = run.trainer.stored_progress()
     load_for_evaluation(run)
     if mode == "validate":
         return run.validate()

@@ -245,7 +245,7 @@ class Trainer(TrainerRunState):
         self.enable_model_summary = enable_model_summary
         #: what the current fit / validate call loads: "last", "best", a path or None (``ckpt_path=``)
         self.ckpt_path: str | None = None
-        #: progress of the last fit / validate call (see the class docstring)
+        #: progress of the last fit (validate / test / predict keep it, or take their checkpoint's step)
         self.global_step = 0
         self.current_epoch = 0
         self.logged_metrics: dict[str, float] = {}
