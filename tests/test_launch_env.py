@@ -42,7 +42,7 @@ def test_nodelist_expansion():
 
 
 def test_local_rank_argument_is_removed_and_exported(monkeypatch):
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "0")  # restored after the test (the function exports its own)
     assert strip_local_rank_argument(["train.py", "--local-rank=1", "strategy=ddp"]) == ["train.py", "strategy=ddp"]
     import os
 

@@ -37,7 +37,10 @@ def world_size() -> int:
 
 def local_rank() -> int:
     """This process's rank on its node: the cluster environment's once the process group is set up
-    (``SLURM_LOCALID`` under ``srun``), else ``LOCAL_RANK`` (0 when unset)."""
+    (``SLURM_LOCALID`` under ``srun``), else ``LOCAL_RANK`` (0 when unset); 0 in one process
+    (whatever a stray ``LOCAL_RANK`` says)."""
+    if not is_distributed():
+        return 0
     if _environment is not None and _environment.launcher != "none" and is_distributed():
         return _environment.local_rank
     return int(os.environ.get("LOCAL_RANK", 0))
