@@ -42,7 +42,8 @@ def test_nodelist_expansion():
 
 
 def test_local_rank_argument_is_removed_and_exported(monkeypatch):
-    monkeypatch.setenv("LOCAL_RANK", "0")  # restored after the test (the function exports its own)
+    monkeypatch.setenv("LOCAL_RANK", "0")  # records "unset", so the export below is undone after the test
+    monkeypatch.delenv("LOCAL_RANK")
     assert strip_local_rank_argument(["train.py", "--local-rank=1", "strategy=ddp"]) == ["train.py", "strategy=ddp"]
     import os
 

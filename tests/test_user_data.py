@@ -333,8 +333,10 @@ def test_batch_size_default_and_bad_values():
 
 # ----- item 4: val_dataloader() ---------------------------------------------------------------------------------
 def test_val_dataloader_is_validated_on_with_its_own_batch_size(tmp_path):
-    run_trainer(tmp_path / "single", LoaderModule(batch_size=16, val_batch_size=5), max_steps=2)
-    run_trainer(tmp_path / "ddp", LoaderModule(batch_size=8, val_batch_size=5), strategy="ddp", devices=2, max_steps=2)
+    # (no sanity pass: its validation_step calls would be recorded too)
+    run_trainer(tmp_path / "single", LoaderModule(batch_size=16, val_batch_size=5), max_steps=2, num_sanity_val_steps=0)
+    run_trainer(tmp_path / "ddp", LoaderModule(batch_size=8, val_batch_size=5), strategy="ddp", devices=2, max_steps=2,
+                num_sanity_val_steps=0)
     val = lambda run: [r["val/loss"] for r in read_metrics(str(tmp_path / run)) if "val/loss" in r]  # noqa: E731
     assert len(val("single")) == 1
     torch.testing.assert_close(torch.tensor(val("ddp")), torch.tensor(val("single")), **TOL)
