@@ -395,3 +395,28 @@ def test_dead_rank_ends_the_job_and_is_named(tmp_path):
     assert not result.leftovers, result.leftovers
     steps = [r["step"] for r in read_metrics(str(tmp_path / "run"))]
     assert steps == [1, 2], steps  # it died in step 3
+
+
+def test_spawning_from_stdin_with_a_main_module_is_a_clear_error(tmp_path):
+    # Workers re-import __main__'s classes from the script file; a program read from stdin has none.
+    script = textwrap.dedent(f"""
+        import torch
+        from torch.utils.data import TensorDataset
+        from trainer import Trainer, TrainModule
+
+        class StdinModule(TrainModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(2, 1)
+
+            def training_step(self, batch, batch_idx):
+                return self.net(batch[0]).pow(2).mean()
+
+            def train_dataset(self):
+                return TensorDataset(torch.randn(8, 2))
+
+        Trainer(strategy="ddp", devices=2, max_steps=1, run_dir={str(tmp_path)!r}, progress_bar=False).fit(StdinModule())
+    """)
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode != 0
+    assert "no script file to import them from" in done.stderr and "FileNotFoundError" not in done.stderr

@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -199,6 +200,21 @@ def _restore_signals(previous: dict[int, Any]) -> None:
         signal.signal(number, handler)
 
 
+def _refuse_unimportable_main(payload: bytes, nprocs: int) -> None:
+    """Spawned workers rebuild classes defined in ``__main__`` by running the main script again: from
+    stdin, ``python -c`` or an interactive session there is no script, and each worker would die with
+    a FileNotFoundError deep in multiprocessing. Say so before any worker starts."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if b"__main__" in payload and not (path and os.path.isfile(path)):
+        raise RuntimeError(
+            f"devices={nprocs} starts {nprocs} worker processes, which import the classes passed to the Trainer; "
+            "some are defined in __main__, and this program has no script file to import them from (stdin, "
+            "python -c, a notebook or an interactive session). Put the module (and callbacks) in a .py file and "
+            "import it, or run a script (python my_script.py, torchrun my_script.py)"
+        )
+
+
 def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) -> Any:
     """Run ``fn(*args)`` in ``nprocs`` new processes on this machine and return rank 0's result.
 
@@ -211,6 +227,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     # Plain pickle, not multiprocessing's: torch's multiprocessing pickler would move every tensor
     # (the module's weights) into shared memory, and all ranks would then update one copy.
     payload = pickle.dumps((fn, args))
+    _refuse_unimportable_main(payload, nprocs)
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     failures = context.SimpleQueue()
