@@ -347,3 +347,21 @@ def test_fsdp_lockstep_validation_collects_logged_values(tmp_path):
     (_, _, [one]), (_, _, [fsdp]) = _logged(tmp_path / "one"), _logged(tmp_path / "fsdp")
     assert fsdp["val_q"] == pytest.approx(one["val_q"], abs=TOLERANCE)
     assert fsdp["val_q_sum"] == pytest.approx(one["val_q_sum"], abs=1e-5)
+
+
+def test_batch_size_weights_the_epoch_mean(tmp_path):
+    # self.log(..., batch_size=n) weighs the value by n, not by the batch's real sample count: logging
+    # the constant batch_idx with batch_size = batch_idx + 1 gives sum(i (i+1)) / sum(i + 1) over the epoch.
+    class Weighted(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log("idx_weighted", float(batch_idx), on_step=False, on_epoch=True, batch_size=batch_idx + 1)
+            self.log("idx_plain", float(batch_idx), on_step=False, on_epoch=True)
+            x, y = batch
+            return F.mse_loss(self(x), y)
+
+    run_trainer(tmp_path, Weighted(num_samples=128), batch_size=32, max_epochs=1, max_steps=-1)
+    (record,) = [r for r in read_metrics(str(tmp_path)) if "idx_weighted" in r]  # one epoch end
+    indices = range(4)
+    weighted = sum(i * (i + 1) for i in indices) / sum(i + 1 for i in indices)
+    assert record["idx_weighted"] == pytest.approx(weighted, abs=TOLERANCE)
+    assert record["idx_plain"] == pytest.approx(sum(indices) / 4, abs=TOLERANCE)  # equal batches: plain mean
