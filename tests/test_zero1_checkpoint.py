@@ -95,6 +95,9 @@ def _worker(rank, port, root, fmt):
         report = {"shard": _state_bytes(zero.optim), "user_optimizer_after_save": 0}
         report["save_peak"] = _peak_allocated(lambda: manager.save(run))
         report["user_optimizer_after_save"] = _state_bytes(optimizer)  # the old hooks left the full state there
+        # Rank 0 commits in a background thread: the other rank may only look for `latest` after it landed.
+        manager.finish()
+        dist.barrier()
         names = {p: n for n, p in model.named_parameters()}
         torch.save({names[p]: dict(s) for p, s in zero.optim.state.items()}, os.path.join(root, f"owned{rank}.pt"))
         # Load into a fresh model and optimizer (another learning rate: the checkpoint's must win).
