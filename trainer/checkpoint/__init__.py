@@ -1,6 +1,20 @@
 """Checkpoints: full and sharded formats, atomic commits, exact resume (see ``layout.py``).
 
 ``python -m trainer.checkpoint consolidate PATH OUT`` turns a checkpoint into one file of full weights.
+
+Files, one job each:
+
+- ``config.py``: what to checkpoint, when, how many to keep (``CheckpointConfig``, the config group).
+- ``manager.py``: ``CheckpointManager``, saving and restoring a run: triggers, signals, async writes,
+  rank 0's background commit.
+- ``loading.py``: reading a checkpoint into a model: ``load_file``, ``load_training_state``,
+  ``load_weights`` (``trainer.init_from``), ``CheckpointError``.
+- ``layout.py``: where checkpoints live on disk, the atomic commit, ``latest``, retention.
+- ``integrity.py``: the files (and sizes) a committed checkpoint holds, checked before a load.
+- ``state.py``: model / optimizer state in a layout-free form, and this rank's RNG states.
+- ``zero1_state.py``: ZeRO-1 optimizer state, each rank saving and loading the part it owns.
+- ``resume.py``: which checkpoint a run resumes from, and putting the loop back at its position.
+- ``consolidate.py`` / ``__main__.py``: one file of full weights from any checkpoint.
 """
 
 from trainer.checkpoint.config import CheckpointConfig

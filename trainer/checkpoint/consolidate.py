@@ -25,7 +25,7 @@ def full_weights(path: str) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from trainer.checkpoint.manager import CheckpointError, load_file
+    from trainer.checkpoint.loading import CheckpointError, load_file
 
     checkpoint = layout.resolve(path, path)
     if checkpoint is None:

@@ -69,7 +69,7 @@ def problem(path: str, marker: dict[str, Any] | None = None) -> str | None:
 
 def verify(path: str, marker: dict[str, Any] | None = None) -> None:
     """Raise a :class:`CheckpointError` naming the damaged file of the checkpoint at ``path``."""
-    from trainer.checkpoint.manager import CheckpointError
+    from trainer.checkpoint.loading import CheckpointError
 
     marker = layout.read_marker(path) if marker is None else marker
     if FILES not in marker:
@@ -84,7 +84,7 @@ def resolve(resume: str, root: str) -> str | None:
     """``layout.resolve`` that never returns a damaged checkpoint. ``auto`` skips damaged ones (a
     warning names the file) for the newest intact one; if every checkpoint is damaged, or an explicit
     ``trainer.resume`` names a damaged one, raises a :class:`CheckpointError`."""
-    from trainer.checkpoint.manager import CheckpointError
+    from trainer.checkpoint.loading import CheckpointError
 
     path = layout.resolve(resume, root)
     if path is None:

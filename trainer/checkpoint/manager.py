@@ -27,14 +27,8 @@ import torch
 from trainer import distributed
 from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
-from trainer.checkpoint.state import (
-    describe_mismatch,
-    expected_shapes,
-    get_rng_state,
-    get_training_state,
-    set_rng_state,
-    set_training_state,
-)
+from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
+from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
 from trainer.loggers.redact import redact_secrets
 from trainer.rank_logging import rank_zero_warn
 
@@ -43,21 +37,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 SIGNALS = ("SIGTERM", "SIGUSR1")
 
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be read or does not fit the model; the message names the file."""
-
-
-def load_file(path: str) -> Any:
-    """``torch.load`` with ``weights_only=True`` (no code runs from the file), with errors that
-    name the file."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no such file")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # zip / unpickling errors come in many types
-        raise CheckpointError(f"{path}: cannot be read ({type(error).__name__}: {error}); the file is truncated, "
-                              "corrupt, or not a weights-only torch file") from None
+# Read here, and imported from here by callers (their import path since before loading.py existed).
+__all__ = ["CheckpointError", "CheckpointManager", "load_file", "load_training_state", "load_weights"]
 
 
 def _copy_tensors(tree: Any) -> Any:
@@ -329,98 +310,3 @@ class CheckpointManager:
             log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
                      "rank), not restored", marker["world_size"], distributed.world_size(), seed, progress["step"])
         return progress
-
-
-def load_training_state(
-    path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False,
-    strategy: Any = None,
-) -> None:
-    """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
-    clear error if the checkpoint belongs to another model. A collective. ``part_of_model``: this
-    rank holds only some of the model's layers (pipeline stages), so other names are expected.
-    ``strategy``: the run's, for optimizers that keep their state elsewhere (ZeRO-1)."""
-    import torch.distributed.checkpoint as dcp
-
-    if part_of_model and fmt == "full":
-        raise CheckpointError(f"{path}: a full-format checkpoint cannot be loaded into pipeline stages yet; "
-                              "save with checkpoint.format=sharded, or consolidate it and use trainer.init_from")
-
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-    expected = expected_shapes(module)
-    if fmt == "full":
-        file = os.path.join(path, "model_optim.pt")
-        state, problem = {"model": {}, "optim": {}}, None
-        if distributed.rank() == 0:  # read once, on rank 0; the others receive their shards
-            try:
-                state = load_file(file)
-                problem = describe_mismatch(expected, {k: tuple(v.shape) for k, v in state["model"].items()})
-            except CheckpointError as error:
-                problem = str(error)
-        problem = distributed.broadcast_object(problem)
-        if problem:
-            raise CheckpointError(problem if problem.startswith(file) else f"{file} does not fit the model: {problem}")
-        if optimizer is None:
-            state.pop("optim", None)
-        set_training_state(module, optimizer, state, full=True, strategy=strategy)
-        return
-    folder = os.path.join(path, "model_optim")
-    try:
-        metadata = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
-    except Exception as error:
-        raise CheckpointError(f"{folder}: cannot read the checkpoint metadata ({type(error).__name__}: {error})") from None
-    found = {k[len("model."):]: tuple(v.size) for k, v in metadata.items() if k.startswith("model.") and hasattr(v, "chunks")}
-    if part_of_model:  # the other stages' layers are in the checkpoint too
-        found = {name: shape for name, shape in found.items() if name in expected}
-    problem = describe_mismatch(expected, found)
-    if problem:
-        raise CheckpointError(f"{folder} does not fit the model: {problem}")
-    state = get_training_state(module, optimizer, full=False, strategy=strategy)
-    try:
-        dcp.load(state, checkpoint_id=folder, no_dist=not distributed.is_distributed())
-    except Exception as error:
-        raise CheckpointError(f"{folder}: cannot be loaded ({type(error).__name__}: {error})") from None
-    set_training_state(module, optimizer, state, full=False, strategy=strategy)
-
-
-def load_weights(file: str, module: torch.nn.Module, part_of_model: bool = False) -> None:
-    """``trainer.init_from``: start from the full state dict in ``file`` (``{name: tensor}``, or a
-    dict with a "model" entry). Read once, on rank 0, and broadcast / scattered into each rank's
-    shards: never read by every rank, never a full copy per rank under FSDP. A collective.
-    ``part_of_model``: this rank holds only some layers (pipeline stages); it takes its own names
-    from the file (each must be there) and skips the others'."""
-    expected = expected_shapes(module)
-    weights, found, problem = {}, {}, None
-    if distributed.rank() == 0:
-        try:
-            loaded = load_file(file)
-            weights = loaded["model"] if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict) else loaded
-            found = {k: tuple(v.shape) for k, v in weights.items()}
-        except CheckpointError as error:
-            problem = str(error)
-    if part_of_model:  # every stage checks its own names against the file's (names and shapes only)
-        found, problem = distributed.broadcast_object((found, problem))
-        if problem is None:
-            mine = describe_mismatch(expected, {k: v for k, v in found.items() if k in expected})
-            problem = next((f"{file} does not fit the model: {p} (on rank {r})"
-                            for r, p in enumerate(distributed.all_gather_object(mine)) if p), None)
-    else:
-        if problem is None and distributed.rank() == 0:
-            problem = describe_mismatch(expected, found)
-            problem = problem and f"{file} does not fit the model: {problem}"
-        problem = distributed.broadcast_object(problem)
-    if problem:
-        raise CheckpointError(f"trainer.init_from: {problem}")
-    if part_of_model and distributed.is_distributed():
-        # Stages hold different names (torch's broadcast_from_rank0 wants the same everywhere):
-        # rank 0 sends the file's tensors one at a time, each rank keeps its own stages' tensors.
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        mine = {}
-        for name in found:
-            tensor = distributed.broadcast_object(weights[name] if distributed.rank() == 0 else None)
-            if name in expected:
-                mine[name] = tensor
-        set_model_state_dict(module, mine, options=StateDictOptions(full_state_dict=True))
-    else:
-        set_training_state(module, None, {"model": weights}, full=True)
-    log.info("initialised the weights from %s", file)
