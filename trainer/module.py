@@ -73,6 +73,8 @@ from torch import nn
 
 from trainer.run_state import ModuleRunState
 from trainer.manual_optimization import ManualOptimizationHooks
+from trainer.module_log_api import ModuleLogMethods
+from trainer.lightning_hooks import LIGHTNING_HOOKS, refuse_unknown_hooks  # noqa: F401  (their old import path)
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
@@ -80,46 +82,16 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
-
-#: Lightning's hooks (LightningModule and Callback) that this trainer does not call. A subclass that
-#: defines one expects it to run: ``refuse_unknown_hooks`` makes that an error (issue 12: no hook is
-#: silently ignored). A name stops being refused as soon as the base class defines it.
-LIGHTNING_HOOKS = (
-    "setup", "teardown", "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_batch_start",
-    "on_train_batch_end", "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end",
-    "on_validation_batch_start", "on_validation_batch_end", "on_validation_model_eval", "on_validation_model_train",
-    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
-    "on_save_checkpoint", "on_load_checkpoint", "on_exception", "on_sanity_check_start", "on_sanity_check_end",
-    "on_before_batch_transfer", "on_after_batch_transfer", "transfer_batch_to_device", "backward",
-    "optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping",
-    "configure_callbacks", "training_epoch_end", "validation_epoch_end", "training_step_end", "validation_step_end",
-    "on_epoch_start", "on_epoch_end", "test_step", "test_dataloader", "on_test_start", "on_test_end",
-    "on_test_epoch_start", "on_test_epoch_end", "on_test_batch_start", "on_test_batch_end", "predict_step",
-    "predict_dataloader", "on_predict_start", "on_predict_end", "on_predict_epoch_start", "on_predict_epoch_end",
-    "on_predict_batch_start", "on_predict_batch_end",
-)
-
-
-def refuse_unknown_hooks(obj: Any, base: type, kind: str) -> None:
-    """An error if ``obj``'s class defines a Lightning hook that ``base`` (TrainModule, Callback) lacks."""
-    unknown = [name for name in LIGHTNING_HOOKS if not hasattr(base, name) and callable(getattr(type(obj), name, None))]
-    if unknown:
-        hooks = sorted(name for name in dir(base) if name.startswith("on_") and callable(getattr(base, name)))
-        raise TypeError(
-            f"{type(obj).__name__} defines {', '.join(n + '()' for n in unknown)}, which the trainer never calls "
-            f"(a Lightning hook it does not have); the {kind} hooks are {', '.join(hooks)}: move that code into one "
-            "of them (where each fires: the docstring of trainer/module.py)"
-        )
 SchedulerFactory = Callable[..., Any]
 
 
-class TrainModule(ModuleRunState, ManualOptimizationHooks, nn.Module):
+class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.Module):
     """Base class for what is trained: a model plus its steps, optimizer and data.
 
     ``self.automatic_optimization = False`` (in ``__init__``): ``training_step`` steps the optimizers
     itself with ``self.optimizers()``, ``self.manual_backward(loss)``, ``self.clip_gradients(...)``,
     ``self.lr_schedulers()`` and ``self.no_backward_sync()`` (Lightning's manual optimization; see
-    trainer/manual_optimization.py).
+    trainer/manual_optimization.py). ``self.log`` / ``self.log_dict``: trainer/module_log_api.py.
 
     Args:
         optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
@@ -329,57 +301,6 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, nn.Module):
         """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``).
         Tensors in it are moved to the CPU and gathered to rank 0."""
         return self(batch)
-    # ----- logging (trainer/module_logging.py) ---------------------------------------------------------
-    def log(self, name: str, value: Any, on_step: bool | None = None, on_epoch: bool | None = None,
-            prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool | None = None,
-            batch_size: int | None = None, rank_zero_only: bool = False, enable_graph: bool = False,
-            add_dataloader_idx: bool = True, sync_dist_group: Any = None, metric_attribute: str | None = None) -> None:
-        """Log ``value`` (a Python number or a one-element tensor) under ``name``, kept as given (no
-        prefix), from ``training_step``, ``validation_step``, ``test_step``, ``on_before_optimizer_step``
-        or ``on_train_epoch_end``. As Lightning's: ``on_step`` (default True in training steps) writes
-        it on logging steps (every ``log_every_n_steps``), ``on_epoch`` (default True elsewhere)
-        aggregates it over the epoch / the evaluation run; both: ``name_step`` and ``name_epoch``.
-        ``reduce_fx``: "mean" (weighted by ``batch_size``, default the batch's real samples), "sum",
-        "max", "min". ``sync_dist`` (default True, Lightning's is False): reduced exactly over the
-        ranks; False: this rank's value (rank 0's is written). ``prog_bar``: shown in the progress
-        bar; ``logger=False``: only in ``trainer.callback_metrics`` (and the hooks' metrics).
-        ``rank_zero_only=True``: logged by rank 0 alone (not synced). ``add_dataloader_idx`` has no
-        effect (one dataloader per stage); ``enable_graph=True``, ``sync_dist_group`` and
-        ``metric_attribute`` are refused (values are detached and reduced over the data-parallel
-        ranks; metric objects are not logged)."""
-        if enable_graph is not False:
-            raise ValueError(f"self.log({name!r}, enable_graph={enable_graph!r}): logged values are detached; "
-                             "remove enable_graph")
-        if sync_dist_group is not None:
-            raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over the data-parallel "
-                             "ranks; remove sync_dist_group")
-        if metric_attribute is not None:
-            raise ValueError(f"self.log({name!r}, metric_attribute={metric_attribute!r}): metric objects are not "
-                             "logged here; log the metric's computed value")
-        if not isinstance(add_dataloader_idx, bool) or not isinstance(rank_zero_only, bool):
-            raise TypeError(f"self.log({name!r}): add_dataloader_idx and rank_zero_only take True or False")
-        if rank_zero_only and sync_dist:
-            raise ValueError(f"self.log({name!r}, rank_zero_only=True, sync_dist=True): a value logged by rank 0 "
-                             "alone cannot be reduced over the ranks; drop sync_dist")
-        collector = getattr(self, "_log_collector", None)
-        if collector is None:
-            raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "
-                               "validated or tested")
-        from trainer import distributed
-
-        if rank_zero_only and distributed.rank() != 0:
-            return
-        collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
-                      reduce_fx=reduce_fx, sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
-                      batch_size=batch_size)
-
-    def log_dict(self, dictionary: Any, **options: Any) -> None:
-        """``self.log(name, value, **options)`` for each item of ``dictionary``."""
-        if not hasattr(dictionary, "items"):
-            raise TypeError(f"self.log_dict takes a mapping of name -> value, got {type(dictionary).__name__}")
-        for name, value in dictionary.items():
-            self.log(name, value, **options)
-
     # ----- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         """The optimizer and its learning-rate schedulers. Return one of (Lightning's single-optimizer shapes):

@@ -93,7 +93,7 @@ def _caller() -> str:
     """The hook (``on_...`` / ``..._step``) that called ``self.log``, maybe through helpers, else the
     user's function that did (for error messages)."""
     frame = sys._getframe(1)
-    ours = (os.path.join("trainer", "module_logging.py"), os.path.join("trainer", "module.py"))
+    ours = (os.path.join("trainer", "module_logging.py"), os.path.join("trainer", "module_log_api.py"))
     while frame is not None and frame.f_code.co_filename.endswith(ours):
         frame = frame.f_back
     user = frame.f_code.co_name if frame is not None else "?"

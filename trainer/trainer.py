@@ -16,28 +16,19 @@ from trainer.lightning_names import check_precision, precision_name, resolve_dev
 from trainer.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.entry_points import launch_result, remember_fitted, resolve_call
-from trainer.module import TrainModule, refuse_unknown_hooks
+from trainer.lightning_hooks import refuse_unknown_hooks
+from trainer.module import TrainModule
 from trainer.precision import Precision
 from trainer.rank_logging import rank_zero_warn
 from trainer.run_state import TrainerRunState
 from trainer import run_limits
 from trainer.strategies import Strategy, resolve_strategy
+from trainer.trainer_arguments import check_arguments, profile_options
+from trainer.trainer_arguments import is_int as _is_int, require as _require
 from trainer.user_loader import DEFAULT_BATCH_SIZE
 from trainer.weights_return import receive_result, refuse_stale_module
 
 log = logging.getLogger(__name__)
-
-LOSS_NORMALIZATIONS = ("samples", "tokens")
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
 
 class Trainer(TrainerRunState):
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
@@ -185,56 +176,20 @@ class Trainer(TrainerRunState):
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
         precision = precision_name(precision)
-        _require(_is_int(devices) and devices >= 1, f"trainer.devices must be an integer >= 1, got {devices!r} (or 'auto')")
-        _require(_is_int(num_nodes) and num_nodes >= 1, f"trainer.num_nodes must be an integer >= 1, got {num_nodes!r}")
-        _require(batch_size is None or (_is_int(batch_size) and batch_size >= 1),
-                 f"data.batch_size must be an integer >= 1, got {batch_size!r} (or null: the train loader's)")
-        _require(
-            _is_int(accumulate_grad_batches) and accumulate_grad_batches >= 1,
-            f"trainer.accumulate_grad_batches must be an integer >= 1, got {accumulate_grad_batches!r}",
+        check_arguments(
+            devices=devices, num_nodes=num_nodes, batch_size=batch_size, accumulate_grad_batches=accumulate_grad_batches,
+            max_steps=max_steps, max_epochs=max_epochs, log_every_n_steps=log_every_n_steps,
+            val_every_n_steps=val_every_n_steps, gradient_clip_val=gradient_clip_val,
+            loss_normalization=loss_normalization, num_workers=num_workers, drop_last=drop_last,
+            pin_memory=pin_memory, collective_timeout_s=collective_timeout_s, resume=resume, init_from=init_from,
+            nonfinite_loss=nonfinite_loss,
         )
-        _require(_is_int(max_steps) and (max_steps == -1 or max_steps >= 1), f"trainer.max_steps must be -1 or >= 1, got {max_steps!r}")
-        _require(max_epochs is None or (_is_int(max_epochs) and max_epochs >= 1), f"trainer.max_epochs must be None or >= 1, got {max_epochs!r}")
-        _require(_is_int(log_every_n_steps) and log_every_n_steps >= 1, f"trainer.log_every_n_steps must be >= 1, got {log_every_n_steps!r}")
-        _require(
-            val_every_n_steps is None or (_is_int(val_every_n_steps) and val_every_n_steps >= 1),
-            f"trainer.val_every_n_steps must be None or >= 1, got {val_every_n_steps!r}",
-        )
-        _require(
-            gradient_clip_val is None or gradient_clip_val > 0,
-            f"trainer.gradient_clip_val must be None or > 0, got {gradient_clip_val!r}",
-        )
-        _require(
-            loss_normalization in LOSS_NORMALIZATIONS,
-            f"trainer.loss_normalization={loss_normalization!r} is not one of {LOSS_NORMALIZATIONS}",
-        )
-        _require(num_workers is None or (_is_int(num_workers) and num_workers >= 0),
-                 f"data.num_workers must be >= 0, got {num_workers!r} (or null: the train loader's)")
-        for name, flag in (("drop_last", drop_last), ("pin_memory", pin_memory)):
-            _require(flag is None or isinstance(flag, bool), f"data.{name} must be true, false or null (unset), got {flag!r}")
-        _require(collective_timeout_s > 0, f"trainer.collective_timeout_s must be > 0, got {collective_timeout_s!r}")
-
-        _require(
-            resume is None or resume == "auto" or os.path.exists(resume),
-            f"trainer.resume={resume!r} does not exist; give auto, a checkpoint directory or a directory of checkpoints",
-        )
-        _require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
-        _require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
         self.sync_batchnorm = sync_batchnorm
         self.precision = Precision.from_any(precision)
         self.activation_checkpointing = activation_checkpointing
         self.compile = compile
         self.nonfinite_loss = nonfinite_loss
-        self.profile = {"wall_clock_breakdown": False, "trace_steps": None, "comms_steps": None, **dict(profile or {})}
-        unknown = sorted(set(self.profile) - {"wall_clock_breakdown", "trace_steps", "comms_steps"})
-        _require(not unknown, f"unknown trainer.profile option(s) {unknown}; known: wall_clock_breakdown, trace_steps, comms_steps")
-        for key in ("trace_steps", "comms_steps"):
-            steps = self.profile[key]
-            _require(
-                steps is None or (len(steps) == 2 and all(_is_int(s) for s in steps) and 1 <= steps[0] <= steps[1]),
-                f"trainer.profile.{key}={steps!r}: give [first, last] with 1 <= first <= last, or null",
-            )
-            self.profile[key] = None if steps is None else tuple(steps)
+        self.profile = profile_options(profile)
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from

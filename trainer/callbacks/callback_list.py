@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 from trainer import distributed
 from trainer.callbacks.base import Callback
 from trainer.callbacks.hook_shapes import check_hook_shapes
-from trainer.module import refuse_unknown_hooks
+from trainer.lightning_hooks import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
 
