@@ -9,19 +9,11 @@ import pytest
 import torch
 
 from helpers import Regressor, fit
+from same_training import assert_same_training
 
 pytestmark = pytest.mark.timeout(240)
 TOL = dict(rtol=1e-5, atol=1e-6)
-
-
-def assert_same_training(a, b):
-    losses_a, params_a = a
-    losses_b, params_b = b
-    assert len(losses_a) == len(losses_b) == 8
-    torch.testing.assert_close(torch.tensor(losses_a), torch.tensor(losses_b), **TOL)
-    assert params_a.keys() == params_b.keys()
-    for name in params_a:
-        torch.testing.assert_close(params_a[name], params_b[name], **TOL, msg=f"parameter {name} differs")
+STEPS = 8  # helpers.fit's default max_steps
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +30,7 @@ def test_training_changes_parameters(single_16, tmp_path):
 
 
 def test_ddp_two_ranks_equals_one_process(single_16, tmp_path):
-    assert_same_training(fit(tmp_path, strategy="ddp", devices=2, batch_size=8), single_16)
+    assert_same_training(fit(tmp_path, strategy="ddp", devices=2, batch_size=8), single_16, steps=STEPS, tol=TOL)
 
 
 def test_accumulation_on_two_ranks_equals_big_batch(tmp_path):
@@ -46,11 +38,11 @@ def test_accumulation_on_two_ranks_equals_big_batch(tmp_path):
     # of the epoch is short (200 = 6 x 32 + 8), so the exact weighting of short windows is covered.
     single = fit(tmp_path / "single", batch_size=32, max_steps=8)
     ddp = fit(tmp_path / "ddp", strategy="ddp", devices=2, batch_size=4, accumulate_grad_batches=4, max_steps=8)
-    assert_same_training(ddp, single)
+    assert_same_training(ddp, single, steps=STEPS, tol=TOL)
 
 
 def test_accumulation_in_one_process_equals_big_batch(single_16, tmp_path):
-    assert_same_training(fit(tmp_path, batch_size=4, accumulate_grad_batches=4), single_16)
+    assert_same_training(fit(tmp_path, batch_size=4, accumulate_grad_batches=4), single_16, steps=STEPS, tol=TOL)
 
 
 def test_zero1_equals_ddp_adamw(tmp_path):
@@ -58,7 +50,7 @@ def test_zero1_equals_ddp_adamw(tmp_path):
     plain = fit(tmp_path / "single", module(), batch_size=16)
     zero1 = fit(tmp_path / "zero1", module(), strategy=__import__("trainer.strategies.ddp", fromlist=["x"]).DDPStrategy(zero1=True),
                 devices=2, batch_size=8)
-    assert_same_training(zero1, plain)
+    assert_same_training(zero1, plain, steps=STEPS, tol=TOL)
 
 
 def test_non_final_micro_batches_skip_the_all_reduce(tmp_path):
@@ -74,6 +66,6 @@ def test_non_final_micro_batches_skip_the_all_reduce(tmp_path):
 def test_gradient_clipping_matches_single_process(single_16, tmp_path):
     single = fit(tmp_path / "single", batch_size=16, gradient_clip_val=0.05)
     ddp = fit(tmp_path / "ddp", strategy="ddp", devices=2, batch_size=8, gradient_clip_val=0.05)
-    assert_same_training(ddp, single)
+    assert_same_training(ddp, single, steps=STEPS, tol=TOL)
     with pytest.raises(AssertionError):  # clipping really changed the training
-        assert_same_training(single, single_16)
+        assert_same_training(single, single_16, steps=STEPS, tol=TOL)

@@ -11,23 +11,13 @@ import pytest
 import torch
 
 from helpers import BlockRegressor, fit
+from same_training import assert_same_training
 from trainer import Trainer
 from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)
 STEPS = 20
-
-
-def assert_same_training(a, b, steps=STEPS):
-    losses_a, params_a = a
-    losses_b, params_b = b
-    assert len(losses_a) == len(losses_b) == steps
-    torch.testing.assert_close(torch.tensor(losses_a), torch.tensor(losses_b), **TOL)
-    assert params_a.keys() == params_b.keys()
-    for name in params_a:
-        assert not hasattr(params_a[name], "placements"), f"{name} is a DTensor, not a full tensor"
-        torch.testing.assert_close(params_a[name], params_b[name], **TOL, msg=f"parameter {name} differs")
 
 
 def run(path, strategy="ddp", devices=2, batch_size=8, module=None, **options):
@@ -50,27 +40,28 @@ def test_reference_trains(ddp_reference):
 
 @pytest.mark.parametrize("sharding", ["full", "grad_op", "no_shard"])
 def test_sharding_mode_equals_ddp(ddp_reference, tmp_path, sharding):
-    assert_same_training(run(tmp_path, FSDPStrategy(sharding=sharding)), ddp_reference)
+    assert_same_training(run(tmp_path, FSDPStrategy(sharding=sharding)), ddp_reference, steps=STEPS, tol=TOL)
 
 
 def test_hybrid_two_by_two_equals_ddp(ddp_reference, tmp_path):
     # 4 ranks x 4 samples = the same global batch of 16; shard within pairs, replicate across.
     hybrid = run(tmp_path, FSDPStrategy(sharding="hybrid", shard_size=2), devices=4, batch_size=4)
-    assert_same_training(hybrid, ddp_reference)
+    assert_same_training(hybrid, ddp_reference, steps=STEPS, tol=TOL)
 
 
 @pytest.mark.parametrize("sync_every_microbatch", [False, True])
 def test_accumulation_equals_big_batch(ddp_reference, tmp_path, sync_every_microbatch):
     # 2 ranks x 2 micro-batches x 4 samples = 16, with or without a reduce-scatter per micro-batch.
     strategy = FSDPStrategy(sync_every_microbatch=sync_every_microbatch)
-    assert_same_training(run(tmp_path, strategy, batch_size=4, accumulate_grad_batches=2), ddp_reference)
+    accumulated = run(tmp_path, strategy, batch_size=4, accumulate_grad_batches=2)
+    assert_same_training(accumulated, ddp_reference, steps=STEPS, tol=TOL)
 
 
 def test_clipping_norm_equals_one_process(tmp_path):
     # A small clip value so that every step is clipped: the norm must be the global one.
     single = run(tmp_path / "single", "single", devices=1, batch_size=16, gradient_clip_val=0.05)
     sharded = run(tmp_path / "fsdp", FSDPStrategy(), gradient_clip_val=0.05)
-    assert_same_training(sharded, single)
+    assert_same_training(sharded, single, steps=STEPS, tol=TOL)
     from helpers import read_metrics
 
     norms = {name: [r["train/grad_norm"] for r in read_metrics(str(tmp_path / name))] for name in ("single", "fsdp")}
@@ -81,7 +72,7 @@ def test_clipping_norm_equals_one_process(tmp_path):
 def test_meta_init_matches_eager(tmp_path):
     eager = run(tmp_path / "eager", FSDPStrategy())
     meta = run(tmp_path / "meta", FSDPStrategy(meta_init=True))
-    assert_same_training(meta, eager)
+    assert_same_training(meta, eager, steps=STEPS, tol=TOL)
 
 
 def test_validation_is_exact_with_uneven_shards(tmp_path):
@@ -158,11 +149,11 @@ def test_cpu_offload_on_gpu_equals_no_offload(tmp_path):
     # Runs on a GPU machine only: shards and optimizer state live in CPU memory.
     plain = run(tmp_path / "plain", FSDPStrategy(accelerator="cuda"), devices=1, batch_size=16)
     offload = run(tmp_path / "offload", FSDPStrategy(accelerator="cuda", cpu_offload=True), devices=1, batch_size=16)
-    assert_same_training(offload, plain)
+    assert_same_training(offload, plain, steps=STEPS, tol=TOL)
 
 
 def test_one_process_still_shards_and_matches_single(tmp_path):
     # strategy=fsdp with one device: a 1-rank mesh, so the FSDP policies still apply.
     single = run(tmp_path / "single", "single", devices=1, batch_size=16)
     alone = run(tmp_path / "fsdp", FSDPStrategy(), devices=1, batch_size=16)
-    assert_same_training(alone, single)
+    assert_same_training(alone, single, steps=STEPS, tol=TOL)

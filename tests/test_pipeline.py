@@ -10,22 +10,13 @@ import pytest
 import torch
 
 from helpers import BlockRegressor, fit, read_metrics
+from same_training import assert_same_training
 from trainer.strategies.pipeline import PipelineStrategy, partition_layers
 
 pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)
 STEPS = 15
 GLOBAL_BATCH = 16
-
-
-def assert_same_training(a, b):
-    losses_a, params_a = a
-    losses_b, params_b = b
-    assert len(losses_a) == len(losses_b) == STEPS
-    torch.testing.assert_close(torch.tensor(losses_a), torch.tensor(losses_b), **TOL)
-    assert params_a.keys() == params_b.keys()
-    for name in params_a:
-        torch.testing.assert_close(params_a[name], params_b[name], **TOL, msg=f"parameter {name} differs")
 
 
 def run(path, strategy="single", devices=1, batch_size=GLOBAL_BATCH, **options):
@@ -72,7 +63,7 @@ def test_partition():
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_two_stages_equal_one_process(single, tmp_path, schedule):
     piped = run(tmp_path, PipelineStrategy(schedule=schedule, microbatches=4), devices=2)
-    assert_same_training(piped, single[0])
+    assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
     # validation (every 5 steps, 20 samples: a short last batch padded inside the pipeline)
     assert len(val_losses(tmp_path)) == 3
     assert_same_grad_norms(tmp_path, single[1])
@@ -85,12 +76,13 @@ def test_two_stages_equal_one_process(single, tmp_path, schedule):
 def test_interleaved_equals_one_process(single, tmp_path, schedule):
     # 2 ranks x 2 virtual stages: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
     strategy = PipelineStrategy(schedule=schedule, microbatches=4, partition="uniform")
-    assert_same_training(run(tmp_path, strategy, devices=2), single[0])
+    assert_same_training(run(tmp_path, strategy, devices=2), single[0], steps=STEPS, tol=TOL)
 
 
 def test_pipeline_by_data_parallel_equals_one_process(single, tmp_path):
     strategy = PipelineStrategy(stages=2, schedule="1f1b", microbatches=2)
-    assert_same_training(run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2), single[0])
+    piped = run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2)
+    assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
     # validation: 10 samples per replica, a batch of 8 and one of 2 (padded inside a microbatch)
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path)), torch.tensor(val_losses(single[1])), **TOL)
 
@@ -105,7 +97,7 @@ def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, 
     module = BlockRegressor(depth=4, val_samples=20, record_memory=True)
     piped = fit(tmp_path / "pp", module, strategy=strategy, devices=4, batch_size=GLOBAL_BATCH // 2 // accumulate,
                 accumulate_grad_batches=accumulate, max_steps=STEPS, val_every_n_steps=5)
-    assert_same_training(piped, single[0])
+    assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
     torch.testing.assert_close(torch.tensor(val_losses(tmp_path / "pp")), torch.tensor(val_losses(single[1])), **TOL)
     assert_same_grad_norms(tmp_path / "pp", single[1])
     # Every parameter, gradient and optimizer state is held once over the 4 ranks (sharded), not
@@ -132,17 +124,14 @@ def test_precision_and_speedups_equal_one_process(tmp_path, options):
         torch.set_num_threads(threads)
     piped = fit(tmp_path / "pp", BlockRegressor(depth=4), strategy=PipelineStrategy(microbatches=4), devices=2,
                 batch_size=16, max_steps=steps, **options)
-    assert len(piped[0]) == steps
-    torch.testing.assert_close(torch.tensor(piped[0]), torch.tensor(single[0]), **TOL)
-    for name in single[1]:
-        torch.testing.assert_close(piped[1][name], single[1][name], **TOL, msg=f"parameter {name} differs")
+    assert_same_training(piped, single, steps=steps, tol=TOL)
 
 
 def test_clipping_uses_the_global_norm(tmp_path):
     # A small clip value so that every step is clipped: the norm must be over both stages.
     single = run(tmp_path / "single", gradient_clip_val=0.05)
     piped = run(tmp_path / "pp", PipelineStrategy(schedule="1f1b", microbatches=2), devices=2, gradient_clip_val=0.05)
-    assert_same_training(piped, single)
+    assert_same_training(piped, single, steps=STEPS, tol=TOL)
     norms = {n: [r["train/grad_norm"] for r in read_metrics(str(tmp_path / n)) if "train/grad_norm" in r] for n in ("single", "pp")}
     assert min(norms["single"]) > 0.05
     torch.testing.assert_close(torch.tensor(norms["pp"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
@@ -234,9 +223,7 @@ def test_each_rank_materialises_only_its_stages(tmp_path):
     assert len(ranks) == 2 and sum(r["kept"] for r in ranks) == total
     for rank in ranks:
         assert rank["most_held"] <= rank["kept"] + largest_layer < total
-    torch.testing.assert_close(torch.tensor(piped), torch.tensor(single), **TOL)
-    for name in single_params:
-        torch.testing.assert_close(piped_params[name], single_params[name], **TOL)
+    assert_same_training((piped, piped_params), (single, single_params), steps=3, tol=TOL)
     # meta_init=false builds the whole model on every rank first (same training).
     eager, _, ranks = build(tmp_path / "eager", strategy=PipelineStrategy(microbatches=2, meta_init=False), devices=2)
     assert [r["most_held"] for r in ranks] == [total, total]
