@@ -1,4 +1,35 @@
-"""A PyTorch training framework: ``Trainer`` runs a ``TrainModule`` with a strategy plugin."""
+"""A PyTorch training framework: ``Trainer`` runs a ``TrainModule`` with a strategy plugin.
+
+Where things live (one job a file; the subpackages' docstrings list their own files):
+
+- The user's side: ``module.py`` (``TrainModule``, its hooks and where each fires), ``module_log_api.py``
+  (``self.log`` / ``self.log_dict``), ``module_logging.py`` (collecting and reducing what they log),
+  ``module_hooks.py`` (hooks taking Lightning's shapes), ``manual_optimization.py``, ``hparams.py``
+  (``save_hyperparameters``), ``load_checkpoint.py`` (``load_from_checkpoint``), ``datamodule.py``,
+  ``run_state.py`` (``global_step``, ``current_epoch`` ... on module and trainer).
+- The entry points: ``trainer.py`` (``Trainer``: arguments, launching), ``trainer_arguments.py`` (the
+  checks of its plain arguments), ``run_limits.py`` (Lightning's run-length arguments),
+  ``lightning_names.py`` / ``lightning_hooks.py`` (Lightning's names we take, and the hooks we refuse),
+  ``entry_points.py`` (what ``fit`` / ``validate`` / ``test`` / ``predict`` check first),
+  ``weights_return.py`` (what the caller gets back from spawned workers), ``cli.py`` / ``cli_errors.py``
+  (Hydra's ``train.py``).
+- One rank's run: ``loop.py`` (set-up and the training loop), ``step_accounting.py`` (token counts,
+  the non-finite check), ``token_weights.py``, ``optimizers.py`` (what ``configure_optimizers`` may
+  return), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
+  ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).
+- Data: ``data.py`` (global-batch plans, seeding, loaders), ``permutation.py`` (the epoch's order per
+  position), ``user_loader.py`` (the module's data hooks and DataLoaders).
+- Processes: ``launch.py`` (torchrun, SLURM, spawning), ``distributed.py`` (process groups, the
+  trainer's collectives), ``elastic.py`` (torchrun restarts), ``rank_logging.py``.
+- Model set-up: ``strategies/`` (single, DDP, FSDP, pipeline), ``pipeline_partition.py`` (cutting
+  layers into stages), ``wrap_policy.py`` (FSDP units), ``weight_init.py`` (meta-device
+  materialisation), ``speedups.py`` (activation checkpointing, compile), ``sync_batchnorm.py``,
+  ``precision/``, ``tensors.py`` (batch moving, DTensor views).
+- Saving: ``checkpoint/`` (formats, atomic commits, resume, consolidation).
+- Watching: ``loggers/`` (metric sinks), ``callbacks/``, ``progress.py`` (progress bars),
+  ``throughput.py``, ``profiling.py``, ``comms_log.py``, ``memory.py``, ``model_summary.py``,
+  ``redact_files.py`` (no secrets in Hydra's files).
+"""
 
 from trainer.data import seed_everything
 from trainer.datamodule import DataModule

@@ -3,6 +3,11 @@
 ``Trainer(callbacks=[LearningRateMonitor(), EarlyStopping(monitor="val/loss")])``, or from the
 command line ``python train.py callbacks=[lr_monitor,early_stopping]`` (``conf/callbacks/``).
 The hook order is documented once, in ``trainer/callbacks/base.py``.
+
+Files: ``base.py`` (the ``Callback`` interface and the hook order), ``callback_list.py`` (one run's
+callbacks: calling them in order, stop requests, their checkpoint state), ``hook_shapes.py`` (refuses
+a callback whose hooks have the earlier shapes), and one file per built-in callback: ``lr_monitor.py``
+(``LearningRateMonitor``), ``early_stopping.py`` (``EarlyStopping``), ``timer.py`` (``Timer``).
 """
 
 from trainer.callbacks.base import Callback, run_of

@@ -15,6 +15,11 @@ name             class                               writes
 ``tensorboard``  :class:`TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
 ``wandb``        :class:`WandbLogger`                ``<run_dir>/wandb/``, one run per job
 ===============  ==================================  =========================================
+
+Files: ``base.py`` (the ``Logger`` interface), ``registry.py`` (names -> backends; the accepted forms
+of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,
+``tensorboard_logger.py``, ``wandb_logger.py``), ``hparams_file.py`` (``hparams.yaml`` of the file
+loggers), ``redact.py`` (secrets kept out of everything a logger writes).
 """
 
 from trainer.loggers.base import Logger

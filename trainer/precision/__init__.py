@@ -11,6 +11,9 @@ bf16-true       bf16                                     bf16 (the module is con
 
 Under FSDP the mixed modes also set FSDP's mixed-precision policy (parameters gathered in the low
 dtype, gradients reduced in fp32) unless ``strategy.param_dtype`` / ``reduce_dtype`` say otherwise.
+
+Files: ``__init__.py`` (``Precision``: the mode, autocast, the module's dtype, the scaler's settings),
+``loss_scaler.py`` (fp16's dynamic loss scaler, DeepSpeed's semantics, and its checkpoint state).
 """
 
 from __future__ import annotations

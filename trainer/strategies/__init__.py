@@ -1,5 +1,11 @@
 """Strategy plugins. The Hydra group ``conf/strategy/`` is the registry for configs; for the
-Python API a name resolves to the ``STRATEGY`` class of ``trainer/strategies/<name>.py``."""
+Python API a name resolves to the ``STRATEGY`` class of ``trainer/strategies/<name>.py``.
+
+Files: ``base.py`` (``Strategy``, the interface the loop talks to), ``single.py`` (one process, the
+reference), ``ddp.py`` (data parallel, optional ZeRO-1), ``fsdp.py`` (FSDP2 sharding),
+``pipeline.py`` (pipeline stages, optionally x data parallel); ``trainer/pipeline_partition.py`` cuts
+the layers into stages (outside this package, where every module is a strategy).
+"""
 
 from __future__ import annotations
 
