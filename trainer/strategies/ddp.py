@@ -126,6 +126,3 @@ class DDPStrategy(Strategy):
         else:
             zero1_state.load_sharded_state_dict(self._zero_optimizer, module, optimizer, state)
         return True
-
-
-STRATEGY = DDPStrategy

@@ -420,9 +420,6 @@ class PipelineStrategy(Strategy):
         return {n: merged[n] for n in self._full_order if n in merged}
 
 
-STRATEGY = PipelineStrategy
-
-
 def _warn_unused_steps(module: nn.Module) -> None:
     """Under the pipeline ``pipeline_loss`` replaces ``training_step`` / ``validation_step``: a module
     that overrides them is told once that they do not run (they are not silently skipped)."""
