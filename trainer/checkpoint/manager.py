@@ -37,6 +37,7 @@ from trainer.checkpoint.state import (
 )
 from trainer.loggers.redact import redact_secrets
 from trainer.rank_logging import rank_zero_warn
+from trainer.strategies.base import OptimizerStateIO, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,7 @@ def _copy_tensors(tree: Any) -> Any:
 class CheckpointManager:
     """Saves and loads checkpoints for one run (see ``layout.py`` for the files)."""
 
-    def __init__(self, config: CheckpointConfig, run_dir: str, strategy: Any = None):
-        from trainer.strategies.base import Strategy
-
+    def __init__(self, config: CheckpointConfig, run_dir: str, strategy: Strategy | None = None):
         self.config = config
         self.strategy = strategy if strategy is not None else Strategy()
         self.root = os.path.abspath(config.dir or os.path.join(run_dir, "checkpoints"))
@@ -306,7 +305,7 @@ class CheckpointManager:
         marker = layout.read_marker(path)
         integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, run.module, run.optimizer, marker["format"],
-                            part_of_model=getattr(self.strategy, "owns_step", False), strategy=self.strategy)
+                            part_of_model=self.strategy.owns_step, strategy=self.strategy)
         extras = load_file(os.path.join(path, "extras.pt"))
         if getattr(run, "lr_scheduling", None) is not None:
             run.lr_scheduling.load_state_dict(extras.get("scheduler"))
@@ -333,7 +332,7 @@ class CheckpointManager:
 
 def load_training_state(
     path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False,
-    strategy: Any = None,
+    strategy: OptimizerStateIO | None = None,
 ) -> None:
     """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
     clear error if the checkpoint belongs to another model. A collective. ``part_of_model``: this
