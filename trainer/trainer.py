@@ -260,7 +260,7 @@ class Trainer(TrainerRunState):
         _require(
             not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
             f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
-            f"{strategy.accelerator!r}; give it to the strategy "
+            f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
             f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
         )
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
