@@ -160,7 +160,7 @@ def check_manual_setup(trainer: Any, strategy: Any, optimizers: list) -> None:
         raise ValueError(f"trainer.loss_normalization={trainer.loss_normalization!r} with manual optimization: "
                          "manual_backward scales the loss by sample counts only; set trainer.loss_normalization=samples "
                          "(or normalise by tokens inside training_step)")
-    if len(optimizers) > 1 and getattr(strategy, "zero1", False):
+    if len(optimizers) > 1 and strategy.zero1:
         raise ValueError(f"strategy.zero1=true with {len(optimizers)} optimizers: ZeRO-1 shards one optimizer; "
                          "set strategy.zero1=false or return one optimizer")
 
@@ -225,7 +225,7 @@ class ManualStep:
         (DDP's default 25 MB) each."""
         grads = [p.grad for p in self.run.module.parameters() if p.grad is not None]
         world = torch.distributed.get_world_size()
-        cap = (getattr(self.run.strategy, "bucket_cap_mb", None) or 25) * 2**20
+        cap = (self.run.strategy.bucket_cap_mb or 25) * 2**20
         with labelled(GRADIENT_KIND):
             buckets: list[list[torch.Tensor]] = []
             open_bucket: dict[torch.dtype, tuple[list[torch.Tensor], int]] = {}  # dtype -> (bucket, bytes)

@@ -12,9 +12,12 @@ Files, one job each:
 - ``layout.py``: where checkpoints live on disk, the atomic commit, ``latest``, retention.
 - ``integrity.py``: the files (and sizes) a committed checkpoint holds, checked before a load.
 - ``state.py``: model / optimizer state in a layout-free form, and this rank's RNG states.
-- ``zero1_state.py``: ZeRO-1 optimizer state, each rank saving and loading the part it owns.
 - ``resume.py``: which checkpoint a run resumes from, and putting the loop back at its position.
 - ``consolidate.py`` / ``__main__.py``: one file of full weights from any checkpoint.
+
+Optimizers whose state lives elsewhere (ZeRO-1) plug in through the strategy's ``OptimizerStateIO``
+(``trainer/strategies/base.py``): this package imports that interface, the strategies never import
+this package.
 """
 
 from trainer.checkpoint.config import CheckpointConfig

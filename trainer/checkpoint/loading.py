@@ -16,6 +16,7 @@ import torch
 
 from trainer import distributed
 from trainer.checkpoint.state import describe_mismatch, expected_shapes, get_training_state, set_training_state
+from trainer.strategies.base import OptimizerStateIO
 
 log = logging.getLogger("trainer.checkpoint.manager")  # the logger name these messages always had
 
@@ -37,7 +38,7 @@ def load_file(path: str) -> Any:
 
 def load_training_state(
     path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fmt: str, part_of_model: bool = False,
-    strategy: Any = None,
+    strategy: OptimizerStateIO | None = None,
 ) -> None:
     """Load model (and optimizer) state of a checkpoint directory into the current layout, with a
     clear error if the checkpoint belongs to another model. A collective. ``part_of_model``: this

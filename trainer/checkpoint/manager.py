@@ -31,6 +31,7 @@ from trainer.checkpoint.loading import CheckpointError, load_file, load_training
 from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
 from trainer.loggers.redact import redact_secrets
 from trainer.rank_logging import rank_zero_warn
+from trainer.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,7 @@ def _copy_tensors(tree: Any) -> Any:
 class CheckpointManager:
     """Saves and loads checkpoints for one run (see ``layout.py`` for the files)."""
 
-    def __init__(self, config: CheckpointConfig, run_dir: str, strategy: Any = None):
-        from trainer.strategies.base import Strategy
-
+    def __init__(self, config: CheckpointConfig, run_dir: str, strategy: Strategy | None = None):
         self.config = config
         self.strategy = strategy if strategy is not None else Strategy()
         self.root = os.path.abspath(config.dir or os.path.join(run_dir, "checkpoints"))
@@ -287,7 +286,7 @@ class CheckpointManager:
         marker = layout.read_marker(path)
         integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, run.module, run.optimizer, marker["format"],
-                            part_of_model=getattr(self.strategy, "owns_step", False), strategy=self.strategy)
+                            part_of_model=self.strategy.owns_step, strategy=self.strategy)
         extras = load_file(os.path.join(path, "extras.pt"))
         if getattr(run, "lr_scheduling", None) is not None:
             run.lr_scheduling.load_state_dict(extras.get("scheduler"))

@@ -7,14 +7,15 @@ DDP <-> FSDP, 2 ranks -> 1 or 4. Built on ``torch.distributed.checkpoint.state_d
 
 from __future__ import annotations
 
-import contextlib
 import random
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainer import distributed
+from trainer.param_groups import keep_param_group_dicts
+from trainer.strategies.base import OptimizerStateIO
 
 
 def _options(full: bool, **extra: Any):
@@ -26,7 +27,7 @@ def _options(full: bool, **extra: Any):
 
 
 def get_training_state(
-    module: nn.Module, optimizer: torch.optim.Optimizer | None, full: bool, strategy: Any = None
+    module: nn.Module, optimizer: torch.optim.Optimizer | None, full: bool, strategy: OptimizerStateIO | None = None
 ) -> dict[str, Any]:
     """``{"model": ..., "optim": ...}``: sharded (DTensors stay DTensors) or full on rank 0 (other
     ranks get empty dicts). A collective under FSDP: call on every rank. ``strategy``: one whose
@@ -44,7 +45,8 @@ def get_training_state(
 
 
 def set_training_state(
-    module: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], full: bool, strategy: Any = None
+    module: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], full: bool,
+    strategy: OptimizerStateIO | None = None,
 ) -> None:
     """Load ``state`` (as from :func:`get_training_state`). With ``full``, only rank 0's ``state``
     is read; it is broadcast / scattered into every rank's shards."""
@@ -59,20 +61,6 @@ def set_training_state(
         with keep_param_group_dicts(optimizer):
             set_optimizer_state_dict(module, optimizer, state["optim"], options=options)
     set_model_state_dict(module, state["model"], options=options)
-
-
-@contextlib.contextmanager
-def keep_param_group_dicts(optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    """``Optimizer.load_state_dict`` replaces the param-group dicts; keep the original dict objects
-    (ZeRO-1 shares them with the user's optimizer, where the scheduler writes the learning rate)
-    and copy the loaded values into them. ``optimizer`` may be a list (manual optimization)."""
-    optimizers = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
-    kept = [o.param_groups for o in optimizers]
-    yield
-    for groups, one in zip(kept, optimizers):
-        for old, new in zip(groups, one.param_groups):
-            old.update({k: v for k, v in new.items() if k != "params"})
-        one.param_groups = groups
 
 
 def expected_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:

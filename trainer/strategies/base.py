@@ -1,8 +1,17 @@
-"""The small interface every strategy implements; the trainer loop talks only to this.
+"""The interface every strategy implements; the loop, validation and the checkpoints call only this.
 
-A strategy decides the device, joins the process group, wraps the module for training and
-owns everything that touches gradient synchronisation. Adding one = one file in this package
-that defines ``STRATEGY`` + one yaml in ``conf/strategy/``.
+A strategy decides the device, joins the process group, wraps the module for training and owns
+everything that touches gradient synchronisation. Adding one = one Python file with a subclass of
+``Strategy`` + one yaml in a ``strategy/`` config folder whose ``_target_`` names it (registry.py).
+
+- ``Strategy``: what every strategy declares, grouped by concern (processes and devices; wrapping;
+  the step; collectives; checkpoint state; teardown), each with a one-line contract. Subclasses
+  override what they change.
+- ``OptimizerStateIO``: the checkpoint's hooks for optimizers whose state lives elsewhere (ZeRO-1
+  implements them; every other strategy inherits the no-op). ``trainer/checkpoint`` calls these;
+  strategies never import ``trainer/checkpoint`` (layering: checkpoint -> strategies, never back).
+- ``OwnedStep``: a strategy that runs each micro-batch's forward and backward itself (pipeline):
+  ``run_step`` / ``evaluate`` / ``complete_metrics``, called by the loop when ``owns_step`` is set.
 """
 
 from __future__ import annotations
@@ -33,27 +42,40 @@ class TrainingStepForward(nn.Module):
         return getattr(self.module, hook)(batch, batch_idx)
 
 
-class Strategy:
+class OptimizerStateIO:
+    """Checkpoint hooks for an optimizer whose state does not live in the optimizer the user built
+    (ZeRO-1 shards it over the ranks). The defaults say "not mine": the checkpoint reads and fills
+    ``optimizer`` itself (``torch.distributed.checkpoint.state_dict``)."""
+
+    def optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool
+    ) -> dict[str, Any] | None:
+        """A checkpoint's optimizer entry when the state does not live in ``optimizer`` itself; None:
+        the checkpoint reads ``optimizer`` (``torch.distributed.checkpoint.state_dict``). The entry has
+        that module's layout-free form (``{"state": {<param name>: {...}}, "param_groups": [...]}``).
+        ``full``: all of it on rank 0, ``{}`` elsewhere; else this rank's part, which is also what a
+        sharded load fills in place. A collective."""
+        return None
+
+    def load_optimizer_state_dict(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], full: bool
+    ) -> bool:
+        """Take a loaded optimizer entry (``full``: read by rank 0 only, ``{}`` elsewhere; else the
+        entry ``optimizer_state_dict`` gave, filled). False: not handled here, the checkpoint loads
+        it into ``optimizer``. A collective."""
+        return False
+
+
+class Strategy(OptimizerStateIO):
     """Base strategy: one process, one device. Subclasses override what they change."""
 
+    # ----- processes and devices ---------------------------------------------------------------
+    #: the name configs and ``Trainer(strategy=...)`` use (its yaml's file name)
     name = "base"
     #: whether trainer.devices > 1 makes sense (single-process strategies say False)
     supports_multiple_devices = False
-    #: whether every rank must run the same number of forwards (collectives inside forward, as in
-    #: FSDP); validation then pads short ranks with zero-weight batches and calls the wrapper
-    lockstep_forward = False
-    #: whether the strategy runs a micro-batch's forward and backward itself (pipeline parallel:
-    #: ``run_step`` / ``evaluate`` replace ``training_step`` / ``validation_step`` in the loop)
-    owns_step = False
     #: whether the strategy needs a process group even in one process (FSDP's sharding, pipeline stages)
     needs_process_group = False
-    #: checkpoint formats the strategy can save and resume from (see CheckpointConfig.format)
-    checkpoint_formats = ("sharded", "full")
-    #: why ``trainer.sync_batchnorm=true`` is refused with this strategy (None: it is supported)
-    sync_batchnorm_refusal: str | None = None
-    #: whether after the backward every rank holds the same full gradients (DDP's all-reduce): a
-    #: value computed from them (fp16's overflow flag) is then equal on every rank without a collective
-    gradients_replicated = False
 
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):
@@ -62,10 +84,11 @@ class Strategy:
             raise ValueError("accelerator='cuda' but torch.cuda.is_available() is False on this machine")
         self.accelerator = accelerator
         self.env = ClusterEnvironment(launcher="none")
+        #: this rank's device (set by ``setup_environment``)
         self.device = torch.device("cpu")
 
-    # ----- lifecycle ---------------------------------------------------------------------------
     def use_cuda(self) -> bool:
+        """Whether this strategy trains on a GPU (``accelerator`` cuda, or auto with one present)."""
         return self.accelerator == "cuda" or (self.accelerator == "auto" and torch.cuda.is_available())
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
@@ -96,9 +119,16 @@ class Strategy:
         """This rank's index among the data-parallel ranks (which samples it loads)."""
         return distributed.rank()
 
+    # ----- wrapping ------------------------------------------------------------------------------
+    #: why ``trainer.sync_batchnorm=true`` is refused with this strategy (None: it is supported)
+    sync_batchnorm_refusal: str | None = None
+
     def init_context(self) -> ContextManager:
         """Context ``configure_model`` runs in (FSDP's meta_init: the meta device)."""
         return contextlib.nullcontext()
+
+    def configure_precision(self, precision: Any) -> None:
+        """Take note of the precision plugin (FSDP turns it into its mixed-precision policy)."""
 
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         """Return what the loop calls as ``wrapped(batch, batch_idx)`` for a training step.
@@ -109,25 +139,25 @@ class Strategy:
             init.materialize(self.device, units=[], shard_unit=lambda unit: None)
         return TrainingStepForward(module)
 
-    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        """The module's full (unsharded) state dict on the CPU, on rank 0; ``{}`` on other ranks.
-        A collective: call it on every rank."""
-        if distributed.rank() != 0:
-            return {}
-        return {k: v.detach().cpu() for k, v in module.state_dict().items()}
-
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Return the optimizer the loop steps (ZeRO-1 swaps in a sharded one)."""
         return optimizer
 
-    def teardown(self, clean: bool = True) -> None:
-        """Leave the process group if this strategy created it (not the one ``train.py`` keeps
-        across the jobs of a multirun under torchrun). ``clean=False``: after an error."""
-        if getattr(self, "_owns_process_group", False):
-            distributed.destroy_process_group(clean)
-            self._owns_process_group = False
-
     # ----- the step ------------------------------------------------------------------------------
+    #: whether the strategy runs a micro-batch's forward and backward itself (an ``OwnedStep``:
+    #: ``run_step`` / ``evaluate`` replace ``training_step`` / ``validation_step`` in the loop)
+    owns_step = False
+    #: whether every rank must run the same number of forwards (collectives inside forward, as in
+    #: FSDP); validation then pads short ranks with zero-weight batches and calls the wrapper
+    lockstep_forward = False
+    #: whether after the backward every rank holds the same full gradients (DDP's all-reduce): a
+    #: value computed from them (fp16's overflow flag) is then equal on every rank without a collective
+    gradients_replicated = False
+    #: whether the optimizer state is sharded over the ranks (ZeRO-1: one optimizer only)
+    zero1 = False
+    #: gradient all-reduce bucket size in MB where the strategy buckets gradients (None: DDP's 25)
+    bucket_cap_mb: float | None = None
+
     @property
     def gradient_average_size(self) -> int:
         """By how many ranks the gradient sync divides (1 without data parallelism)."""
@@ -147,42 +177,65 @@ class Strategy:
         torch.nn.utils.clip_grads_with_norm_([p for p in module.parameters() if p.grad is not None], max_norm, total)
         return total
 
-    # ----- checkpoints: optimizers that keep their state elsewhere (ZeRO-1) ------------------------------
-    def optimizer_state_dict(
-        self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool
-    ) -> dict[str, Any] | None:
-        """A checkpoint's optimizer entry when the state does not live in ``optimizer`` itself; None:
-        the checkpoint reads ``optimizer`` (``torch.distributed.checkpoint.state_dict``). The entry has
-        that module's layout-free form (``{"state": {<param name>: {...}}, "param_groups": [...]}``).
-        ``full``: all of it on rank 0, ``{}`` elsewhere; else this rank's part, which is also what a
-        sharded load fills in place. A collective."""
-        return None
-
-    def load_optimizer_state_dict(
-        self, module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], full: bool
-    ) -> bool:
-        """Take a loaded optimizer entry (``full``: read by rank 0 only, ``{}`` elsewhere; else the
-        entry ``optimizer_state_dict`` gave, filled). False: not handled here, the checkpoint loads
-        it into ``optimizer``. A collective."""
-        return False
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step the optimizer ``setup_optimizer`` returned."""
+        optimizer.step()
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
         """Called after a validation pass (FSDP frees the parameters it left gathered)."""
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        optimizer.step()
-
-    def configure_precision(self, precision: Any) -> None:
-        """Take note of the precision plugin (FSDP turns it into its mixed-precision policy)."""
-
+    # ----- collectives ---------------------------------------------------------------------------
     def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Max of ``tensor`` over all ranks (in place when distributed)."""
+        """Max of ``tensor`` over every rank of the world (in place when distributed)."""
         if distributed.is_distributed():
             torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
         return tensor
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum ``tensor`` over the data-parallel ranks (in place when distributed)."""
+        """Sum ``tensor`` over every rank of the world (in place when distributed), not only the
+        data-parallel ranks: under pipeline parallelism the stages that hold no value of it (no
+        loss, no token count) contribute zeros, so the world sum is the data-parallel sum."""
         if distributed.is_distributed():
             torch.distributed.all_reduce(tensor)
         return tensor
+
+    # ----- checkpoint state (the optimizer's: OptimizerStateIO) ----------------------------------
+    #: checkpoint formats the strategy can save and resume from (see CheckpointConfig.format)
+    checkpoint_formats = ("sharded", "full")
+
+    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The module's full (unsharded) state dict on the CPU, on rank 0; ``{}`` on other ranks.
+        A collective: call it on every rank."""
+        if distributed.rank() != 0:
+            return {}
+        return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+    # ----- teardown ------------------------------------------------------------------------------
+    def teardown(self, clean: bool = True) -> None:
+        """Leave the process group if this strategy created it (not the one ``train.py`` keeps
+        across the jobs of a multirun under torchrun). ``clean=False``: after an error."""
+        if getattr(self, "_owns_process_group", False):
+            distributed.destroy_process_group(clean)
+            self._owns_process_group = False
+
+
+class OwnedStep(Strategy):
+    """A strategy that runs each micro-batch's forward and backward itself (pipeline parallel): the
+    loop calls these instead of the module's ``training_step`` / ``validation_step``."""
+
+    owns_step = True
+
+    def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: Any,
+                 precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:
+        """Forward and backward of one of the loop's micro-batches (``num_real`` samples count;
+        ``scale``: the factor per real sample; ``sync``: the step's last micro-batch); adds the
+        metrics to ``sums``. Returns (this rank's token count or None, the detached losses). No host sync."""
+        raise NotImplementedError
+
+    def complete_metrics(self, sums: Any) -> None:
+        """Make ``sums`` hold the same metric names on every rank before the loop reduces them."""
+        raise NotImplementedError
+
+    def evaluate(self, batch: Any, precision: Any, num_real: int | None = None) -> list:
+        """Forward only over a validation batch: ``[(weight, metrics)]`` (empty where no loss is computed)."""
+        raise NotImplementedError

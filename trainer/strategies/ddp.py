@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import distributed
-from trainer.checkpoint import zero1_state
+from trainer.strategies import zero1_state
 from trainer.strategies.base import Strategy
 from trainer.weight_init import WeightInit
 
@@ -108,7 +108,7 @@ class DDPStrategy(Strategy):
 
     # ZeRO-1 keeps each rank's share of the optimizer state in its own optimizer: checkpoints save and
     # load each rank's share where it is, keyed by parameter name like every strategy's optimizer
-    # state (trainer/checkpoint/zero1_state.py), so the full state is never built on every rank.
+    # state (trainer/strategies/zero1_state.py), so the full state is never built on every rank.
     def optimizer_state_dict(self, module: nn.Module, optimizer: torch.optim.Optimizer, full: bool) -> dict | None:
         if self._zero_optimizer is None:
             return None
@@ -126,6 +126,3 @@ class DDPStrategy(Strategy):
         else:
             zero1_state.load_sharded_state_dict(self._zero_optimizer, module, optimizer, state)
         return True
-
-
-STRATEGY = DDPStrategy

@@ -262,6 +262,3 @@ def _broadcast_from_rank0(module: nn.Module) -> None:
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             torch.distributed.broadcast(tensor.data, src=0)
-
-
-STRATEGY = FSDPStrategy

@@ -21,12 +21,17 @@ layer. This replays ``reset_parameters()`` (or ``TrainModule.init_weights``), as
 build does (trainer/weight_init.py); ``meta_init=false`` builds the whole model eagerly instead.
 Either way the other stages' tensors are then deleted from the module, so its parameters, state
 dict and checkpoints are this rank's stages only.
+
+Files: this one holds the strategy and its step (loss scaling, the microbatch records, metrics);
+``pipeline_groups.py`` the mesh's process groups, ``pipeline_partition.py`` the stage cutting,
+``pipeline_build.py`` the build and module surgery (and ``SCHEDULES``), ``pipeline_batches.py``
+slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and the norms,
+``pipeline_state.py`` the full state dict's gathering.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 from datetime import timedelta
 from typing import Any, ContextManager, Sequence
@@ -35,56 +40,21 @@ import torch
 from torch import nn
 
 from trainer import distributed
-from trainer.comms_log import GRADIENT_KIND, labelled
 from trainer.launch import ClusterEnvironment
 from trainer.metrics import WeightedSums, split_step_output
-from trainer.strategies.base import Strategy
-from trainer.pipeline_partition import PARTITIONS, Stage, check_layers_cover_parameters, partition_layers
-from trainer.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.base import OwnedStep
+from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
+from trainer.strategies.pipeline_build import SCHEDULES, build_stages
+from trainer.strategies.pipeline_gradients import average_over_replicas, pipeline_grad_norm, scale_gradients
+from trainer.strategies.pipeline_groups import pipeline_and_replica_groups
+from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
+from trainer.strategies.pipeline_state import gather_full_state_dict
+from trainer.weight_init import WeightInit
 
-log = logging.getLogger(__name__)
-
-#: schedule name -> (class name in torch.distributed.pipelining.schedules, several stages per rank)
-SCHEDULES = {
-    "gpipe": ("ScheduleGPipe", False),
-    "1f1b": ("Schedule1F1B", False),
-    "interleaved_1f1b": ("ScheduleInterleaved1F1B", True),
-    "looped_bfs": ("ScheduleLoopedBFS", True),
-    "zero_bubble": ("ScheduleInterleavedZeroBubble", True),
-}
 DATA_PARALLEL = ("ddp", "fsdp")
 
 
-def _slice(batch: Any, start: int, stop: int) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch[start:stop]
-    if isinstance(batch, dict):
-        return {k: _slice(v, start, stop) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_slice(v, start, stop) for v in batch)
-    return batch
-
-
-def _pad(batch: Any, size: int) -> Any:
-    """Repeat the last sample until the batch has ``size`` samples (padding counts with weight 0)."""
-    if isinstance(batch, torch.Tensor):
-        missing = size - batch.shape[0]
-        return batch if missing <= 0 else torch.cat([batch, batch[-1:].expand(missing, *batch.shape[1:])])
-    if isinstance(batch, dict):
-        return {k: _pad(v, size) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_pad(v, size) for v in batch)
-    return batch
-
-
-def _batch_len(batch: Any) -> int:
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    values = batch.values() if isinstance(batch, dict) else batch
-    return next(_batch_len(v) for v in values if isinstance(v, (torch.Tensor, dict, list, tuple)))
-
-
-class PipelineStrategy(Strategy):
+class PipelineStrategy(OwnedStep):
     """Cut the model into stages over ranks; optionally replicate the pipeline (data parallel).
 
     Args:
@@ -106,8 +76,6 @@ class PipelineStrategy(Strategy):
 
     name = "pipeline"
     supports_multiple_devices = True
-    #: the loop hands each micro-batch to ``run_step`` instead of calling ``training_step``
-    owns_step = True
     #: stages hold different layers and the full format gathers on rank 0 only through DTensors:
     #: each stage writes its own layers (sharded), consolidated afterwards into one file.
     checkpoint_formats = ("sharded",)
@@ -177,15 +145,8 @@ class PipelineStrategy(Strategy):
         if self.microbatches is None:
             self.microbatches = self.pp_size
         if world > 1:
-            # new_group is a collective: every rank creates every group, in the same order.
-            for d in range(self.dp_size):
-                group = torch.distributed.new_group([p * self.dp_size + d for p in range(self.pp_size)])
-                if d == self.dp_rank:
-                    self.pp_group = group
-            for p in range(self.pp_size):
-                group = torch.distributed.new_group([p * self.dp_size + d for d in range(self.dp_size)])
-                if p == self.pp_rank:
-                    self.dp_group = group
+            self.pp_group, self.dp_group = pipeline_and_replica_groups(self.pp_size, self.dp_size, self.pp_rank,
+                                                                       self.dp_rank)
         if self.shards_stages:
             from torch.distributed.device_mesh import DeviceMesh
 
@@ -214,68 +175,8 @@ class PipelineStrategy(Strategy):
 
     # ----- building the stages ---------------------------------------------------------------------------
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
-        from torch.distributed.pipelining import PipelineStage, schedules
-
-        layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
-        _warn_unused_steps(module)
-        if not layers:
-            raise ValueError(f"strategy=pipeline needs {type(module).__name__}.pipeline_layers() to return the model's "
-                             f"layers in order (it returned {layers!r}); see TrainModule.pipeline_layers")
-        self._batch_size = batch_size = module.trainer.batch_size
-        if batch_size % self.microbatches:
-            raise ValueError(f"strategy.microbatches={self.microbatches} does not divide data.batch_size={batch_size}; "
-                             f"choose a divisor of {batch_size}")
-        parts = self.pp_size * self.virtual_stages
-        sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
-        bounds = partition_layers(sizes, parts, self.partition)
-        if distributed.rank() == 0:
-            log.info("pipeline partition (%s) over %d stages, %d per rank, schedule %s, %d microbatches, dp %d:",
-                     self.partition, parts, self.virtual_stages, self.schedule_name, self.microbatches, self.dp_size)
-            for s in range(parts):
-                log.info("  stage %d (pp rank %d): layers %d-%d, %d parameters", s, s % self.pp_size,
-                         bounds[s], bounds[s + 1] - 1, sum(sizes[bounds[s]:bounds[s + 1]]))
-        self.stage_ids = [self.pp_rank + k * self.pp_size for k in range(self.virtual_stages)]
-        check_layers_cover_parameters(module, layers, bounds)
-        my_layers = [layer for s in self.stage_ids for layer in layers[bounds[s]:bounds[s + 1]]]
-        module_names = {id(m): n for n, m in module.named_modules()}
-        # FSDP units: each pipeline layer (a wrapper the module does not register: its children).
-        units = [u for layer in my_layers
-                 for u in ([layer] if id(layer) in module_names else layer.children())] if self.shards_stages else []
-        shard = self._shard_unit
-        if has_meta_tensors(module):  # built under init_context(): materialise this rank's stages only
-            kept = {module_names[id(m)] for layer in my_layers for m in layer.modules() if id(m) in module_names}
-            (init or WeightInit(module, module.trainer.seed)).materialize(self.device, units, shard,
-                                                                          keep=kept.__contains__)
-        else:
-            for unit in units:
-                shard(unit.to(self.device))
-        self.stage_modules = [Stage(layers[bounds[s]:bounds[s + 1]]).to(self.device) for s in self.stage_ids]
-        for stage in self.stage_modules if self.shards_stages else []:
-            shard(stage)
-        names = {id(p): n for n, p in module.named_parameters()}  # materialising / sharding swapped tensors
-        names.update({id(b): n for n, b in module.named_buffers()})
-        mine = {id(t) for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
-        self._full_order = list(names.values())
-        # Drop the other stages' tensors from the module, so that its parameters (the optimizer's),
-        # state dict and checkpoints hold only this rank's stages.
-        for owner in module.modules():
-            for registry in (owner._parameters, owner._buffers):
-                for key in [k for k, t in registry.items() if t is not None and id(t) not in mine]:
-                    del registry[key]
-        # Full names of this rank's tensors, for full_state_dict.
-        self.local_names = {names[id(t)]: t for m in self.stage_modules for t in [*m.parameters(), *m.buffers()]}
-        self.stage_parameters = [p for m in self.stage_modules for p in m.parameters()]
-        self._module = module
-        #: this rank's ``PipelineStage`` objects (bench/pipeline_bubble.py times their chunks)
-        self.pipeline_stages = stages = [PipelineStage(m, s, parts, self.device, group=self.pp_group)
-                                         for m, s in zip(self.stage_modules, self.stage_ids)]
-        cls_name, multi = SCHEDULES[self.schedule_name]
-        cls = getattr(schedules, cls_name)
-        # scale_grads=False: the loss function below scales each microbatch to its global share.
-        self.schedule = cls(stages if multi else stages[0], self.microbatches, loss_fn=self._loss_fn, scale_grads=False)
-        self.is_last = (parts - 1) in self.stage_ids
-        self.is_first = 0 in self.stage_ids
-        return self.stage_modules[0]
+        """This rank's stages of ``module`` (pipeline_build.py); returns the first local stage."""
+        return build_stages(self, module, init)
 
     def _shard_unit(self, unit: nn.Module) -> None:
         from torch.distributed.fsdp import fully_shard
@@ -291,8 +192,8 @@ class PipelineStrategy(Strategy):
         stop = start + index.numel()
         real = max(0, min(stop, self._real) - start)
         if 0 < real < stop - start:  # padding inside the microbatch: the loss is the real samples' mean
-            output, stop = _slice(output, 0, real), start + real
-        loss, metrics = split_step_output(self._module.pipeline_loss(output, _slice(self._batch, start, stop)),
+            output, stop = slice_batch(output, 0, real), start + real
+        loss, metrics = split_step_output(self._module.pipeline_loss(output, slice_batch(self._batch, start, stop)),
                                           "pipeline_loss")
         tokens = metrics.pop("num_tokens", None)  # a count (tokens/s, token normalisation), not a metric
         if tokens is not None:  # a Python count stays one (no copy to the device per microbatch)
@@ -313,8 +214,8 @@ class PipelineStrategy(Strategy):
 
     def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
         # The stages exchange fixed-shape buffers: every batch is padded to data.batch_size samples.
-        size = max(self._batch_size, math.ceil(_batch_len(batch) / self.microbatches) * self.microbatches)
-        batch = _pad(batch, size)
+        size = max(self._batch_size, math.ceil(batch_len(batch) / self.microbatches) * self.microbatches)
+        batch = pad_batch(batch, size)
         self._batch, self._real, self._scale, self._records = batch, real, scale, {}
         target = torch.arange(size)
         inputs = (self._module.pipeline_input(batch),) if self.is_first else ()
@@ -350,15 +251,7 @@ class PipelineStrategy(Strategy):
         if self._counts_tokens is None:  # agreed once: only the last stage sees pipeline_loss's output
             self._counts_tokens = any(distributed.all_gather_object(saw_tokens))
         if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
-            grads = [p.grad for p in self.stage_parameters if p.grad is not None]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            with labelled(GRADIENT_KIND):  # for the comms log
-                torch.distributed.all_reduce(flat, group=self.dp_group)
-            flat /= self.dp_size
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            average_over_replicas(self.stage_parameters, self.dp_group, self.dp_size)
         return (tokens if self._counts_tokens else None), losses
 
     def complete_metrics(self, sums: WeightedSums) -> None:
@@ -373,7 +266,7 @@ class PipelineStrategy(Strategy):
     def evaluate(self, batch: Any, precision: Any, num_real: int | None = None) -> list:
         """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage.
         ``num_real``: samples that count (0 for the padding batches of lockstep validation)."""
-        real = _batch_len(batch) if num_real is None else num_real
+        real = batch_len(batch) if num_real is None else num_real
         return [(weight, values) for weight, values, _ in self._run(batch, real, None, precision.autocast(self.device))]
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
@@ -385,53 +278,12 @@ class PipelineStrategy(Strategy):
 
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
         """The 2-norm over every stage's gradients (each stage's squares summed over the pipeline)."""
-        from torch.distributed.tensor import DTensor
-
-        grads = [p.grad for p in self.stage_parameters if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
-        if isinstance(norm, DTensor):  # a partial norm per replica's shard
-            norm = norm.full_tensor()
-        squares = norm.to(torch.float64) ** 2
-        if self.pp_group is not None:
-            torch.distributed.all_reduce(squares, group=self.pp_group)  # dp replicas hold equal gradients
-        return squares.sqrt().to(torch.float32)
+        return pipeline_grad_norm(self.stage_parameters, self.pp_group, self.device)
 
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
         total = self.grad_norm(module)
-        factor = min(1.0, max_norm / (float(total) + 1e-6))  # a float multiplies plain and sharded grads alike
-        if factor < 1.0:
-            for parameter in self.stage_parameters:
-                if parameter.grad is not None:
-                    parameter.grad.mul_(factor)
+        scale_gradients(self.stage_parameters, total, max_norm)
         return total
 
     def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        from torch.distributed.tensor import DTensor
-
-        # Sharded stages: every replica takes part in each gather; the first keeps the result.
-        mine = {n: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for n, t in self.local_names.items()}
-        mine = mine if self.dp_rank == 0 else {}
-        if not distributed.is_distributed():
-            return mine
-        pieces = distributed.all_gather_object(mine)
-        if distributed.rank() != 0:
-            return {}
-        merged = {k: v for piece in pieces for k, v in piece.items()}
-        return {n: merged[n] for n in self._full_order if n in merged}
-
-
-STRATEGY = PipelineStrategy
-
-
-def _warn_unused_steps(module: nn.Module) -> None:
-    """Under the pipeline ``pipeline_loss`` replaces ``training_step`` / ``validation_step``: a module
-    that overrides them is told once that they do not run (they are not silently skipped)."""
-    from trainer.module import TrainModule
-    from trainer.rank_logging import rank_zero_warn
-
-    unused = [name for name in ("training_step", "validation_step")
-              if getattr(type(module), name, None) is not getattr(TrainModule, name)]
-    if unused:
-        rank_zero_warn(log, "strategy=pipeline runs %s.pipeline_loss() on the last stage instead of %s; what those "
-                       "compute beyond the loss must be returned by pipeline_loss to be logged",
-                       type(module).__name__, " / ".join(f"{name}()" for name in unused))
+        return gather_full_state_dict(self.local_names, self._full_order, self.dp_rank)

@@ -7,6 +7,3 @@ class SingleDeviceStrategy(Strategy):
     """Train in this process on one device (the GPU if there is one, else the CPU)."""
 
     name = "single"
-
-
-STRATEGY = SingleDeviceStrategy

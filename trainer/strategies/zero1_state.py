@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer import distributed
+from trainer.param_groups import keep_param_group_dicts
 
 STATE, GROUPS, PARAMS = "state", "param_groups", "params"
 
@@ -205,8 +206,6 @@ def load_full_state_dict(zero: Any, module: nn.Module, optimizer: torch.optim.Op
             mine[param] = received
     # The local optimizer's own load casts each tensor to its parameter's device and dtype as it
     # does for any optimizer; its param-group dicts are kept (ZeRO's partition shares them).
-    from trainer.checkpoint.state import keep_param_group_dicts
-
     index = {p: i for i, p in enumerate(_owned(zero))}
     local_groups = [{**{k: v for k, v in saved.items() if k != PARAMS}, PARAMS: [index[p] for p in group[PARAMS]]}
                     for saved, group in zip(groups, zero.optim.param_groups)]

@@ -1,0 +1,25 @@
+"""The full (unsharded) state dict under ``strategy=pipeline``: every stage's tensors gathered on
+rank 0 in the module's original order."""
+
+from __future__ import annotations
+
+import torch
+
+from trainer import distributed
+
+
+def gather_full_state_dict(local_names: dict[str, torch.Tensor], full_order: list[str],
+                           dp_rank: int) -> dict[str, torch.Tensor]:
+    """``local_names``: this rank's tensors by full name; the merged dict on rank 0, ``{}`` elsewhere.
+    A collective: sharded stages gather on every replica; the first replica contributes."""
+    from torch.distributed.tensor import DTensor
+
+    mine = {n: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for n, t in local_names.items()}
+    mine = mine if dp_rank == 0 else {}
+    if not distributed.is_distributed():
+        return mine
+    pieces = distributed.all_gather_object(mine)
+    if distributed.rank() != 0:
+        return {}
+    merged = {k: v for piece in pieces for k, v in piece.items()}
+    return {n: merged[n] for n in full_order if n in merged}

@@ -1,0 +1,74 @@
+"""The strategy registry is the Hydra config group ``strategy/``: ``<name>.yaml`` whose ``_target_``
+names the class. The command line composes it (``strategy=ddp``); the Python API
+(``Trainer(strategy="ddp")``) resolves a name through the same yaml, so adding a strategy is one
+Python file plus one yaml, and helper modules may live beside the strategies they serve.
+
+Where the yamls are looked for: ``conf/strategy/`` beside the ``trainer`` package (the repository
+``train.py`` runs from; an editable install), then every directory given to :func:`add_config_dir`,
+laid out as ``conf/`` is (``<dir>/strategy/<name>.yaml``), the same directory one would pass to
+``hydra.searchpath`` on the command line. A later directory's yaml wins over an earlier one of the
+same name, as on Hydra's search path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+GROUP = "strategy"
+_PACKAGE_CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
+_extra_dirs: list[str] = []
+
+
+def add_config_dir(path: str) -> None:
+    """Also look for ``<path>/strategy/<name>.yaml`` (a directory laid out as ``conf/``, as given
+    to ``hydra.searchpath``). Raises ValueError if it has no ``strategy/`` folder."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(os.path.join(path, GROUP)):
+        raise ValueError(f"add_config_dir({path!r}): no {GROUP}/ folder there to hold <name>.yaml files")
+    if path not in _extra_dirs:
+        _extra_dirs.append(path)
+
+
+def _yamls() -> dict[str, str]:
+    """Strategy name -> its yaml's path (later directories win)."""
+    found: dict[str, str] = {}
+    for root in [_PACKAGE_CONF, *_extra_dirs]:
+        folder = os.path.join(root, GROUP)
+        if os.path.isdir(folder):
+            for entry in sorted(os.listdir(folder)):
+                if entry.endswith(".yaml"):
+                    found[entry[: -len(".yaml")]] = os.path.join(folder, entry)
+    return found
+
+
+def available_strategies() -> list[str]:
+    """The strategy names a config or ``Trainer(strategy=...)`` may use, sorted."""
+    return sorted(_yamls())
+
+
+def strategy_class(name: str) -> type:
+    """The class ``<name>.yaml``'s ``_target_`` names. ValueError for an unknown name (listing the
+    available ones) or a yaml without a ``_target_``."""
+    from omegaconf import OmegaConf
+
+    yamls = _yamls()
+    if name not in yamls:
+        where = "" if yamls else f" (no {GROUP}/*.yaml found under {_PACKAGE_CONF} or add_config_dir's directories)"
+        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(sorted(yamls))}{where}")
+    target = OmegaConf.load(yamls[name]).get("_target_")
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"{yamls[name]}: _target_={target!r} must name the strategy class as 'module.Class'")
+    module_name, _, class_name = target.rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def resolve_strategy(strategy: Any, **options: Any) -> Any:
+    """A Strategy instance from a name (``"ddp"``, built with ``options``; the class's defaults
+    stand for the rest) or an instance (returned as is)."""
+    from trainer.strategies.base import Strategy
+
+    if isinstance(strategy, Strategy):
+        return strategy
+    return strategy_class(strategy)(**options)
