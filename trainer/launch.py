@@ -165,11 +165,10 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         raise
     if local_rank == 0:
         results.put(result)
-    if isinstance(result, CheckpointError):
-        # The process group was not torn down cleanly: finalizing could abort in a gloo thread
-        # ("terminate called without an active exception"). Flush the logs and leave now.
-        logging.shutdown()
-        os._exit(0)
+    del result  # (a CheckpointError's traceback holds the run's objects, the process group among them)
+    from trainer import distributed
+
+    distributed.release_before_exit()
 
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
