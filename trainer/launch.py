@@ -165,7 +165,9 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         raise
     if local_rank == 0:
         results.put(result)
-    del result  # (a CheckpointError's traceback holds the run's objects, the process group among them)
+    # What the run built is reachable from here (the Trainer in ``args``: its DDP wrapper; a
+    # CheckpointError's traceback): drop it, so the process group goes before the interpreter ends.
+    del fn, args, result
     from trainer import distributed
 
     distributed.release_before_exit()
