@@ -34,7 +34,7 @@ _control_group: Any = None
 _timeout = timedelta(minutes=30)
 #: the cluster environment of the last ``init_process_group`` (its local rank: plain ``srun`` sets no LOCAL_RANK)
 _environment: ClusterEnvironment | None = None
-#: the default groups ``destroy_process_group`` destroyed (see ``destroyed_groups_alive``)
+#: the process groups ``destroy_process_group`` destroyed (see ``destroyed_groups_alive``)
 _destroyed: list[weakref.ref] = []
 
 
@@ -114,7 +114,10 @@ def destroy_process_group(clean: bool = True) -> None:
         if clean:
             # Leave together: a rank that tears down while a peer still talks to it aborts in gloo.
             barrier()
-        _destroyed.append(weakref.ref(dist.group.WORLD))
+        # Every group, not only the default one: a pipeline's or a hybrid mesh's subgroups have gloo
+        # threads of their own. (torch lists them only in its private registry; diagnostics only.)
+        registry = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_map", {})
+        _destroyed.extend(weakref.ref(group) for group in {dist.group.WORLD, *registry})
         _clear_dtensor_caches()
         dist.destroy_process_group()
     _control_group = _environment = None
@@ -144,7 +147,7 @@ def _clear_dtensor_caches() -> None:
 
 
 def destroyed_groups_alive() -> int:
-    """How many default process groups that ``destroy_process_group`` destroyed are still referenced
+    """How many process groups that ``destroy_process_group`` destroyed are still referenced
     from Python (after freeing reference cycles). Each one keeps its gloo worker threads running
     until the interpreter finalizes, where they can abort the process (see the import of
     ``torch.distributed.nn.functional`` above); 0 once a run's objects are gone."""
