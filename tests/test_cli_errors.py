@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import REPO
+from rank_exit import assert_ranks_ended_cleanly
 from test_launch_cli import FAST, TRAIN, assert_six_steps, run, torchrun
 
 pytestmark = pytest.mark.timeout(240)
@@ -69,6 +70,7 @@ def test_config_error_under_torchrun_is_one_line_from_rank_zero(tmp_path):
     lines = [line for line in result.output.splitlines() if "data.batch_size" in line]
     assert lines == ["error: data.batch_size must be an integer >= 1, got -4 (or null: the train loader's)"], result.describe()
     assert not result.leftovers, result.leftovers
+    assert_ranks_ended_cleanly(result.stderr)  # both ranks end the ordinary way (exit code 1 here)
 
 
 def test_multirun_reports_the_bad_job_and_runs_the_others(tmp_path):

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from helpers import BlockRegressor, fit
+from rank_exit import assert_ranks_ended_cleanly
 from same_training import assert_same_training
-from trainer import Trainer
+from trainer import Trainer, distributed
 from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,8 +40,9 @@ def test_reference_trains(ddp_reference):
 
 
 @pytest.mark.parametrize("sharding", ["full", "grad_op", "no_shard"])
-def test_sharding_mode_equals_ddp(ddp_reference, tmp_path, sharding):
+def test_sharding_mode_equals_ddp(ddp_reference, tmp_path, sharding, capfd):
     assert_same_training(run(tmp_path, FSDPStrategy(sharding=sharding)), ddp_reference, steps=STEPS, tol=TOL)
+    assert_ranks_ended_cleanly(capfd.readouterr().err)  # the workers' stderr: no abort, group released
 
 
 def test_hybrid_two_by_two_equals_ddp(ddp_reference, tmp_path):
@@ -155,5 +157,9 @@ def test_cpu_offload_on_gpu_equals_no_offload(tmp_path):
 def test_one_process_still_shards_and_matches_single(tmp_path):
     # strategy=fsdp with one device: a 1-rank mesh, so the FSDP policies still apply.
     single = run(tmp_path / "single", "single", devices=1, batch_size=16)
-    alone = run(tmp_path / "fsdp", FSDPStrategy(), devices=1, batch_size=16)
+    strategy, alive = FSDPStrategy(), distributed.destroyed_groups_alive()
+    alone = run(tmp_path / "fsdp", strategy, devices=1, batch_size=16)
     assert_same_training(alone, single, steps=STEPS, tol=TOL)
+    # Its group of one (gloo threads) is gone once the run's objects are, although the user keeps
+    # the strategy: nothing else (DTensor's caches, torch's default arguments) holds it.
+    assert distributed.destroyed_groups_alive() <= alive

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from helpers import REPO, read_metrics, train_losses
+from rank_exit import assert_ranks_ended_cleanly
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -198,6 +199,7 @@ def torchrun_ddp(tmp_path_factory):
 def test_torchrun_makes_one_run_directory(torchrun_ddp):
     parent, result = torchrun_ddp
     assert_ok(result)
+    assert_ranks_ended_cleanly(result.stderr)  # (the ranks end with sys.exit: no abort, group released)
     created = sorted(os.listdir(parent))
     assert len(created) == 1, f"expected one run directory under {parent}, got {created}"
     assert re.fullmatch(r"\d\d-\d\d-\d\d-\d{6}", created[0]), created

@@ -9,13 +9,10 @@ runs ``train.py``, so only rank 0 runs Hydra (one run directory, one ``.hydra/``
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import sys
-import threading
 from datetime import timedelta
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 import torch
 
@@ -295,38 +292,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
         finally:
             distributed.destroy_process_group(clean=agreed)
     except SystemExit as stop:  # Hydra ends rank 0 this way after printing an error
-        _exit_without_finalizing(stop.code)
-    _exit_without_finalizing(1 if failed else 0)  # rank 0 failed: it printed why
-
-
-def _exit_without_finalizing(code: Any) -> NoReturn:
-    """Exit as Python would (threading's exit hooks and non-daemon threads, then atexit handlers:
-    logging flushes train.log, loggers, coverage), but skip the interpreter's finalization.
-
-    Under a launcher, finalizing can abort a rank that finished cleanly: DDP keeps the gloo process
-    group alive after ``destroy_process_group``, so its worker threads are never joined, and one
-    that is still dropping the last reference to a finished collective's tensor (which takes the
-    GIL) while the interpreter finalizes is ended by CPython with ``pthread_exit`` from inside
-    gloo: "terminate called without an active exception", SIGABRT, and torchrun fails the job.
-    Seen about once in 30 torchrun runs on a loaded 2-core machine. Upstream: pytorch/pytorch#38228
-    and pybind/pybind11#2215 (a thread that needs the GIL during finalization is ended with
-    pthread_exit through a noexcept frame); CPython 3.14 parks such threads instead
-    (python/cpython#87135). With torch 2.13, building a DDP wrapper keeps the gloo group and its
-    threads alive after ``destroy_process_group`` even once the wrapper is deleted (reproduced in a
-    20-line script; the holder is not found yet). Freeing cycles and a final barrier narrow the race
-    but were not shown to close it, so the private calls below stay until the group's threads are
-    joined (issue 14).
-    """
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)  # sys.exit("message") semantics
-        code = 1
-    threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter runs first at exit
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+        code = stop.code
+    else:
+        code = 1 if failed else 0  # rank 0 failed: it printed why
+    distributed.release_before_exit()  # the run's objects are gone: so is the group, and its threads
+    sys.exit(code)

@@ -7,7 +7,10 @@ so they work whatever the default backend is (NCCL tensors must live on the GPU)
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import sys
+import weakref
 import zlib
 from datetime import timedelta
 from typing import Any, Iterator
@@ -15,12 +18,24 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
+# Imported before any process group exists, on purpose. DDP's constructor imports
+# torch.distributed._shard, which imports this module, whose collectives take ``group=group.WORLD``
+# as a default argument: imported after init_process_group, ten function defaults keep the default
+# group alive after destroy_process_group, so its gloo worker threads are never joined. At the end
+# of a run such a thread can still be releasing a finished collective's tensor while the interpreter
+# finalizes; CPython ends it with pthread_exit inside gloo: "terminate called without an active
+# exception", SIGABRT (pybind/pybind11#2215, pytorch/pytorch#38228). Imported now, the defaults are
+# None, which those functions read as the default group at call time: same meaning, no reference.
+import torch.distributed.nn.functional  # noqa: F401,E402
+
 from trainer.launch import ClusterEnvironment
 
 _control_group: Any = None
 _timeout = timedelta(minutes=30)
 #: the cluster environment of the last ``init_process_group`` (its local rank: plain ``srun`` sets no LOCAL_RANK)
 _environment: ClusterEnvironment | None = None
+#: the process groups ``destroy_process_group`` destroyed (see ``destroyed_groups_alive``)
+_destroyed: list[weakref.ref] = []
 
 
 def is_distributed() -> bool:
@@ -99,8 +114,56 @@ def destroy_process_group(clean: bool = True) -> None:
         if clean:
             # Leave together: a rank that tears down while a peer still talks to it aborts in gloo.
             barrier()
+        # Every group, not only the default one: a pipeline's or a hybrid mesh's subgroups have gloo
+        # threads of their own. (torch lists them only in its private registry; diagnostics only.)
+        registry = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_map", {})
+        _destroyed.extend(weakref.ref(group) for group in {dist.group.WORLD, *registry})
+        _clear_dtensor_caches()
         dist.destroy_process_group()
     _control_group = _environment = None
+
+
+def _clear_dtensor_caches() -> None:
+    """DTensor (FSDP's parameters are DTensors) memoizes, in process-wide caches, values that hold a
+    DeviceMesh, and through it the mesh's process groups: the sharding propagation caches (torch
+    names ``debug._clear_sharding_prop_cache`` the way to clear them), the redistribute planners
+    (``clear_redistribute_planner_cache``) and two ``functools`` caches (``_gen_transform_infos``'
+    docstring says to clear it with ``cache_clear``). Without this the
+    group outlives ``destroy_process_group`` and its gloo threads run on into the interpreter's
+    finalization. Megatron-LM clears these caches at teardown too (NVIDIA/Megatron-LM#7029). Each
+    is looked up, not assumed: if a later torch moves one, ``destroyed_groups_alive`` says so."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return  # nothing used DTensors
+    from torch.distributed.tensor import _collective_utils, _redistribute, debug
+
+    for clear in (getattr(debug, "_clear_sharding_prop_cache", None),
+                  getattr(_redistribute, "clear_redistribute_planner_cache", None)):
+        if clear is not None:
+            clear()
+    for cached in (getattr(getattr(_collective_utils, "MeshTopoInfo", None), "build_from_mesh", None),
+                   getattr(_redistribute, "_gen_transform_infos", None)):
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+def destroyed_groups_alive() -> int:
+    """How many process groups that ``destroy_process_group`` destroyed are still referenced
+    from Python (after freeing reference cycles). Each one keeps its gloo worker threads running
+    until the interpreter finalizes, where they can abort the process (see the import of
+    ``torch.distributed.nn.functional`` above); 0 once a run's objects are gone."""
+    gc.collect()
+    _destroyed[:] = [ref for ref in _destroyed if ref() is not None]
+    return len(_destroyed)
+
+
+def release_before_exit() -> None:
+    """Called last by a rank that is about to end (``train.py`` under a launcher, spawned workers):
+    free the run's reference cycles, so the destroyed process group goes and its gloo threads are
+    joined before the interpreter finalizes; say so on stderr if something still holds it."""
+    alive = destroyed_groups_alive()
+    if alive:
+        print(f"warning: {alive} destroyed process group(s) still referenced as this rank ends; their gloo "
+              "threads may abort the interpreter's exit", file=sys.stderr)
 
 
 def barrier() -> None:

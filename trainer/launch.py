@@ -165,11 +165,12 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         raise
     if local_rank == 0:
         results.put(result)
-    if isinstance(result, CheckpointError):
-        # The process group was not torn down cleanly: finalizing could abort in a gloo thread
-        # ("terminate called without an active exception"). Flush the logs and leave now.
-        logging.shutdown()
-        os._exit(0)
+    # What the run built is reachable from here (the Trainer in ``args``: its DDP wrapper; a
+    # CheckpointError's traceback): drop it, so the process group goes before the interpreter ends.
+    del fn, args, result
+    from trainer import distributed
+
+    distributed.release_before_exit()
 
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")

@@ -217,6 +217,13 @@ class Strategy(OptimizerStateIO):
         if getattr(self, "_owns_process_group", False):
             distributed.destroy_process_group(clean)
             self._owns_process_group = False
+        # A destroyed group's gloo threads end only once nothing references it, and a strategy the
+        # user keeps would: drop what holds one (see trainer/distributed.py).
+        for name in self.group_holders:
+            setattr(self, name, None)
+
+    #: attributes that hold process groups (or meshes, stages, optimizers that do), dropped by teardown
+    group_holders: tuple[str, ...] = ()
 
 
 class OwnedStep(Strategy):

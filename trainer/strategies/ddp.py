@@ -35,6 +35,7 @@ class DDPStrategy(Strategy):
     #: DDP all-reduces every gradient (ZeRO-1 too: it shards only the optimizer state), and an
     #: all-reduce leaves the same result on every rank
     gradients_replicated = True
+    group_holders = ("_zero_optimizer",)
 
     def __init__(
         self,

@@ -84,6 +84,7 @@ class FSDPStrategy(Strategy):
     lockstep_forward = True
     #: one process still gets FSDP's semantics (mixed-precision policy, offload, units)
     needs_process_group = True
+    group_holders = ("mesh",)
 
     def __init__(
         self,

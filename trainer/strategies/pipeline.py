@@ -81,6 +81,7 @@ class PipelineStrategy(OwnedStep):
     checkpoint_formats = ("sharded",)
     #: torch's pipeline stages need a process group, also for several virtual stages in one process
     needs_process_group = True
+    group_holders = ("pp_group", "dp_group", "dp_mesh", "pipeline_stages", "schedule")
     #: Each batch norm lives on one stage and runs once per schedule microbatch: synchronising it
     #: over the world would wait for stages that never call it (a hang). Refused before any worker.
     sync_batchnorm_refusal = ("each batch norm lives on one pipeline stage, so the statistics cannot be synchronised "
