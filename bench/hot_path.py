@@ -57,7 +57,7 @@ def main() -> None:
     for layout in args.layouts:
         for precision in args.precisions:
             with tempfile.TemporaryDirectory() as run_dir:
-                ranks, _ = probe(run_dir, layout, PythonCountTokens(), precision=precision)
+                ranks, _ = probe(run_dir, layout, PythonCountTokens(), precision=precision, enable_model_summary=False)
             windows = ranks[0]
             quiet_syncs, quiet_kinds, quiet_where = _summary(windows, QUIET)
             log_syncs, log_kinds, _ = _summary(windows, [LOG_EVERY])
