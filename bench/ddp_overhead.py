@@ -1,6 +1,6 @@
 """A 2-rank DDP run, start to end: a hand-written ``mp.spawn`` loop, this trainer, Lightning, side by side.
 
-    python bench/ddp_overhead.py [--steps 10] [--long-steps 1500] [--pairs 5]
+    python bench/ddp_overhead.py [--steps 10] [--long-steps 1500] [--pairs 5] [--long-pairs 1] [--no-lightning]
 
 Each contender trains the same small GPT (recipes/gpt.py) with AdamW on 2 spawned CPU processes
 (gloo), batch 16 per rank, no validation, no checkpoints, metrics logged every 50 steps. Every call is
@@ -158,14 +158,15 @@ def main() -> None:
     parser.add_argument("--long-steps", type=int, default=1500, help="0: skip the long round")
     parser.add_argument("--long-pairs", type=int, default=1)
     parser.add_argument("--json", help="also write the raw figures here")
+    parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out (a shorter run)")
     args = parser.parse_args()
     contenders = {"hand-written mp.spawn": hand_written, "trainer (this repo)": ours}
-    if _lightning_installed():
+    if _lightning_installed() and not args.no_lightning:
         contenders["lightning ddp_spawn"] = lightning
     print(f"torch {torch.__version__}, {platform.machine()} {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f} at start")
     if "lightning ddp_spawn" not in contenders:
-        print("lightning: not installed (pip install lightning)")
+        print("lightning: left out (--no-lightning)" if args.no_lightning else "lightning: not installed (pip install lightning)")
     raw: dict[str, dict[str, list]] = {}
     for label, steps, pairs in (("short", args.steps, args.pairs), ("long", args.long_steps, args.long_pairs)):
         if steps <= 0 or pairs <= 0:
