@@ -13,8 +13,10 @@ from recipes.gpt import GPT, GPTModule
 
 
 def stamp(stamps: str, key: str) -> None:
+    """Write the wall clock (shared by the processes) and this process's CPU time (all its threads:
+    less sensitive than the wall clock to other work on a shared machine) under ``key``."""
     with open(os.path.join(stamps, key), "w") as f:
-        f.write(repr(time.time()))
+        f.write(f"{time.time()!r} {time.process_time()!r}")
 
 
 class TimedGPTModule(GPTModule):

@@ -1,6 +1,6 @@
 """A 2-rank DDP run, start to end: a hand-written ``mp.spawn`` loop, this trainer, Lightning, side by side.
 
-    python bench/ddp_overhead.py [--steps 10] [--long-steps 1500] [--pairs 5]
+    python bench/ddp_overhead.py [--steps 10] [--long-steps 1500] [--pairs 5] [--long-pairs 1] [--no-lightning]
 
 Each contender trains the same small GPT (recipes/gpt.py) with AdamW on 2 spawned CPU processes
 (gloo), batch 16 per rank, no validation, no checkpoints, metrics logged every 50 steps. Every call is
@@ -10,7 +10,9 @@ Times (medians over ``--pairs`` rounds, contenders interleaved so machine noise 
 - start-up: from the ``fit`` call (or ``mp.spawn``) to rank 0's first training step;
 - steps: rank 0's first step to its last step's end;
 - end: from the last step's end until the call returns in this process;
-- total, and its ratio to the hand-written loop.
+- total, and its ratio to the hand-written loop;
+- steps cpu: rank 0's CPU time (all its threads) over the steps, and its ratio to the hand-written
+  loop's: on a machine shared with other work, wall-clock steps stretch with the load, CPU time much less.
 
 ``--long-steps`` runs one more round at that many steps: the whole run's ratio (the DDP overhead).
 Lightning (``strategy="ddp_spawn"``) is measured only if it is installed; it is a bench-only
@@ -34,9 +36,11 @@ BATCH = 16
 MODEL = dict(block_size=64, layers=2, heads=4, width=128, dropout=0.0)
 
 
-def _read(stamps: str, key: str) -> float:
+def _read(stamps: str, key: str) -> tuple[float, float]:
+    """(wall clock, rank 0's CPU time) written by ``stamp``."""
     with open(os.path.join(stamps, key)) as f:
-        return float(f.read())
+        wall, cpu = f.read().split()
+    return float(wall), float(cpu)
 
 
 def _free_port() -> int:
@@ -130,8 +134,9 @@ def measure(run, steps: int) -> dict[str, float]:
         called = time.time()
         run(steps, stamps)
         returned = time.time()
-        first, last = _read(stamps, "first"), _read(stamps, "last")
-    return {"start-up": first - called, "steps": last - first, "end": returned - last, "total": returned - called}
+        (first, first_cpu), (last, last_cpu) = _read(stamps, "first"), _read(stamps, "last")
+    return {"start-up": first - called, "steps": last - first, "end": returned - last, "total": returned - called,
+            "steps cpu": last_cpu - first_cpu}
 
 
 def table(title: str, figures: dict[str, list[dict[str, float]]]) -> None:
@@ -139,10 +144,11 @@ def table(title: str, figures: dict[str, list[dict[str, float]]]) -> None:
     base = median["hand-written mp.spawn"]
     print(f"\n{title}")
     print(f"{'contender':<24}{'start-up s':>11}{'steps s':>9}{'end s':>8}{'total s':>9}{'vs loop':>9}"
-          f"{'start-up +':>11}{'end +':>8}")
+          f"{'start-up +':>11}{'end +':>8}{'steps cpu s':>12}{'cpu vs loop':>12}")
     for name, m in median.items():
         print(f"{name:<24}{m['start-up']:>11.2f}{m['steps']:>9.2f}{m['end']:>8.2f}{m['total']:>9.2f}"
-              f"{m['total'] / base['total']:>9.3f}{m['start-up'] - base['start-up']:>+11.2f}{m['end'] - base['end']:>+8.2f}")
+              f"{m['total'] / base['total']:>9.3f}{m['start-up'] - base['start-up']:>+11.2f}{m['end'] - base['end']:>+8.2f}"
+              f"{m['steps cpu']:>12.2f}{m['steps cpu'] / base['steps cpu']:>12.3f}")
 
 
 def main() -> None:
@@ -152,14 +158,15 @@ def main() -> None:
     parser.add_argument("--long-steps", type=int, default=1500, help="0: skip the long round")
     parser.add_argument("--long-pairs", type=int, default=1)
     parser.add_argument("--json", help="also write the raw figures here")
+    parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out (a shorter run)")
     args = parser.parse_args()
     contenders = {"hand-written mp.spawn": hand_written, "trainer (this repo)": ours}
-    if _lightning_installed():
+    if _lightning_installed() and not args.no_lightning:
         contenders["lightning ddp_spawn"] = lightning
     print(f"torch {torch.__version__}, {platform.machine()} {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f} at start")
     if "lightning ddp_spawn" not in contenders:
-        print("lightning: not installed (pip install lightning)")
+        print("lightning: left out (--no-lightning)" if args.no_lightning else "lightning: not installed (pip install lightning)")
     raw: dict[str, dict[str, list]] = {}
     for label, steps, pairs in (("short", args.steps, args.pairs), ("long", args.long_steps, args.long_pairs)):
         if steps <= 0 or pairs <= 0:

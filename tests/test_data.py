@@ -79,6 +79,18 @@ def test_validation_shards_cover_every_sample_once_without_padding(num_samples, 
     shards = [validation_shard(num_samples, 4, r, world_size) for r in range(world_size)]
     flat = [i for shard in shards for batch in shard for i in batch]
     assert sorted(flat) == list(range(num_samples))
+    for rank, shard in enumerate(shards):  # the batches the eager lists of before gave, and their sizes
+        mine = list(range(rank, num_samples, world_size))
+        assert list(shard) == [mine[i:i + 4] for i in range(0, len(mine), 4)]
+        assert list(shard.sizes()) == [len(batch) for batch in shard]
+        assert list(shard.padded(len(shard) + 2)) == list(shard) + [[0], [0]]
+
+
+def test_a_validation_shard_of_1e8_samples_is_built_lazily():
+    # O(batch) per batch, nothing per sample up front: the last batch of rank 1 of 2 without a list of 5e7.
+    shard = validation_shard(10**8, 4, 1, 2)
+    assert len(shard) == 12_500_000
+    assert shard[-1] == [99_999_993, 99_999_995, 99_999_997, 99_999_999]
 
 
 # ----- the permutation and the lazy plan (issue 14: O(global batch) per step, O(1) per rank in the dataset size)

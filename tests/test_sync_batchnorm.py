@@ -322,6 +322,28 @@ def test_without_a_process_group_it_is_plain_batch_norm(training):
         assert torch.equal(value, synced.state_dict()[key])
 
 
+def test_synced_forward_reads_nothing_back_with_two_or_more_samples(monkeypatch):
+    """The synced path as on 2 ranks (the all-reduce stubbed: this rank's sums stand for all):
+    momentum=None and 2+ samples make no host read (a sync per layer on a GPU) and match BatchNorm;
+    1 sample in all reads the count and is refused."""
+    from helpers import HostSyncCounter
+    from trainer import sync_batchnorm
+
+    monkeypatch.setattr(sync_batchnorm, "_group_size", lambda group: 2)
+    monkeypatch.setattr(sync_batchnorm.dist, "all_reduce", lambda tensor, group=None: None)
+    case = Case(nn.BatchNorm2d, (4, 5, 5), (8,), momentum=None)
+    plain, synced = make_bn(case), convert_sync_batchnorm(make_bn(case))
+    x = make_batches(case)[0][0]
+    with HostSyncCounter() as syncs:
+        out = synced(x)
+        out.sum().backward()
+    assert syncs.count == 0, syncs.where
+    torch.testing.assert_close(out, plain(x), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(synced.running_var, plain.running_var, rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training, got 1"):
+        synced(x[:1, :, :1, :1])  # one value per channel
+
+
 @pytest.mark.gpu
 def test_cuda_batch_norms_become_pytorchs_sync_batch_norm():
     """On CUDA the conversion hands over to PyTorch's fused nn.SyncBatchNorm (NCCL), keeping the tensors."""

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from trainer.permutation import IndexPermutation
+from trainer.validation_shard import ValidationShard
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -313,11 +314,10 @@ class RankBatches:
         return (last - self.start_step) * self.plan.accumulate + self.plan.micro_steps(last)
 
 
-def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[list[int]]:
+def validation_shard(num_samples: int, batch_size: int, rank: int, world_size: int) -> ValidationShard:
     """Rank ``rank``'s validation batches: every sample exactly once over all ranks, no padding
-    (padding with duplicates, as DistributedSampler does, would skew the metrics)."""
-    mine = list(range(rank, num_samples, world_size))
-    return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
+    (padding with duplicates, as DistributedSampler does, would skew the metrics); built lazily."""
+    return ValidationShard(num_samples, batch_size, rank, world_size)
 
 
 @dataclass(frozen=True)

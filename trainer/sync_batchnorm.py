@@ -93,11 +93,14 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             stats[-1] = local_count
         with labelled(SYNC_BN_KIND):  # for the comms log (not a gradient all-reduce)
             dist.all_reduce(stats, group=process_group)
-        count = stats[-1].item()  # free on the CPU; one sync per layer on a GPU (see convert_sync_batchnorm)
-        if count <= 1:
-            # The same refusal (and on every rank alike: all of them see the same global count).
+        count = stats[-1]  # a tensor: the statistics below need no host read of it
+        # The global count is at least this rank's: a rank with 2 or more samples knows without
+        # reading it (a host sync per layer on a GPU) that it is above 1. Only ranks with 0 or 1 read
+        # it; where the global count is <= 1 every rank has <= 1 sample, so all of them read and
+        # raise alike.
+        if local_count <= 1 and count.item() <= 1:
             raise ValueError(
-                f"Expected more than 1 value per channel when training, got {int(count)} over all ranks "
+                f"Expected more than 1 value per channel when training, got {int(count.item())} over all ranks "
                 f"(input shape {list(input.shape)} on this rank)"
             )
         mean = stats[:channels] / count
@@ -206,7 +209,8 @@ class SyncBatchNorm(_BatchNorm):
         factor = 0.0 if self.momentum is None else self.momentum
         if self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+            # momentum=None: 1 / n as a float64 tensor, not float(n) (a host sync per layer on a GPU)
+            factor = 1.0 / self.num_batches_tracked.double() if self.momentum is None else self.momentum
         tracking = self.track_running_stats and self.running_mean is not None
         return _SyncBatchNormFunction.apply(
             input,

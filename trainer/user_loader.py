@@ -49,6 +49,7 @@ from trainer.data import (
     seeded,
     validation_shard,
 )
+from trainer.validation_shard import ValidationShard
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -233,7 +234,7 @@ class RunData:
             order=stream,
         )
 
-    def val_shard(self, epoch: int, rank: int, world_size: int, limit: int | None = None) -> list[list[int]]:
+    def val_shard(self, epoch: int, rank: int, world_size: int, limit: int | None = None) -> ValidationShard:
         """Rank ``rank``'s validation batches (sample indices): every sample, or every position of a
         validation sampler's stream, exactly once over the ranks; with ``limit``, only the first
         ``limit`` of them (``limit_val_batches``: the same samples on any world size)."""
@@ -247,8 +248,7 @@ class RunData:
             generator = torch.Generator().manual_seed(derive_seed(self.trainer.seed, "val", "epoch", epoch))
             order = torch.randperm(size, generator=generator).tolist()
         order = order[:limit] if limit is not None else order
-        shards = validation_shard(len(order), self.val_batch_size, rank, world_size)
-        return [[order[p] for p in batch] for batch in shards]
+        return ValidationShard(len(order), self.val_batch_size, rank, world_size, order=order)  # batches built lazily
 
     def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
         train = purpose == "train"
