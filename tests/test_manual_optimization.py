@@ -270,7 +270,9 @@ def test_global_step_counts_optimizer_steps_and_resumes(tmp_path, caplog):
     assert {name: (s["step"], s["global_step"]) for name, s in saved.items()} == {
         "step-000000001": (1, 2), "step-000000002": (2, 4), "step-000000003": (3, 6)}
 
-    trainer, resumed, resumed_losses = fit(tmp_path / "resumed", ckpt_path=str(root / "step-000000002"))
+    # Logging every 100 batches: the last batch (foreseen from the steps per batch) is logged all the same.
+    trainer, resumed, resumed_losses = fit(tmp_path / "resumed", ckpt_path=str(root / "step-000000002"),
+                                           log_every_n_steps=100)
     assert resumed.seen == [(4, 6)] and trainer.global_step == 6
     assert resumed_losses == straight_losses[2:]
     assert_close_states(resumed.state_dict(), straight.state_dict(), atol=0)
@@ -284,13 +286,17 @@ def test_global_step_counts_optimizer_steps_and_resumes(tmp_path, caplog):
     marker = json.loads((old / "COMMITTED").read_text())
     marker["files"]["trainer_state.json"] = (old / "trainer_state.json").stat().st_size  # (sizes are checked)
     (old / "COMMITTED").write_text(json.dumps(marker))
-    trainer, from_old, _ = fit(tmp_path / "from_old", ckpt_path=str(old))
-    assert from_old.seen == [(2, 4), (4, 6)] and trainer.global_step == 6
+    trainer, from_old, old_losses = fit(tmp_path / "from_old", ckpt_path=str(old), log_every_n_steps=100)
+    assert from_old.seen == [(2, 4), (4, 6)] and trainer.global_step == 6 and [r[0] for r in old_losses] == [4]
 
 
 def test_estimated_stepping_batches_under_manual_optimization_with_epochs(tmp_path):
     # With an epoch bound the optimizer steps are unknown up front: an error, not a batch count.
+    # every_n_steps=4 with 2 optimizer steps per batch: saves after batches 2 and 4 only.
     gan = CountingGAN()
-    run_trainer(tmp_path, gan, batch_size=64, max_steps=-1, max_epochs=1)
+    run_trainer(tmp_path, gan, batch_size=64, max_steps=-1, max_epochs=1,
+                checkpoint=dict(every_n_steps=4, save_last=False, keep_last=None))
     assert "max_epochs=1 (4 batches)" in gan.estimated and "depend on how often training_step calls opt.step()" in gan.estimated
     assert gan.global_step == 8 and gan.seen[-1] == (6, 8)  # 4 batches of one epoch, 2 optimizer steps each
+    saved = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert saved == ["step-000000002", "step-000000004"]

@@ -271,7 +271,8 @@ class _Run:
                 for step_plan in steps:
                     if limits.done(self) or self.epoch_step >= steps_per_epoch:
                         break
-                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or limits.before_batch(self)
+                    last = limits.before_batch(self)  # (also notes global_step before the batch)
+                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
                     metrics = self._train_step(step_plan, batches, log_now)
