@@ -96,9 +96,7 @@ class _Run:
         self.summary = None  # the model summary, counted before the strategy splits the model
 
     @property
-    def global_step(self) -> int:
-        """Optimizer steps (Lightning's ``global_step``): the batches, or under manual optimization
-        the module's ``opt.step()`` calls (trainer/step_limits.py)."""
+    def global_step(self) -> int:  # optimizer steps: the batches, or the module's opt.step() calls (manual)
         return self.step if self.optimizer_steps is None else self.optimizer_steps
 
     # ----- set-up -----------------------------------------------------------------------------------
