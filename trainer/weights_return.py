@@ -41,7 +41,8 @@ def record_result(run: _Run, mode: str) -> None:
     if mode == "fit" and trainer.return_weights:
         weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
     if run.rank == 0:
-        result = {"global_step": run.global_step, "batches": run.step, "current_epoch": run.epoch, "metrics": dict(run.last_metrics),
+        result = {"global_step": run.global_step, "batches": run.step, "current_epoch": run.epoch,
+                  "metrics": dict(run.last_metrics),
                   "hidden": hidden, "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
         path = os.path.join(run.run_dir, RESULT_FILE)
         torch.save(result, path + ".tmp")
