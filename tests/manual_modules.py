@@ -67,3 +67,32 @@ class OverflowingGAN(DigitsGAN):
         opt_d.step()
         self.seen.append((batch_idx, sum(float(p.detach().sum()) for p in self.discriminator.parameters())))
         return {"d_loss": d_loss.detach()}
+
+
+class CountingGAN(DigitsGAN):
+    """The tiny GAN (two ``opt.step()`` per batch) that records ``self.global_step`` before and after
+    its ``training_step`` and logs it reduced by min and max over the ranks (equal: every rank counts
+    alike); its ``configure_optimizers`` reads ``trainer.estimated_stepping_batches`` (or the error)."""
+
+    def __init__(self, **kwargs):
+        options = dict(optimizer=partial(torch.optim.Adam, lr=1e-3, betas=(0.5, 0.999)), latent=4, hidden=16,
+                       num_samples=197)
+        options.update(kwargs)
+        super().__init__(**options)
+        self.seen: list[tuple[int, int]] = []
+        self.estimated: int | str | None = None
+
+    def configure_optimizers(self):
+        try:
+            self.estimated = self.trainer.estimated_stepping_batches
+        except RuntimeError as error:
+            self.estimated = str(error)
+        return super().configure_optimizers()
+
+    def training_step(self, batch, batch_idx):
+        before = self.global_step
+        output = super().training_step(batch, batch_idx)
+        self.seen.append((before, self.global_step))
+        for fx in ("min", "max"):
+            self.log(f"global_step_{fx}", float(self.global_step), reduce_fx=fx)
+        return output

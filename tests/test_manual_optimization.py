@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers import REPO, HotPathProbe, read_hot_path, read_metrics, run_trainer
-from manual_modules import HandAccumulatingGAN, OverflowingGAN, tiny_gan
+from manual_modules import CountingGAN, HandAccumulatingGAN, OverflowingGAN, tiny_gan
 from recipes.gan import DigitsGAN
 from trainer.comms_log import GRADIENT_KIND
 from trainer.optimizers import split_manual, split_optimizers
@@ -25,14 +25,16 @@ from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(300)
 
-STEPS = 8  # 197 samples in global batches of 32: step 7 is the short last batch (5 samples, uneven over 2 ranks)
+STEPS = 8  # 197 samples in global batches of 32: batch 7 is the short last one (5 samples, uneven over 2 ranks)
 GLOBAL = 32
+# The GAN steps both optimizers every batch: global_step (and max_steps) counts 2 per batch (as Lightning).
+OPT_STEPS = 2 * STEPS
 
 
 def gan_run(run_dir, devices: int = 1, strategy="single", module=None, **args):
     module = module if module is not None else tiny_gan()
     run_trainer(run_dir, module, strategy=strategy, devices=devices, batch_size=GLOBAL // devices,
-                **dict(dict(max_steps=STEPS), **args))
+                **dict(dict(max_steps=OPT_STEPS), **args))
     rows = [r for r in read_metrics(str(run_dir)) if "train/d_loss" in r]
     return [(r["train/d_loss"], r["train/g_loss"]) for r in rows], {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -44,8 +46,15 @@ def assert_close_states(a, b, atol):
 
 
 def test_gan_ddp_equals_one_process(tmp_path):
-    single_losses, single_state = gan_run(tmp_path / "single")
-    ddp_losses, ddp_state = gan_run(tmp_path / "ddp", devices=2, strategy=DDPStrategy())
+    single, ddp = CountingGAN(), CountingGAN()
+    single_losses, single_state = gan_run(tmp_path / "single", module=single)
+    ddp_losses, ddp_state = gan_run(tmp_path / "ddp", devices=2, strategy=DDPStrategy(), module=ddp)
+    # global_step counts optimizer steps on every rank alike (min == max over the ranks), 1 process == 2 ranks.
+    assert single.global_step == ddp.global_step == OPT_STEPS
+    for run_dir in ("single", "ddp"):
+        counted = [(r["step"], r["global_step_min"], r["global_step_max"]) for r in read_metrics(str(tmp_path / run_dir))
+                   if "global_step_min" in r]
+        assert counted == [(b, 2.0 * b, 2.0 * b) for b in range(1, STEPS + 1)], (run_dir, counted)
     assert len(single_losses) == STEPS and all(map(math.isfinite, sum(single_losses, ())))
     # Each rank's loss is its micro-batch mean; manual_backward weights it by its real samples, so the
     # short uneven step 7 (and everything after it) matches one process on the same global batch.
@@ -88,7 +97,7 @@ def test_no_backward_sync_skips_the_gradient_sync(tmp_path, strategy, gradient_k
 def test_quiet_manual_steps_make_no_new_host_sync(tmp_path):
     # DDP, fp16: on a step that does not log, the only host reads are the overflow decisions (one
     # per optimizer step, as the automatic path's one per step) and the only collectives the gradients'.
-    run_trainer(tmp_path, tiny_gan(), strategy=DDPStrategy(), devices=2, batch_size=8, max_steps=6,
+    run_trainer(tmp_path, tiny_gan(), strategy=DDPStrategy(), devices=2, batch_size=8, max_steps=12,  # 6 batches
                 log_every_n_steps=3, precision=Precision("fp16-mixed", initial_scale_power=8), callbacks=[HotPathProbe()])
     for rank, windows in enumerate(read_hot_path(tmp_path, 2)):
         for step in (2, 5):
@@ -117,7 +126,7 @@ def test_checkpoint_resume_of_a_manual_run_is_exact(tmp_path):
                 if "train/lr/optimizer0" in r]
 
     straight_losses, straight_state = gan_run(tmp_path / "straight", module=module())
-    gan_run(tmp_path / "first", module=module(), max_steps=4, checkpoint=dict(every_n_steps=4))
+    gan_run(tmp_path / "first", module=module(), max_steps=8, checkpoint=dict(every_n_steps=8))  # 4 batches
     resumed_losses, resumed_state = gan_run(tmp_path / "resumed", module=module(),
                                             resume=str(tmp_path / "first" / "checkpoints"))
     assert resumed_losses == straight_losses[4:]
@@ -176,7 +185,7 @@ def test_bf16_and_a_step_that_returns_nothing(tmp_path):
 
     run_trainer(tmp_path / "quiet", tiny_gan(Quiet), batch_size=16, max_steps=2)
     assert all("train/d_loss" not in r for r in read_metrics(str(tmp_path / "quiet")))
-    losses, _ = gan_run(tmp_path / "bf16", max_steps=3, precision="bf16-mixed")
+    losses, _ = gan_run(tmp_path / "bf16", max_steps=6, precision="bf16-mixed")  # 3 batches
     assert len(losses) == 3 and all(map(math.isfinite, sum(losses, ())))
 
 
@@ -230,3 +239,64 @@ def test_fp16_manual_optimization_under_fsdp_trains_like_one_process(tmp_path):
     assert abs(single_losses[-1][0] - single_losses[0][0]) > 0.02  # what it trains is larger than the tolerance
     scales = [r["train/loss_scale"] for r in read_metrics(str(tmp_path / "fsdp")) if "train/loss_scale" in r]
     assert scales and scales[0] == 2.0 ** 8
+
+
+def test_global_step_counts_optimizer_steps_and_resumes(tmp_path, caplog):
+    # Two opt.step() per batch: max_steps=6 is 3 batches; every_n_steps=2 saves after every batch (folders
+    # named by batches); the logged step axis counts batches. A cosine schedule of max_steps=6 steps that
+    # the module steps once per batch would stop halfway: said once. Resuming mid-run restores global_step.
+    import logging
+    import shutil
+
+    from helpers import new_trainer
+
+    def module():
+        return CountingGAN(scheduler=partial(torch.optim.lr_scheduler.CosineAnnealingLR, T_max=6))
+
+    def fit(run_dir, ckpt_path=None, **args):
+        gan = module()
+        trainer = new_trainer(run_dir, batch_size=16, max_steps=6, **args)
+        trainer.fit(gan, ckpt_path=ckpt_path)
+        losses = [(r["step"], r["train/d_loss"], r["train/g_loss"]) for r in read_metrics(str(run_dir)) if "train/d_loss" in r]
+        return trainer, gan, losses
+
+    with caplog.at_level(logging.WARNING, logger="trainer.loop"):
+        trainer, straight, straight_losses = fit(tmp_path / "straight", checkpoint=dict(every_n_steps=2, keep_last=None))
+    assert trainer.global_step == straight.global_step == 6 and straight.seen == [(0, 2), (2, 4), (4, 6)]
+    assert [step for step, *_ in straight_losses] == [1, 2, 3] and straight.estimated == 6
+    assert "CosineAnnealingLR spans 6 steps (trainer.max_steps=6)" in caplog.text and "length of 3" in caplog.text
+    root = tmp_path / "straight" / "checkpoints"
+    saved = {p.name: json.loads((p / "trainer_state.json").read_text()) for p in root.iterdir() if p.name.startswith("step-")}
+    assert {name: (s["step"], s["global_step"]) for name, s in saved.items()} == {
+        "step-000000001": (1, 2), "step-000000002": (2, 4), "step-000000003": (3, 6)}
+
+    # Logging every 100 batches: the last batch (foreseen from the steps per batch) is logged all the same.
+    trainer, resumed, resumed_losses = fit(tmp_path / "resumed", ckpt_path=str(root / "step-000000002"),
+                                           log_every_n_steps=100)
+    assert resumed.seen == [(4, 6)] and trainer.global_step == 6
+    assert resumed_losses == straight_losses[2:]
+    assert_close_states(resumed.state_dict(), straight.state_dict(), atol=0)
+
+    # A checkpoint written before global_step was saved: global_step restarts from its batches (2 here).
+    old = tmp_path / "old" / "step-000000002"
+    shutil.copytree(root / "step-000000002", old)
+    state = json.loads((old / "trainer_state.json").read_text())
+    del state["global_step"]
+    (old / "trainer_state.json").write_text(json.dumps(state))
+    marker = json.loads((old / "COMMITTED").read_text())
+    marker["files"]["trainer_state.json"] = (old / "trainer_state.json").stat().st_size  # (sizes are checked)
+    (old / "COMMITTED").write_text(json.dumps(marker))
+    trainer, from_old, old_losses = fit(tmp_path / "from_old", ckpt_path=str(old), log_every_n_steps=100)
+    assert from_old.seen == [(2, 4), (4, 6)] and trainer.global_step == 6 and [r[0] for r in old_losses] == [4]
+
+
+def test_estimated_stepping_batches_under_manual_optimization_with_epochs(tmp_path):
+    # With an epoch bound the optimizer steps are unknown up front: an error, not a batch count.
+    # every_n_steps=4 with 2 optimizer steps per batch: saves after batches 2 and 4 only.
+    gan = CountingGAN()
+    run_trainer(tmp_path, gan, batch_size=64, max_steps=-1, max_epochs=1,
+                checkpoint=dict(every_n_steps=4, save_last=False, keep_last=None))
+    assert "max_epochs=1 (4 batches)" in gan.estimated and "depend on how often training_step calls opt.step()" in gan.estimated
+    assert gan.global_step == 8 and gan.seen[-1] == (6, 8)  # 4 batches of one epoch, 2 optimizer steps each
+    saved = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert saved == ["step-000000002", "step-000000004"]

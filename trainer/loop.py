@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -45,6 +44,7 @@ from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.run_state import StopFlag
 from trainer.run_limits import train_steps_per_epoch, val_interval_steps
+from trainer.step_limits import StepLimits
 from trainer.sanity_check import run_sanity_check
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.step_accounting import NonfiniteLossWatch, TokenCount, counted
@@ -76,7 +76,8 @@ class _Run:
         self.strategy = trainer.strategy
         self.loggers: list[Logger] = []
         self.rank = env.rank
-        self.step = 0
+        self.step = 0  # global batches trained (the logged step axis, checkpoint names, the data position)
+        self.optimizer_steps: int | None = None  # manual optimization: the module's opt.step() calls
         self.epoch = 0
         self.epoch_step = 0  # optimizer steps done in this epoch
         self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
@@ -93,6 +94,10 @@ class _Run:
         self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/run_state.py)
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
+
+    @property
+    def global_step(self) -> int:  # optimizer steps: the batches, or the module's opt.step() calls (manual)
+        return self.step if self.optimizer_steps is None else self.optimizer_steps
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -210,9 +215,10 @@ class _Run:
         plan = self.data.plan(self.dp_size)
         steps_per_epoch = train_steps_per_epoch(trainer, plan.steps_per_epoch)  # limit_train_batches
         trainer.val_every_n_steps = val_interval_steps(trainer, steps_per_epoch)  # a float val_check_interval
-        epoch_limit = steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
-        total_steps = int(min(epoch_limit, trainer.max_steps if trainer.max_steps > 0 else math.inf))
-        self.total_steps = total_steps
+        # max_steps counts optimizer steps: under manual optimization not batches (trainer/step_limits.py)
+        limits = StepLimits(trainer, steps_per_epoch, manual=not getattr(module, "automatic_optimization", True))
+        self.total_steps = limits.estimated_stepping_batches(trainer)  # (a str: why it is unknown)
+        total_steps = limits.progress_total()
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
@@ -224,11 +230,12 @@ class _Run:
         if self.rank == 0 and (short := plan.short_of_one_batch()):  # every rank would say it alike
             log.warning(short)
         log.info(
-            "strategy %s, world size %d, global batch %s, %d steps per epoch, %d steps, run dir %s",
+            "strategy %s, world size %d, global batch %s, %d steps per epoch, %s, run dir %s",
             self.strategy.name, distributed.world_size(), plan.describe_global_batch(), steps_per_epoch,
-            total_steps, self.run_dir,
+            limits.describe_total(), self.run_dir,
         )
         self.restore(plan)
+        limits.note_schedules(self)
         if self.summary is not None:
             count_local(self.summary, module)  # each rank's share (one gather, at the start only)
             if self.rank == 0:
@@ -244,12 +251,13 @@ class _Run:
         module.on_fit_start()
         self.callbacks.on_fit_start(self)
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
-        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False, initial=self.step)
+        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False,
+                               initial=limits.progress_position(self))
         progress.also_show = self.module_logs.prog_bar  # self.log(..., prog_bar=True) names, as they come
         self.module_logs.begin("train")
         validated_at = saved_at = -1
         try:
-            while self.step < total_steps and not self.preempted and not self.callbacks.should_stop(self.step):
+            while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
@@ -259,13 +267,15 @@ class _Run:
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
                 ))
                 for step_plan in steps:
-                    if self.step >= total_steps or self.epoch_step >= steps_per_epoch:
+                    if limits.done(self) or self.epoch_step >= steps_per_epoch:
                         break
-                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or self.step + 1 == total_steps
+                    last = limits.before_batch(self)  # (also notes global_step before the batch)
+                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
                     metrics = self._train_step(step_plan, batches, log_now)
                     self.step += 1
+                    stepped_from = limits.after_batch(self)  # global_step before this batch
                     self.comms.after_step(self.step)
                     self.trace.after_step(self.step)
                     self.epoch_step += 1
@@ -273,17 +283,17 @@ class _Run:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
                         self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
-                        log.info("step %d/%d  %s", self.step, total_steps, format_metrics(metrics))
+                        log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
                     self.callbacks.on_train_step_end(self, self.step, metrics)
                     self.stop_flag.agree(self, logging_step=metrics is not None)  # trainer.should_stop
-                    progress.update(metrics)
+                    progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())
                         validated_at = self.step
                     if self.checkpoints is not None:
                         self.checkpoints.poll()
-                        if self.checkpoints.due_after_step(self.step):
+                        if self.checkpoints.due_after_step(self.global_step, stepped_from):
                             self.save_checkpoint()
                             saved_at = self.step
                         if self.checkpoints.stop_requested(self.step, logging_step=metrics is not None):
@@ -349,7 +359,7 @@ class _Run:
         """Where training stands, as saved in a checkpoint."""
         trainer = self.trainer
         return {
-            "step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
+            "step": self.step, "global_step": self.global_step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
             "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
             "hparams": checkpoint_record(self.module.hparams),  # load_from_checkpoint reads them (redacted ones named)

@@ -113,6 +113,7 @@ class ManualOptimizer:
         then step (fp16: unless the gradients overflowed on some rank). Returns the closure's value."""
         result = closure() if closure is not None else None
         self._owner.optimizer_step(self.optimizer)
+        self._owner.run.optimizer_steps += 1  # global_step: every call counts, an fp16-skipped one too (as Lightning)
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -179,6 +180,7 @@ def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
     optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
     run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
     step = ManualStep(run, optimizers, schedulers)
+    run.optimizer_steps = 0  # global_step counts the module's opt.step() calls (trainer/step_limits.py)
     run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
     return step
 

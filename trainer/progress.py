@@ -25,11 +25,12 @@ class ProgressBar:
 
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave)
 
-    def update(self, metrics: Mapping[str, float] | None = None) -> None:
+    def update(self, metrics: Mapping[str, float] | None = None, steps: int = 1) -> None:
+        """Advance by ``steps`` (optimizer steps of a manual run's batch), showing ``metrics``."""
         if self._bar is None:
             return
         self.note(metrics)
-        self._bar.update(1)
+        self._bar.update(steps)
 
     def note(self, metrics: Mapping[str, float] | None) -> None:
         """Show the values of ``metrics`` the bar shows (e.g. a validation's), without advancing."""

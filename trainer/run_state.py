@@ -1,7 +1,8 @@
 """Where a run stands, readable from the module and the trainer with Lightning's names.
 
 Every value holds in every strategy. Units: ``global_step`` counts optimizer steps (as Lightning;
-a step of K accumulated micro-batches is one), ``current_epoch`` counts finished epochs (0-based
+a step of K accumulated micro-batches is one; under manual optimization every ``opt.step()`` of the
+module, e.g. 2 per batch in a GAN: trainer/step_limits.py), ``current_epoch`` counts finished epochs (0-based
 while the first epoch runs). During a run they are live (read from the rank's run); after ``fit``
 returns they hold the final values, also on the caller's object when the trainer spawned its
 workers (each worker trains a pickled copy of the trainer).
@@ -50,17 +51,20 @@ class TrainerRunState:
     # progress: live during a run, stored after it (set by trainer/weights_return.py)
     @property
     def global_step(self) -> int:
-        """Optimizer steps taken so far (a step over K accumulated micro-batches counts once)."""
-        return self._run.step if self._run is not None else self._global_step
+        """Optimizer steps taken so far (a step over K accumulated micro-batches counts once; under
+        manual optimization each ``opt.step()`` of the module)."""
+        return self._run.global_step if self._run is not None else self._global_step
 
     @global_step.setter
     def global_step(self, value: int) -> None:
         self._global_step = value
+        self._batches = value  # (set_progress sets the batches after this when they differ)
 
-    def stored_progress(self) -> tuple[int, int]:
-        """(global_step, current_epoch) as the last call left them, even while a new run is set up
-        (the properties read the run then)."""
-        return self._global_step, self._current_epoch
+    def stored_progress(self) -> tuple[int, int, int]:
+        """(batches, global_step, current_epoch) as the last call left them, even while a new run is
+        set up (the properties read the run then). Batches are the logged step axis; they differ from
+        global_step under manual optimization only."""
+        return getattr(self, "_batches", self._global_step), self._global_step, self._current_epoch
 
     @property
     def current_epoch(self) -> int:
@@ -121,11 +125,15 @@ class TrainerRunState:
     @property
     def estimated_stepping_batches(self) -> int:
         """Optimizer steps this fit will run (``max_steps`` / ``max_epochs`` x steps per epoch,
-        whichever is smaller): known from ``configure_optimizers`` on (e.g. for ``OneCycleLR``)."""
+        whichever is smaller): known from ``configure_optimizers`` on (e.g. for ``OneCycleLR``). Under
+        manual optimization ``max_steps`` when it alone bounds the run, else an error saying why it
+        is unknown up front (trainer/step_limits.py)."""
         total = getattr(self._run, "total_steps", None)
         if total is None:
             raise RuntimeError("trainer.estimated_stepping_batches is known once fit has read the data "
                                "(from configure_optimizers on)")
+        if isinstance(total, str):  # why it cannot be known before the run
+            raise RuntimeError(total)
         return total
 
     @property

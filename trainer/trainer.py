@@ -41,7 +41,9 @@ class Trainer(TrainerRunState):
             ``devices > 1`` the trainer spawns them itself; under a launcher it checks they match.
         num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
         accelerator: "auto" (GPU if present), "cpu" or "cuda".
-        max_steps: optimizer steps to run (-1: no limit, then ``max_epochs`` decides).
+        max_steps: optimizer steps to run, ``global_step`` (-1: no limit, then ``max_epochs`` decides);
+            under manual optimization the module's ``opt.step()`` calls: the run stops after the
+            batch that reaches it (trainer/step_limits.py).
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
         max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
             :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).

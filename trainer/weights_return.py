@@ -34,23 +34,28 @@ def record_result(run: _Run, mode: str) -> None:
     under spawned workers also the result file (rank 0), with the full weights after a fit."""
     trainer = run.trainer
     hidden = sorted(run.module_logs.hidden)  # self.log(..., logger=False): not in logged_metrics
-    set_progress(trainer, run.step, run.epoch, run.last_metrics, hidden)
+    set_progress(trainer, run.global_step, run.epoch, run.last_metrics, hidden, batches=run.step)
     if run.env.launcher != "spawned":
         return
     weights = None
     if mode == "fit" and trainer.return_weights:
         weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
     if run.rank == 0:
-        result = {"global_step": run.step, "current_epoch": run.epoch, "metrics": dict(run.last_metrics),
+        result = {"global_step": run.global_step, "batches": run.step, "current_epoch": run.epoch,
+                  "metrics": dict(run.last_metrics),
                   "hidden": hidden, "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
         path = os.path.join(run.run_dir, RESULT_FILE)
         torch.save(result, path + ".tmp")
         os.replace(path + ".tmp", path)
 
 
-def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float], hidden: Any = ()) -> None:
-    """``hidden``: names kept off the loggers (in ``callback_metrics``, not in ``logged_metrics``)."""
+def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float], hidden: Any = (),
+                 batches: int | None = None) -> None:
+    """``step``: global_step (optimizer steps); ``batches``: the batches trained (the logged step
+    axis; None: ``step``, they differ under manual optimization only). ``hidden``: names kept off the
+    loggers (in ``callback_metrics``, not in ``logged_metrics``)."""
     trainer.global_step, trainer.current_epoch = step, epoch
+    trainer._batches = step if batches is None else batches
     trainer.callback_metrics = dict(metrics)
     trainer.logged_metrics = {k: v for k, v in metrics.items() if k not in hidden}
 
@@ -66,7 +71,8 @@ def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
         result = torch.load(path, map_location="cpu", weights_only=True)
     finally:
         os.remove(path)
-    set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"], result.get("hidden", ()))
+    set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"], result.get("hidden", ()),
+                 result.get("batches"))
     if mode != "fit":
         return result.get("predictions")
     if result["state_dict"] is None:

@@ -52,7 +52,8 @@ class Callback:
     Trainer: its settings, e.g. ``trainer.log_every_n_steps``, and progress) and ``module``. While a
     fit runs, :func:`run_of` gives a callback the rank's run, for what the Trainer object does not
     carry: ``run.optimizer`` (a list under manual optimization with several optimizers),
-    ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step``, ``run.epoch``, ``run.rank``, ``run.run_dir``, ``run.val_set``;
+    ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step`` (global batches, as the ``step`` the hooks get; ``trainer.global_step`` counts
+    optimizer steps: more under manual optimization), ``run.epoch``, ``run.rank``, ``run.run_dir``, ``run.val_set``;
     ``run.log(metrics)`` (record ``{name: float}`` at the current step with the run's loggers, which
     exist on rank 0 only) and ``run.request_stop(reason)`` (end training at the end of the current
     step, with a final validation and ``save_last`` as at a normal end; the log names the callback).

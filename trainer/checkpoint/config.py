@@ -12,7 +12,8 @@ FORMATS = ("sharded", "full")
 class CheckpointConfig:
     """Args:
         dir: where checkpoints go; None = ``<run_dir>/checkpoints``.
-        every_n_steps: save every this many optimizer steps (None = off).
+        every_n_steps: save every this many optimizer steps (``global_step``; under manual
+            optimization after the batch that reaches or crosses a multiple) (None = off).
         every_n_epochs: save at the end of every this many epochs (None = off).
         save_last: save when training ends.
         format: "sharded" (torch.distributed.checkpoint: every rank writes its shards, loadable on

@@ -6,7 +6,7 @@
       latest                  -> text: "step-000000500" (moved last, with an atomic rename)
       step-000000500/
         COMMITTED             json: step, format, world size, monitored metric (written last)
-        trainer_state.json    progress (epoch, step, position in the epoch) and the config
+        trainer_state.json    progress (epoch, step, global_step, position in the epoch) and the config
         extras.pt             scheduler, loss scaler and callback states
         rng/rank-00000.pt     every generator of each rank
         model_optim/          sharded: torch.distributed.checkpoint files, one per rank

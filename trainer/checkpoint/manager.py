@@ -130,8 +130,13 @@ class CheckpointManager:
                 self._committer = None
 
     # ----- triggers ------------------------------------------------------------------------------------------
-    def due_after_step(self, step: int) -> bool:
-        return bool(self.config.every_n_steps) and step % self.config.every_n_steps == 0
+    def due_after_step(self, step: int, previous: int | None = None) -> bool:
+        """After the step that took global_step from ``previous`` (default ``step - 1``) to ``step``:
+        whether a multiple of ``every_n_steps`` was reached or crossed (a manual-optimization batch
+        may make several optimizer steps)."""
+        every = self.config.every_n_steps
+        previous = step - 1 if previous is None else previous
+        return bool(every) and step // every > previous // every
 
     def due_after_epoch(self, epoch: int) -> bool:
         return bool(self.config.every_n_epochs) and (epoch + 1) % self.config.every_n_epochs == 0

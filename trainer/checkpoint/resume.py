@@ -8,6 +8,7 @@ evaluation entry points that come later reuse it); ``checkpoint_path`` finds the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -130,6 +131,8 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
             progress["global_batch_size"], trainer.global_batch_size, progress["global_batch_size"],
         )
     run.step, run.epoch, run.epoch_step = progress["step"], progress["epoch"], progress["epoch_step"]
+    if run.optimizer_steps is not None:  # manual optimization: global_step is its own count (a checkpoint
+        run.optimizer_steps = progress.get("global_step", run.step)  # from before it was saved: the batches)
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
     _check_schedule_length(run, progress)
@@ -165,4 +168,15 @@ def load_for_evaluation(run: _Run) -> None:
     integrity.verify(path, marker)  # a damaged file is named before anything is read
     load_training_state(path, run.module, None, marker["format"], part_of_model=run.strategy.owns_step)
     run.step = marker["step"]
+    global_step = _saved_global_step(path)
+    run.optimizer_steps = global_step if global_step not in (None, run.step) else None  # a manual run's
     log.info("evaluating the weights of %s (step %d)", path, run.step)
+
+
+def _saved_global_step(path: str) -> int | None:
+    """The checkpoint's global_step (optimizer steps; None in a checkpoint older than the field)."""
+    try:
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
+            return json.load(handle).get("global_step")
+    except (OSError, ValueError):
+        return None
