@@ -172,6 +172,11 @@ class Strategy:
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def stepping_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer whose ``step()`` runs the update when :meth:`optimizer_step` steps ``optimizer``
+        (fp16 sets its ``found_inf`` flag: trainer/precision/fp16_step.py)."""
+        return optimizer
+
     def configure_precision(self, precision: Any) -> None:
         """Take note of the precision plugin (FSDP turns it into its mixed-precision policy)."""
 
