@@ -36,6 +36,7 @@ import torch
 from trainer.comms_log import GRADIENT_KIND, OVERFLOW_KIND, labelled
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.module_logging import merge_logged
+from trainer.precision.fp16_step import read_finite
 from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 
@@ -271,7 +272,7 @@ class ManualStep:
             with labelled(OVERFLOW_KIND):
                 found = scaler.unscale_found_inf(grads, agree)
             self._found = found if self._found is None else torch.maximum(self._found, found)
-            self._unscaled[key] = found if self.run.fp16.sync_free else found.item() == 0.0
+            self._unscaled[key] = found if self.run.fp16.sync_free else read_finite(found)
             self._overflow |= self._unscaled[key] is False
         return self._unscaled[key]
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["supports_sync_free", "sync_free_step", "announce", "SkipReport", "Fp16Steps"]
+__all__ = ["supports_sync_free", "sync_free_step", "read_finite", "announce", "SkipReport", "Fp16Steps"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,11 @@ def sync_free_step(stepping: torch.optim.Optimizer, found_inf: torch.Tensor, ste
         step()
     finally:
         del stepping.found_inf  # type: ignore[attr-defined]
+
+
+def read_finite(found_inf: torch.Tensor) -> bool:
+    """The host path's one read per optimizer step: True when the step may be taken (no overflow)."""
+    return found_inf.item() == 0.0
 
 
 def announce(steppings: list[Any], rank: int) -> bool:
@@ -100,7 +105,7 @@ class Fp16Steps:
         """Whether the host takes the step: True in the sync-free path (the kernel skips an overflow),
         else the flag read to the host (the one sync per step). Also updates the scaler (no read)."""
         self.scaler.update(found_inf)
-        return True if self.sync_free else found_inf.item() == 0.0
+        return True if self.sync_free else read_finite(found_inf)
 
     def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
         """``strategy.optimizer_step(optimizer)``, skipping on ``found_inf`` in the kernel where sync-free."""
