@@ -175,6 +175,15 @@ class PythonCountTokens(VariableLengthTokens):
         return {"loss": loss, "num_tokens": tokens.shape[0] * (tokens.shape[1] - 1)}
 
 
+class FusedAdamWTokens(PythonCountTokens):
+    """PythonCountTokens stepped by a fused AdamW: it skips an fp16 overflow on a device flag, so fp16
+    steps make no host read (trainer/precision/fp16_step.py)."""
+
+    def __init__(self, lr: float = 0.01):
+        super().__init__()
+        self.optimizer_factory = partial(torch.optim.AdamW, lr=lr, fused=True)
+
+
 class PrepareDataRecorder(Regressor):
     """Records which ranks ran prepare_data, and when relative to the others."""
 

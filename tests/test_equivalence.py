@@ -69,3 +69,40 @@ def test_gradient_clipping_matches_single_process(single_16, tmp_path):
     assert_same_training(ddp, single, steps=STEPS, tol=TOL)
     with pytest.raises(AssertionError):  # clipping really changed the training
         assert_same_training(single, single_16, steps=STEPS, tol=TOL)
+
+
+def test_fused_fp16_ddp_and_zero1_equal_one_process_and_skip_the_same_overflow(tmp_path):
+    # fp16 with a fused AdamW steps with no host read (the kernel skips on the device overflow flag;
+    # under ZeRO-1 the flag goes to the optimizer over the rank's shard, the one that steps). Step 3's loss is infinite on rank 0 (OverflowAt): both runs skip it, halve the scale
+    # (hysteresis=1) and go on identically. Tolerance 2e-3: fp16 autocast rounds the per-rank
+    # partial sums of the weight gradients (8 samples on each of 2 ranks vs 16 in one) differently.
+    from functools import partial
+
+    from helpers import OverflowAt, read_metrics
+    from trainer.precision import Precision
+    from trainer.strategies.ddp import DDPStrategy
+
+    def module():
+        chosen = OverflowAt(bad_step=3, bad_rank=0)
+        chosen.optimizer_factory = partial(torch.optim.AdamW, lr=0.01, weight_decay=0.01, fused=True)
+        return chosen
+
+    def precision():
+        return Precision("fp16-mixed", initial_scale_power=10, hysteresis=1)
+
+    single = fit(tmp_path / "single", module(), batch_size=16, precision=precision())
+    ddp = fit(tmp_path / "ddp", module(), strategy="ddp", devices=2, batch_size=8, precision=precision())
+    zero1 = fit(tmp_path / "zero1", module(), strategy=DDPStrategy(zero1=True), devices=2, batch_size=8,
+                precision=precision())
+    for run in ("single", "ddp", "zero1"):
+        rows = [r for r in read_metrics(str(tmp_path / run)) if "train/loss_scale" in r]
+        assert [r["train/loss_scale"] for r in rows] == [1024.0] * 2 + [512.0] * 6, run
+        assert [r["train/skipped_steps"] for r in rows] == [0, 0] + [1] * 6, run
+    (losses_a, params_a) = single
+    for losses_b, params_b in (ddp, zero1):
+        assert losses_a[2] is None and losses_b[2] is None  # the infinite loss (null in metrics.jsonl)
+        finite = [i for i in range(8) if i != 2]
+        torch.testing.assert_close(torch.tensor([losses_a[i] for i in finite]),
+                                   torch.tensor([losses_b[i] for i in finite]), rtol=2e-3, atol=2e-3)
+        for name in params_a:  # a step taken on inf gradients would leave NaNs (assert_close fails on NaN)
+            torch.testing.assert_close(params_a[name], params_b[name], rtol=2e-3, atol=2e-3, msg=f"parameter {name}")

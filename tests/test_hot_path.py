@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from helpers import HotPathProbe, OverflowAt, PythonCountTokens, VariableLengthTokens, read_hot_path, run_trainer
+from helpers import FusedAdamWTokens, HotPathProbe, OverflowAt, PythonCountTokens, VariableLengthTokens, read_hot_path, run_trainer
 from trainer.checkpoint import layout
 from trainer.comms_log import GRADIENT_KIND, OVERFLOW_KIND, TOKEN_COUNT_KIND
 from trainer.precision import Precision
@@ -50,17 +50,20 @@ def probe(run_dir, layout_name, module, precision="fp16-mixed", accumulate=None,
 
 
 @pytest.mark.parametrize("layout_name, precision", [(name, "fp16-mixed") for name in LAYOUTS]
-                         + [("single", "fp32"), ("ddp", "fp32")])
+                         + [("single", "fp16-sgd"), ("single", "fp32"), ("ddp", "fp32")])
 def test_quiet_steps_make_no_host_sync_and_only_allowed_collectives(tmp_path, layout_name, precision):
-    ranks, allowed = probe(tmp_path, layout_name, PythonCountTokens(), precision=precision)
-    # fp16's one host read: the overflow decision the optimizer step depends on (as DeepSpeed's and
-    # torch's GradScaler's); nothing else reads the device.
-    expected = 1 if precision == "fp16-mixed" else 0
+    # fp16 with a fused AdamW: the optimizer skips an overflow on the device flag, no host read.
+    # fp16 with a plain SGD ("fp16-sgd"): one host read, the overflow decision its step depends on
+    # (as DeepSpeed's and torch's GradScaler's); nothing else reads the device.
+    module = FusedAdamWTokens() if precision == "fp16-mixed" else PythonCountTokens()
+    ranks, allowed = probe(tmp_path, layout_name, module,
+                           precision="fp16-mixed" if precision == "fp16-sgd" else precision)
+    expected = 1 if precision == "fp16-sgd" else 0
     for rank, windows in enumerate(ranks):
         for step in QUIET:
             window = windows[step]
             assert window["syncs"] == expected, (rank, step, window["where"])
-            assert all(w.startswith("loss_scaler.py") for w in window["where"]), (rank, step, window["where"])
+            assert all(w.startswith("fp16_step.py") for w in window["where"]), (rank, step, window["where"])
             assert set(window["collectives"]) <= allowed, (rank, step, window["collectives"])
         if layout_name != "single":  # (fp32: no overflow agreement)
             assert all(windows[k]["collectives"].get(TOKEN_COUNT_KIND) == 1 for k in QUIET)

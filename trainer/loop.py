@@ -4,8 +4,9 @@ trainer/validation.py, resuming in trainer/checkpoint/resume.py).
 A non-logging step makes no host sync and no collective but the gradient ones (FSDP's gathers,
 pipeline sends, ZeRO-1's broadcast included), the grad-norm all-reduce when clipping and the token
 count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Token
-counts and the late non-finite check: trainer/step_accounting.py. fp16 reads its overflow decision
-(one host sync), all-reduced only where the ranks' gradients differ (not DDP). Logging steps reduce
+counts and the late non-finite check: trainer/step_accounting.py. fp16 keeps its overflow decision
+on the device where the optimizer can skip on it (fused Adam/AdamW/SGD), else reads it (one host
+sync: trainer/precision/fp16_step.py); it is all-reduced only where the ranks' gradients differ (not DDP). Logging steps reduce
 the metrics (one all-reduce), settle the non-finite check (also before validation and saves) and
 agree on preemption signals (also every ``checkpoint.signal_check_every_n_steps``).
 """
@@ -39,6 +40,7 @@ from trainer.model_summary import count_local, summarize
 from trainer.module_hooks import call_module_hook
 from trainer.module_logging import LogCollector, merge_logged
 from trainer.optimizers import configure_optimizers
+from trainer.precision.fp16_step import Fp16Steps
 from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
@@ -85,6 +87,7 @@ class _Run:
         self.checkpoints: CheckpointManager | None = None
         self.optimizer: Any = None  # a list of them under manual optimization with several
         self.manual: Any = None  # automatic_optimization = False: trainer/manual_optimization.py
+        self.fp16: Fp16Steps | None = None  # fp16-mixed: the optimizer step's overflow handling
         self.lr_scheduling = LRScheduling()  # the schedulers and when they step
         self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
@@ -236,6 +239,9 @@ class _Run:
         )
         self.restore(plan)
         limits.note_schedules(self)
+        # fp16: sync-free where the optimizer skips on a device flag (after the resume: the scaler's counts).
+        self.fp16 = Fp16Steps(self.precision.scaler, self.strategy, self.optimizer, self.rank) \
+            if self.precision.scaler is not None else None
         if self.summary is not None:
             count_local(self.summary, module)  # each rank's share (one gather, at the start only)
             if self.rank == 0:
@@ -432,7 +438,7 @@ class _Run:
                 self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
                 if self.rank == 0:
                     write_flops_by_module(counter, os.path.join(self.run_dir, "flops.txt"))
-        stepped = True
+        stepped, found_inf = True, None
         if nonfinite is not None:
             nonfinite.end_step(self.step + 1, self.epoch)
         with timer.phase("collectives"):
@@ -450,8 +456,8 @@ class _Run:
                 # the same ops, so it is identical too: agreeing on it would be a collective for nothing.
                 agree = None if strategy.gradients_replicated else strategy.all_reduce_max
                 with labelled(OVERFLOW_KIND):
-                    stepped = precision.scaler.unscale_(grads, agree)
-                precision.scaler.update(found_inf=not stepped)
+                    found_inf = precision.scaler.unscale_found_inf(grads, agree)
+                stepped = self.fp16.decide(found_inf)  # sync-free: True, the kernel skips on found_inf
         grad_norm = None
         with timer.phase("optimizer"):
             if stepped:
@@ -460,8 +466,11 @@ class _Run:
                 elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
                     grad_norm = strategy.grad_norm(module)
                 module.on_before_optimizer_step(self.optimizer)
-                strategy.optimizer_step(self.optimizer)
-                self.lr_scheduling.after_optimizer_step()
+                if found_inf is None:
+                    strategy.optimizer_step(self.optimizer)
+                else:
+                    self.fp16.step(self.optimizer, found_inf)
+                self.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
             self.optimizer.zero_grad(set_to_none=True)
@@ -476,8 +485,7 @@ class _Run:
             metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if precision.scaler is not None:
-            metrics["train/loss_scale"] = float(precision.scaler.scale)
-            metrics["train/skipped_steps"] = precision.scaler.skipped_steps
+            self.fp16.on_logging_step(self.step + 1, metrics)
         tokens = float(strategy.all_reduce_sum(self._tokens_since_log.total())) if self._counts_tokens else None
         self._tokens_since_log.reset()
         metrics.update(self.throughput.metrics(tokens))

@@ -4,7 +4,10 @@ Each scheduler of ``configure_optimizers`` is an :class:`LRSchedulerConfig` (Lig
 fields) and steps on one kind of event, every ``frequency`` events:
 
 - ``interval="step"`` (the default): optimizer steps. An fp16 step skipped for a gradient overflow
-  is not an optimizer step: the scheduler neither steps nor counts it (as before this file existed).
+  is not an optimizer step: the scheduler neither steps nor counts it (as before this file existed),
+  except where fp16 steps sync-free (a fused optimizer skips on the device overflow flag, so the host
+  does not know about the skip without a read: trainer/precision/fp16_step.py): there a skipped step
+  advances the schedule too, as with torch.amp.GradScaler and Lightning.
 - ``interval="epoch"``: finished epochs (an epoch cut short by ``max_steps`` or a stop is not one).
 - ``ReduceLROnPlateau``: the events where its ``monitor`` is already on the host, so that it never
   adds a host sync or a collective: validation ends for a ``val/...`` monitor, logging steps

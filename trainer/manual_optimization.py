@@ -36,6 +36,7 @@ import torch
 from trainer.comms_log import GRADIENT_KIND, OVERFLOW_KIND, labelled
 from trainer.metrics import WeightedSums, split_step_output
 from trainer.module_logging import merge_logged
+from trainer.precision.fp16_step import read_finite
 from trainer.sync_batchnorm import padding_micro_batch
 from trainer.tensors import local_tensor, move_to_device
 
@@ -205,8 +206,10 @@ class ManualStep:
         self.active = False  # inside training_step
         self._factor = 1.0
         self._sync = True
-        self._unscaled: dict[int, bool] = {}  # fp16, this step: id(optimizer) -> gradients finite
-        self._scaler_used = False  # fp16: an optimizer unscaled in this training_step
+        # fp16, this step: id(optimizer) -> gradients finite (a bool read to the host), or the device
+        # overflow flag where the optimizer steps sync-free (trainer/precision/fp16_step.py)
+        self._unscaled: dict[int, bool | torch.Tensor] = {}
+        self._found: torch.Tensor | None = None  # fp16: the step's overflow flag, once an optimizer unscaled
         self._overflow = False
         from torch.nn.parallel import DistributedDataParallel
 
@@ -260,17 +263,19 @@ class ManualStep:
             if not self._ddp and previous:
                 strategy.sync_context(wrapped, sync=True)
 
-    def _unscale(self, optimizer: torch.optim.Optimizer) -> bool:
-        """fp16: unscale ``optimizer``'s gradients once per step; True when finite on every rank."""
+    def _unscale(self, optimizer: torch.optim.Optimizer) -> bool | torch.Tensor:
+        """fp16: unscale ``optimizer``'s gradients once per step; True when finite on every rank (one
+        host read), or where the step is sync-free the device overflow flag (no read)."""
         key = id(optimizer)
         if key not in self._unscaled:
             strategy, scaler = self.run.strategy, self.run.precision.scaler
             grads = [local_tensor(p.grad) for p in _params_of(optimizer) if p.grad is not None]
             agree = None if strategy.gradients_replicated else strategy.all_reduce_max
             with labelled(OVERFLOW_KIND):
-                self._unscaled[key] = scaler.unscale_(grads, agree)
-            self._scaler_used = True
-            self._overflow |= not self._unscaled[key]
+                found = scaler.unscale_found_inf(grads, agree)
+            self._found = found if self._found is None else torch.maximum(self._found, found)
+            self._unscaled[key] = found if self.run.fp16.sync_free else read_finite(found)
+            self._overflow |= self._unscaled[key] is False
         return self._unscaled[key]
 
     def clip(self, optimizer: Any, value: float | None, algorithm: str) -> torch.Tensor | None:
@@ -281,8 +286,8 @@ class ManualStep:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"clip_gradients: gradient_clip_val={value!r}; it must be a number > 0 (or None: no clipping)")
-        if self.run.precision.scaler is not None and not self._unscale(optimizer):
-            return None  # overflowed: the step is skipped anyway
+        if self.run.precision.scaler is not None and self._unscale(optimizer) is False:
+            return None  # overflowed: the step is skipped anyway (sync-free: clipped, then skipped in the kernel)
         params = _params_of(optimizer)
         if algorithm == "norm":
             return self.run.strategy.clip_grad_norm(_Params(params), float(value))
@@ -298,8 +303,12 @@ class ManualStep:
         if self.run.precision.scaler is not None:
             finite = self._unscale(optimizer)
             del self._unscaled[id(optimizer)]  # its next step (if any) unscales new gradients
-            if not finite:
+            if finite is False:
                 log.info("step %d: gradient overflow in %s, its step skipped", self.run.step + 1, type(optimizer).__name__)
+                return
+            if finite is not True:  # sync-free: the device flag; the kernel skips an overflowing step
+                self.run.module.on_before_optimizer_step(optimizer)
+                self.run.fp16.step(optimizer, finite)
                 return
         self.run.module.on_before_optimizer_step(optimizer)
         self.run.strategy.optimizer_step(optimizer)
@@ -316,7 +325,7 @@ class ManualStep:
         # The automatic path's factor (trainer/loop.py): the micro-batch's share of the global-batch mean.
         self._factor = micro_batch.num_real * run.dp_size / plan.global_count
         self._unscaled.clear()
-        self._scaler_used = self._overflow = False
+        self._found, self._overflow = None, False
         padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()
         no_sync = run.wrapped.no_sync() if self._ddp else contextlib.nullcontext()
         from trainer.callbacks.callback_list import call_hooks  # (callbacks import trainer.module, which imports this)
@@ -333,8 +342,8 @@ class ManualStep:
             self.active = False
         run.batch_idx += 1
         call_hooks(run, "on_train_batch_end", output, batch, batch_idx)
-        if precision.scaler is not None and self._scaler_used:  # once per training_step (GradScaler's protocol)
-            precision.scaler.update(found_inf=self._overflow)
+        if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
+            precision.scaler.update(self._found)
             if self._overflow:
                 log.info("step %d: gradient overflow (loss scale now %g)", run.step + 1, precision.scaler.scale)
         loss, metrics = split_step_output(output, "training_step")
@@ -355,8 +364,7 @@ class ManualStep:
             suffix = "" if len(self.optimizers) == 1 else f"/optimizer{index}"
             reduced[f"train/lr{suffix}"] = float(optimizer.param_groups[0]["lr"])
         if precision.scaler is not None:
-            reduced["train/loss_scale"] = float(precision.scaler.scale)
-            reduced["train/skipped_steps"] = precision.scaler.skipped_steps
+            run.fp16.on_logging_step(run.step + 1, reduced)
         reduced.update(run.throughput.metrics(None))
         reduced.update(timer.metrics())
         return merge_logged(reduced, logged, "training")

@@ -12,11 +12,14 @@ One optimizer step over K micro-batches::
 
     for micro_batch in micro_batches:
         scaler.scale_loss(loss).backward()             # loss * S, a tensor op (no host sync)
-    ok = scaler.unscale_(grads, strategy.all_reduce_max)  # grads /= S in place; all finite on every rank?
-    if ok:
-        clip_grad_norm(...); optimizer.step()
-    scaler.update(found_inf=not ok)                    # adjusts S; counts the skipped step
+    found_inf = scaler.unscale_found_inf(grads, strategy.all_reduce_max)  # grads /= S; a device flag
+    clip_grad_norm(...)                                # sync-free; garbage in, but the step is skipped
+    sync_free_step(optimizer, found_inf)               # fused optimizers skip on the flag (fp16_step.py)
+    scaler.update(found_inf)                           # adjusts S on the device; counts the skipped step
     optimizer.zero_grad()
+
+(Optimizers that cannot take the flag read it instead: ``if scaler.unscale_(grads, ...)``, one host
+read per step, and step only when it is True.)
 
 The knobs (``precision.<name>`` in the config; DeepSpeed's fp16 names):
 
@@ -56,14 +59,16 @@ Why the overflow decision is all-reduced: every rank must take the same decision
 diverge. Under FSDP / ZeRO each rank holds a different shard of the gradients, so an ``inf`` can sit
 in one rank's shard only; that rank skipping while the others step would leave the model's shards
 updated inconsistently, and the ranks' scalers would drift apart (different scales -> gradients
-scaled differently on later steps). So each rank computes a local 0/1 flag, the flags are MAX-reduced
-over all ranks, and one ``.item()`` on the result makes the common decision. That read is the only
-host synchronisation the scaler adds (the optimizer step depends on it anyway).
+scaled differently on later steps). So each rank computes a local 0/1 flag and the flags are
+MAX-reduced over all ranks. The result stays on the device: the scaler's state is device tensors
+(trainer/precision/scaler_state.py) and fused optimizers skip their update on it, so nothing is read
+to the host unless asked (``scale``, ``skipped_steps``, ... on logging steps; checkpoints).
 
 Exactness: with power-of-two scales, ``unscale_`` is exact (unless a value underflows the gradient
-dtype itself). Unscaling multiplies by ``1/S`` in the gradients' dtype math when ``1/S`` is exactly
-representable there, else in float32 math (a float32 scalar tensor; PyTorch's CPU foreach kernels
-would otherwise round the scalar to fp16 first, and 2**-30 becomes 0). Overflow detection uses the
+dtype itself). Unscaling multiplies by ``1/S`` held in a float32 scalar tensor (float64 for float64 gradients): float32
+math, so the scalar is not rounded to the gradients' dtype first (PyTorch's CPU foreach kernels round a
+Python scalar to fp16, and 2**-30 becomes 0). Where ``1/S`` is exactly representable in the gradients'
+dtype this gives the same bits as that dtype's math (the exact product fits in float32). Overflow detection uses the
 max-norm (``torch._foreach_norm(..., inf)``), which is ``inf``/``nan`` exactly when some element is
 and, unlike sum-based checks, cannot overflow on large finite values.
 
@@ -84,10 +89,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import struct
 from typing import Any, Callable, Iterable
 
 import torch
+
+from trainer.precision.scaler_state import MAX_SCALE as _MAX_SCALE
+from trainer.precision.scaler_state import SCALE_FACTOR, ScalerState
 
 try:  # only to unwrap DTensor gradients; the trainer normally passes local shards already
     from torch.distributed.tensor import DTensor as _DTensor
@@ -96,14 +103,10 @@ except Exception:  # pragma: no cover - builds without torch.distributed
 
 __all__ = ["DynamicLossScaler", "SCALE_FACTOR", "MAX_SCALE_POWER"]
 
-SCALE_FACTOR = 2.0
-"""The scale is halved on an overflow (hysteresis spent) and doubled after a clean window."""
-
 MAX_SCALE_POWER = 126
 """Scales live in [2**-126, 2**126]: both ``S`` and ``1/S`` are normal float32 numbers."""
 
 _MIN_SCALE = 2.0**-MAX_SCALE_POWER
-_MAX_SCALE = 2.0**MAX_SCALE_POWER
 _STATE_VERSION = 1
 _INT_STATE_KEYS = ("growth_tracker", "cur_hysteresis", "skipped_steps", "overflows", "consecutive_overflows")
 
@@ -114,23 +117,6 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _exactly_representable(value: float, dtype: torch.dtype) -> bool:
-    """Whether ``value`` survives a round trip through ``dtype`` (pure Python: no tensor, no sync)."""
-    if dtype == torch.float64:
-        return True
-    try:
-        as_f32 = struct.unpack("f", struct.pack("f", value))[0]
-        if dtype == torch.float32:
-            return as_f32 == value
-        if dtype == torch.float16:
-            return struct.unpack("e", struct.pack("e", value))[0] == value
-        if dtype == torch.bfloat16:  # float32's exponent range, top 16 bits of its pattern
-            return as_f32 == value and struct.unpack("<I", struct.pack("<f", value))[0] & 0xFFFF == 0
-    except (OverflowError, struct.error):
-        return False
-    return False
 
 
 class DynamicLossScaler:
@@ -190,15 +176,13 @@ class DynamicLossScaler:
         self.static_loss_scale = None if static_loss_scale is None else float(static_loss_scale)
         self.consecutive_hysteresis = consecutive_hysteresis
 
-        self._scale = self.static_loss_scale if self.static_loss_scale is not None else initial_scale
-        self._growth_tracker = 0
-        self._cur_hysteresis = self.hysteresis
-        self._skipped_steps = 0
-        self._overflows = 0
-        self._consecutive_overflows = 0
+        scale = self.static_loss_scale if self.static_loss_scale is not None else initial_scale
+        # Device tensors (moved to the loss's device at the first scale_loss): see scaler_state.py.
+        self._state = ScalerState(scale, self.hysteresis, self.loss_scale_window, self.min_loss_scale,
+                                  consecutive_hysteresis, dynamic=self.static_loss_scale is None)
         self._loss_device: torch.device | None = None  # for the overflow flag when there are no gradients
 
-    # ----- read-only state -------------------------------------------------------------------------
+    # ----- read-only state (each read is a host read of a device value: logging steps, checkpoints) ------
     @property
     def dynamic(self) -> bool:
         """False when ``static_loss_scale`` fixes the scale."""
@@ -206,39 +190,44 @@ class DynamicLossScaler:
 
     @property
     def scale(self) -> float:
-        """The current loss scale."""
-        return self._scale
+        """The current loss scale (read to the host)."""
+        return float(self._state.scale)
 
     @property
     def loss_scale(self) -> float:
-        """The current loss scale as a plain ``float``."""
-        return self._scale
+        """The current loss scale as a plain ``float`` (read to the host)."""
+        return self.scale
+
+    @property
+    def scale_tensor(self) -> torch.Tensor:
+        """The current loss scale as the 0-dim device tensor (no host read)."""
+        return self._state.scale
 
     @property
     def growth_tracker(self) -> int:
         """Consecutive clean steps since the last overflow or the last raise (dynamic mode; 0 when static)."""
-        return self._growth_tracker
+        return int(self._state.growth_tracker)
 
     @property
     def cur_hysteresis(self) -> int:
         """Overflows left before the next one halves the scale (in [1, hysteresis]; 1: the next one does)."""
-        return self._cur_hysteresis
+        return int(self._state.cur_hysteresis)
 
     @property
     def skipped_steps(self) -> int:
         """Optimizer steps skipped because of an overflow, since the start of the run."""
-        return self._skipped_steps
+        return int(self._state.skipped_steps)
 
     @property
     def overflows(self) -> int:
         """Overflowing steps since the start of the run. Every overflowing step is skipped, so under the
         documented protocol this equals ``skipped_steps``; both names are kept for the logs."""
-        return self._overflows
+        return int(self._state.overflows)
 
     @property
     def consecutive_overflows(self) -> int:
         """Overflowing steps since the last clean one (a run stuck at ``min_loss_scale`` keeps growing it)."""
-        return self._consecutive_overflows
+        return int(self._state.consecutive_overflows)
 
     # ----- the step protocol -----------------------------------------------------------------------
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
@@ -248,14 +237,16 @@ class DynamicLossScaler:
         if loss.dtype in (torch.float16, torch.bfloat16):
             loss = loss.float()
         self._loss_device = loss.device
-        return loss * self._scale
+        self._state.to(loss.device)
+        # In the loss's dtype (what a Python-float scale gave): a 0-dim float64 would promote a 0-dim loss.
+        return loss * self._state.scale.to(loss.dtype)
 
-    def unscale_(
+    def unscale_found_inf(
         self,
         grads: Iterable[torch.Tensor | None],
         all_reduce_max: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> bool:
-        """Divide ``grads`` in place by the scale and say whether they are finite on every rank.
+    ) -> torch.Tensor:
+        """Divide ``grads`` in place by the scale; return the overflow flag on the device (no host read).
 
         Args:
             grads: the local gradient tensors (local shards; DTensors are unwrapped to their local
@@ -267,11 +258,10 @@ class DynamicLossScaler:
                 single process, the local flag decides.
 
         Returns:
-            True when every gradient on every rank is finite (step), False otherwise (skip the step;
-            the gradients are then garbage and should be zeroed). Reads one value to the host (the
-            only sync). Call :meth:`update` with ``found_inf=not result`` afterwards.
+            A 0-dim float32 tensor: 1.0 when some gradient on some rank is not finite (skip the step),
+            0.0 when all are (a NaN from a broken reduction counts as an overflow). Pass it to
+            :meth:`update` and to ``trainer.precision.fp16_step.sync_free_step``.
         """
-        inv_scale = 1.0 / self._scale
         local = []
         for grad in grads:
             if grad is None:
@@ -284,6 +274,7 @@ class DynamicLossScaler:
             device = local[0].device
         else:
             device = self._loss_device if self._loss_device is not None else torch.device("cpu")
+        self._state.to(self._loss_device or device)
 
         groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for grad in local:
@@ -292,13 +283,16 @@ class DynamicLossScaler:
 
         flags = []
         with torch.no_grad():
+            inverse = self._state.scale.double().reciprocal()  # exact for powers of two
+            factors: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
             for (group_device, dtype), group in groups.items():
-                if inv_scale != 1.0:
-                    if _exactly_representable(inv_scale, dtype):
-                        factor: float | torch.Tensor = inv_scale
-                    else:  # float32 math: a float32 scalar tensor is not rounded to the gradients' dtype
-                        factor = torch.full((), inv_scale, dtype=torch.float32, device=group_device)
-                    torch._foreach_mul_(group, factor)
+                # float32 math (float64 for float64 gradients): a float32 scalar tensor is not rounded
+                # to the gradients' dtype.
+                factor_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+                key = (group_device, factor_dtype)
+                if key not in factors:
+                    factors[key] = inverse.to(device=group_device, dtype=factor_dtype)
+                torch._foreach_mul_(group, factors[key])
                 # max |g| per tensor: inf / nan exactly when an element is; cannot overflow on finite values.
                 norms = torch._foreach_norm(group, math.inf)
                 flags.append(torch.isfinite(torch.stack(norms)).all().logical_not().to(device))
@@ -310,10 +304,21 @@ class DynamicLossScaler:
             if reduced is None:
                 reduced = found
             # A nan from a broken reduction compares unequal to 0: it counts as an overflow.
-            return reduced.item() == 0.0
+            return (reduced.reshape(()) != 0).to(torch.float32)
 
-    def update(self, found_inf: bool) -> None:
-        """Account for one optimizer step: ``found_inf`` True means it overflowed (and was skipped).
+    def unscale_(
+        self,
+        grads: Iterable[torch.Tensor | None],
+        all_reduce_max: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> bool:
+        """:meth:`unscale_found_inf`, read to the host: True when every gradient on every rank is finite
+        (step), False otherwise (skip the step; the gradients are garbage and should be zeroed). One
+        host read: for optimizers that cannot skip on a device flag. Call :meth:`update` afterwards."""
+        return self.unscale_found_inf(grads, all_reduce_max).item() == 0.0
+
+    def update(self, found_inf: bool | torch.Tensor) -> None:
+        """Account for one optimizer step: ``found_inf`` true (a bool, or the tensor
+        :meth:`unscale_found_inf` returned) means it overflowed (and was skipped). No host read.
 
         Overflow: counted in ``skipped_steps`` / ``overflows``; dynamic mode: if the hysteresis budget
         is > 1 it is decremented and the scale kept, else the scale is halved (not below
@@ -322,42 +327,22 @@ class DynamicLossScaler:
         doubles the scale (up to 2**126), refills the budget and restarts the count. Static mode only
         counts.
         """
-        if found_inf:
-            self._skipped_steps += 1
-            self._overflows += 1
-            self._consecutive_overflows += 1
-            if self.dynamic:
-                if self._cur_hysteresis > 1:
-                    self._cur_hysteresis -= 1
-                else:
-                    self._scale = max(self._scale / SCALE_FACTOR, self.min_loss_scale)
-                self._growth_tracker = 0
-            return
-        self._consecutive_overflows = 0
-        if not self.dynamic:
-            return
-        if self.consecutive_hysteresis:
-            self._cur_hysteresis = self.hysteresis
-        self._growth_tracker += 1
-        if self._growth_tracker >= self.loss_scale_window:
-            self._scale = min(self._scale * SCALE_FACTOR, _MAX_SCALE)
-            self._cur_hysteresis = self.hysteresis
-            self._growth_tracker = 0
+        if not isinstance(found_inf, torch.Tensor):
+            found_inf = torch.tensor(bool(found_inf), device=self._state.device)
+        self._state.update(found_inf)
 
     # ----- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The scaler's state as plain Python values (loads with ``torch.load(weights_only=True)``).
 
-        The knobs are not stored: on resume the configuration of the new run applies."""
+        The knobs are not stored: on resume the configuration of the new run applies. Reads the
+        device state to the host."""
+        state = self._state
         return {
             "version": _STATE_VERSION,
             "dynamic": self.dynamic,
-            "scale": float(self._scale),
-            "growth_tracker": self._growth_tracker,
-            "cur_hysteresis": self._cur_hysteresis,
-            "skipped_steps": self._skipped_steps,
-            "overflows": self._overflows,
-            "consecutive_overflows": self._consecutive_overflows,
+            "scale": self.scale,
+            **{key: int(getattr(state, key)) for key in _INT_STATE_KEYS},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -383,19 +368,18 @@ class DynamicLossScaler:
         if not isinstance(state["dynamic"], bool):
             raise ValueError(f"loss scaler state: dynamic must be a bool, got {state['dynamic']!r}")
 
-        self._skipped_steps = int(state["skipped_steps"])
-        self._overflows = int(state["overflows"])
-        self._consecutive_overflows = int(state["consecutive_overflows"])
+        self._state.set(skipped_steps=state["skipped_steps"], overflows=state["overflows"],
+                        consecutive_overflows=state["consecutive_overflows"])
         if self.dynamic and state["dynamic"]:
-            self._scale = min(max(float(scale), self.min_loss_scale), _MAX_SCALE)
-            self._growth_tracker = int(state["growth_tracker"])
-            self._cur_hysteresis = min(max(int(state["cur_hysteresis"]), 1), self.hysteresis)
+            self._state.set(scale=min(max(float(scale), self.min_loss_scale), _MAX_SCALE),
+                            growth_tracker=state["growth_tracker"],
+                            cur_hysteresis=min(max(int(state["cur_hysteresis"]), 1), self.hysteresis))
 
     def __repr__(self) -> str:
         if not self.dynamic:
-            return f"DynamicLossScaler(static_loss_scale={self._scale:g}, skipped_steps={self._skipped_steps})"
+            return f"DynamicLossScaler(static_loss_scale={self.scale:g}, skipped_steps={self.skipped_steps})"
         return (
-            f"DynamicLossScaler(scale={self._scale:g}, growth_tracker={self._growth_tracker}/"
-            f"{self.loss_scale_window}, cur_hysteresis={self._cur_hysteresis}/{self.hysteresis}, "
-            f"skipped_steps={self._skipped_steps})"
+            f"DynamicLossScaler(scale={self.scale:g}, growth_tracker={self.growth_tracker}/"
+            f"{self.loss_scale_window}, cur_hysteresis={self.cur_hysteresis}/{self.hysteresis}, "
+            f"skipped_steps={self.skipped_steps})"
         )

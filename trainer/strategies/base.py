@@ -184,6 +184,11 @@ class Strategy(OptimizerStateIO):
     def after_evaluation(self, wrapped: nn.Module) -> None:
         """Called after a validation pass (FSDP frees the parameters it left gathered)."""
 
+    def stepping_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer whose ``step()`` runs the update when :meth:`optimizer_step` steps ``optimizer``
+        (fp16 sets its ``found_inf`` flag: trainer/precision/fp16_step.py)."""
+        return optimizer
+
     # ----- collectives ---------------------------------------------------------------------------
     def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
         """Max of ``tensor`` over every rank of the world (in place when distributed)."""

@@ -107,6 +107,10 @@ class DDPStrategy(Strategy):
         # The LR scheduler checks that "its" optimizer stepped before it; the ZeRO one did.
         optimizer._opt_called = True  # type: ignore[attr-defined]
 
+    def stepping_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        # ZeRO-1 steps its local optimizer (over this rank's shard), of the user's class and options.
+        return optimizer if self._zero_optimizer is None else self._zero_optimizer.optim
+
     # ZeRO-1 keeps each rank's share of the optimizer state in its own optimizer: checkpoints save and
     # load each rank's share where it is, keyed by parameter name like every strategy's optimizer
     # state (trainer/strategies/zero1_state.py), so the full state is never built on every rank.
