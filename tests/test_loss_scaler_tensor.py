@@ -11,7 +11,8 @@ import random
 import pytest
 import torch
 
-from helpers import HostSyncCounter, OverflowAt, read_metrics, run_trainer
+from helpers import HostSyncCounter, read_metrics, run_trainer
+from test_optimizers import LR, ScheduledOverflow
 from trainer.precision.fp16_step import SkipReport, supports_sync_free, sync_free_step
 from trainer.precision import Precision
 from trainer.precision.loss_scaler import DynamicLossScaler
@@ -129,27 +130,12 @@ def test_skip_report_names_the_steps_skipped_since_the_last_log(caplog):
         "step 20: 3 steps skipped for a gradient overflow since the last log, loss scale now 256"]
 
 
-class FusedScheduledOverflow(OverflowAt):
-    """An infinite loss at ``bad_step``; a fused AdamW with a StepLR every 2 optimizer steps."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.lrs: list[float] = []
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=0.05, fused=True)
-        return optimizer, {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5), "frequency": 2}
-
-    def on_before_optimizer_step(self, optimizer):
-        self.lrs.append(optimizer.param_groups[0]["lr"])
-
-
 def test_sync_free_skipped_step_still_advances_the_schedule(tmp_path):
     # The documented cost of the sync-free path (as torch.amp.GradScaler's): the host does not know
     # step 3 was skipped, so the schedule counts it (the host path does not: tests/test_optimizers.py).
-    module = FusedScheduledOverflow(bad_step=3)
+    module = ScheduledOverflow(fused=True, bad_step=3)
     run_trainer(tmp_path, module, max_steps=6, batch_size=16,
                 precision=Precision("fp16-mixed", initial_scale_power=10, hysteresis=1))
     skipped = {r["step"]: r["train/skipped_steps"] for r in read_metrics(str(tmp_path)) if "train/skipped_steps" in r}
     assert skipped == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1}
-    assert module.lrs == [0.05, 0.05, 0.025, 0.025, 0.0125, 0.0125]
+    assert module.lrs == [LR, LR, LR / 2, LR / 2, LR / 4, LR / 4]
