@@ -1,4 +1,5 @@
-"""The device-resident loss scaler (trainer/precision/scaler_state.py) follows the former host logic.
+"""The device-resident loss scaler (trainer/precision/scaler_state.py) follows the former host logic;
+the sync-free fp16 step (trainer/precision/fp16_step.py) skips in the optimizer's kernel.
 
 ``Reference`` below is the former plain-Python ``DynamicLossScaler.update`` (DeepSpeed's rules), kept
 tiny; the tensor scaler must give the same scale and counters after every step of random overflow
@@ -10,8 +11,10 @@ import random
 import pytest
 import torch
 
-from helpers import HostSyncCounter
+from helpers import HostSyncCounter, read_metrics, run_trainer
+from test_optimizers import LR, ScheduledOverflow
 from trainer.precision.fp16_step import SkipReport, supports_sync_free, sync_free_step
+from trainer.precision import Precision
 from trainer.precision.loss_scaler import DynamicLossScaler
 
 
@@ -125,3 +128,14 @@ def test_skip_report_names_the_steps_skipped_since_the_last_log(caplog):
         report.report(20, 5, 256.0)
     assert [r.getMessage() for r in caplog.records] == [
         "step 20: 3 steps skipped for a gradient overflow since the last log, loss scale now 256"]
+
+
+def test_sync_free_skipped_step_still_advances_the_schedule(tmp_path):
+    # The documented cost of the sync-free path (as torch.amp.GradScaler's): the host does not know
+    # step 3 was skipped, so the schedule counts it (the host path does not: tests/test_optimizers.py).
+    module = ScheduledOverflow(fused=True, bad_step=3)
+    run_trainer(tmp_path, module, max_steps=6, batch_size=16,
+                precision=Precision("fp16-mixed", initial_scale_power=10, hysteresis=1))
+    skipped = {r["step"]: r["train/skipped_steps"] for r in read_metrics(str(tmp_path)) if "train/skipped_steps" in r}
+    assert skipped == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1}
+    assert module.lrs == [LR, LR, LR / 2, LR / 2, LR / 4, LR / 4]

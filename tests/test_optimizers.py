@@ -291,12 +291,13 @@ def test_validation_monitor_without_validation_data_is_an_error_at_fit_start(tmp
 
 
 class ScheduledOverflow(OverflowAt):
-    def __init__(self, **kwargs):
+    def __init__(self, fused: bool = False, **kwargs):  # fused: fp16 steps sync-free (test_loss_scaler_tensor.py)
         super().__init__(**kwargs)
         self.lrs: list[float] = []
+        self.fused = fused
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=LR)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=LR, fused=self.fused)
         return optimizer, {"scheduler": StepLR(optimizer, 1, gamma=0.5), "frequency": 2}
 
     def on_before_optimizer_step(self, optimizer):

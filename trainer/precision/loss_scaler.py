@@ -199,11 +199,6 @@ class DynamicLossScaler:
         return self.scale
 
     @property
-    def scale_tensor(self) -> torch.Tensor:
-        """The current loss scale as the 0-dim device tensor (no host read)."""
-        return self._state.scale
-
-    @property
     def growth_tracker(self) -> int:
         """Consecutive clean steps since the last overflow or the last raise (dynamic mode; 0 when static)."""
         return int(self._state.growth_tracker)
