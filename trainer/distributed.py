@@ -161,11 +161,16 @@ def destroyed_groups_alive() -> int:
 def release_before_exit() -> None:
     """Called last by a rank that is about to end (``train.py`` under a launcher, spawned workers):
     free the run's reference cycles, so the destroyed process group goes and its gloo threads are
-    joined before the interpreter finalizes; say so on stderr if something still holds it."""
+    joined before the interpreter finalizes; say so on stderr if something still holds it. Then
+    spare the interpreter's final garbage collections the objects still alive (``gc.freeze``)."""
     alive = destroyed_groups_alive()
     if alive:
         print(f"warning: {alive} destroyed process group(s) still referenced as this rank ends; their gloo "
               "threads may abort the interpreter's exit", file=sys.stderr)
+    # The interpreter's last collections would walk every object torch's modules made (about 0.5 s
+    # of CPU per process here, a third of the exit): what is alive now is left to be freed
+    # by reference counting and the process's end. Objects freed so far are not affected.
+    gc.freeze()
 
 
 def barrier() -> None:
