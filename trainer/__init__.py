@@ -17,12 +17,12 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
   the non-finite check), ``token_weights.py``, ``optimizers.py`` (what ``configure_optimizers`` may
   return), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
   ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).
-- Data: ``data.py`` (global-batch plans, seeding, loaders), ``permutation.py`` (the epoch's order per
-  position), ``user_loader.py`` (the module's data hooks and DataLoaders).
+- Data: ``data.py`` (global-batch plans), ``seeding.py``, ``loaders.py`` (batches loaded under
+  position-keyed seeds), ``validation_shard.py``, ``permutation.py`` (the epoch's order per position), ``user_loader.py`` (the module's data hooks and DataLoaders).
 - Processes: ``launch.py`` (torchrun, SLURM, spawning), ``distributed.py`` (process groups, the
   trainer's collectives), ``elastic.py`` (torchrun restarts), ``rank_logging.py``.
-- Model set-up: ``strategies/`` (single, DDP, FSDP, pipeline), ``pipeline_partition.py`` (cutting
-  layers into stages), ``wrap_policy.py`` (FSDP units), ``weight_init.py`` (meta-device
+- Model set-up: ``strategies/`` (single, DDP, FSDP, pipeline; the registry; the
+  pipeline's parts), ``wrap_policy.py`` (FSDP units), ``weight_init.py`` (meta-device
   materialisation), ``speedups.py`` (activation checkpointing, compile), ``sync_batchnorm.py``,
   ``precision/``, ``tensors.py`` (batch moving, DTensor views).
 - Saving: ``checkpoint/`` (formats, atomic commits, resume, consolidation).
