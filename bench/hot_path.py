@@ -4,7 +4,7 @@
 
 Each layout runs tests/test_hot_path.py's probe run (the same module, 8 steps logged every 4,
 ``loss_normalization=tokens``, checkpoints every 4 steps with ``save_on_signal`` on, 2 micro-batches
-per step, 2 ranks except ``single``) with tests/helpers.py's ``HotPathProbe``, which counts host
+per step, 2 ranks except ``single``) with tests/hot_path_probe.py's ``HotPathProbe``, which counts host
 syncs (``aten._local_scalar_dense`` and ``.tolist()`` / ``.numpy()`` / device ``.cpu()``) and
 collectives by kind between consecutive step ends. It prints, for rank 0, the largest count over
 the quiet steps (3, 6, 7: neither logging steps nor right after one) and the counts of logging

@@ -1,8 +1,6 @@
 """The same-training assertion shared by the equivalence tests (test_equivalence.py, test_fsdp.py,
 test_pipeline.py): two runs are the same training when every step's loss and every final parameter
 agree within a tolerance the test states (its docstring says why that tolerance holds there).
-
-Its own file rather than helpers.py, which is over the 400-line limit already.
 """
 
 from __future__ import annotations
