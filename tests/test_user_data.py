@@ -3,11 +3,10 @@
 Data drawn in the data hooks is the same on every rank; a user's DataLoader keeps its batch size,
 sampler, order and worker settings (or is refused with an error naming the value); a
 ``val_dataloader()`` is validated on; an IterableDataset and a global batch larger than the
-dataset get a clear message. Tolerances as in test_equivalence.py (CPU fp32, all-reduce order).
+dataset get a clear message (test_user_data_edges.py). Tolerances as in test_equivalence.py (CPU fp32, all-reduce order).
 """
 
 import json
-import logging
 import os
 import re
 import sys
@@ -20,7 +19,6 @@ from torch import nn
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
-    IterableDataset,
     RandomSampler,
     Sampler,
     SequentialSampler,
@@ -375,84 +373,3 @@ def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused
 
     with pytest.raises(ValueError, match=r"val_dataloader\(\): drop_last=True cannot be honoured"):
         RunData(DropLast(batch_size=4), Trainer())
-
-
-# ----- item 15: an IterableDataset -----------------------------------------------------------------------------
-class Stream(IterableDataset):
-    def __iter__(self):
-        return iter(torch.randn(4, 6))
-
-
-class StreamingModule(LoaderModule):
-    def __init__(self, where):
-        super().__init__(batch_size=4)
-        self.where = where
-
-    def train_dataloader(self):
-        return DataLoader(Stream(), batch_size=4) if self.where == "train_dataloader" else None
-
-    def train_dataset(self):
-        return Stream() if self.where == "train_dataset" else labelled_data()
-
-    def val_dataset(self):
-        return Stream() if self.where == "val_dataset" else None
-
-
-@pytest.mark.parametrize("where", ["train_dataset", "train_dataloader", "val_dataset"])
-def test_an_iterable_dataset_gets_a_clear_error(tmp_path, where):
-    with pytest.raises(TypeError, match=rf"{where}\(\) gave Stream, an IterableDataset: the trainer needs a map-style"):
-        run_trainer(tmp_path, StreamingModule(where), max_steps=1)
-
-
-# ----- item 16: a global batch larger than the dataset ----------------------------------------------------------
-def test_a_global_batch_larger_than_the_dataset_is_reported_truly(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="trainer"):
-        run_trainer(tmp_path, LoaderModule(batch_size=32), accumulate_grad_batches=4, max_steps=2)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("the dataset has 120 samples per epoch, fewer than one global batch of 128 (batch_size 32 x accumulate 4 "
-               "x world size 1): every step trains on all 120 samples (one step per epoch), as 4 micro-batch(es) of 30 "
-               "samples per rank" in w for w in warnings), warnings
-    start = next(r.getMessage() for r in caplog.records if "steps per epoch" in r.getMessage())
-    assert "global batch 120 (all samples of the epoch; batch 32 x accumulate 4 x 1 ranks would be 128)" in start
-    assert [len(step) for step in seen(tmp_path)["steps"]] == [120, 120]
-
-
-def test_global_batch_size_with_the_loader_batch_size():
-    from trainer.user_loader import RunData
-
-    # data.batch_size unset: data.global_batch_size is checked against the loader's batch size.
-    trainer = Trainer(global_batch_size=48)
-    RunData(LoaderModule(batch_size=16), trainer)
-    assert (trainer.batch_size, trainer.accumulate_grad_batches, trainer.global_batch_size) == (16, 3, 48)
-    with pytest.raises(ValueError, match="global_batch_size=40 is not a multiple of data.batch_size 16"):
-        RunData(LoaderModule(batch_size=16), Trainer(global_batch_size=40))
-
-
-class PipelinedLoaderModule(LoaderModule):
-    """LoaderModule as two pipeline layers (the pipeline reads the batch size when it wraps)."""
-
-    def __init__(self, **loader):
-        super().__init__(**loader)
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 1))
-
-    def pipeline_layers(self):
-        return list(self.net)
-
-    def pipeline_input(self, batch):
-        return batch[0]
-
-    def pipeline_loss(self, output, batch):
-        return F.mse_loss(output, batch[1])
-
-
-def test_the_loader_batch_size_reaches_the_strategy_before_it_wraps(tmp_path):
-    from trainer.strategies.pipeline import PipelineStrategy
-
-    run_trainer(tmp_path / "single", PipelinedLoaderModule(batch_size=16), max_steps=3)
-    run_trainer(tmp_path / "pp", PipelinedLoaderModule(batch_size=16), strategy=PipelineStrategy(microbatches=4),
-                devices=2, max_steps=3)
-    torch.testing.assert_close(torch.tensor(train_losses(str(tmp_path / "pp"))),
-                               torch.tensor(train_losses(str(tmp_path / "single"))), **TOL)
-    assert [len(step) for step in seen(tmp_path / "single")["steps"]] == [16, 16, 16]
-    assert seen(tmp_path / "pp")["batch_size"] == 16
