@@ -41,12 +41,14 @@ def _kinds(kinds: dict[str, int]) -> str:
 
 
 def main() -> None:
-    from helpers import PythonCountTokens
+    from helpers import FusedAdamWTokens, PythonCountTokens
     from test_hot_path import LAYOUTS, LOG_EVERY, QUIET, probe
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16-mixed"], choices=["fp32", "fp16-mixed"])
+    # fp16-mixed: with a fused AdamW (sync-free step); fp16-sgd: fp16 with a plain SGD (one host read)
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16-mixed", "fp16-sgd"],
+                        choices=["fp32", "fp16-mixed", "fp16-sgd"])
     args = parser.parse_args()
     import torch
 
@@ -57,7 +59,9 @@ def main() -> None:
     for layout in args.layouts:
         for precision in args.precisions:
             with tempfile.TemporaryDirectory() as run_dir:
-                ranks, _ = probe(run_dir, layout, PythonCountTokens(), precision=precision, enable_model_summary=False)
+                module = FusedAdamWTokens() if precision == "fp16-mixed" else PythonCountTokens()
+                ranks, _ = probe(run_dir, layout, module, precision="fp16-mixed" if precision == "fp16-sgd" else precision,
+                                 enable_model_summary=False)
             windows = ranks[0]
             quiet_syncs, quiet_kinds, quiet_where = _summary(windows, QUIET)
             log_syncs, log_kinds, _ = _summary(windows, [LOG_EVERY])
