@@ -60,7 +60,8 @@ class LossNormalization:
             # micro-batches (:meth:`divide_by_global_tokens`). Counts are not rounded.
             return token_weighted(loss, weight)
         # Mean over the micro-batch x its share of the global batch x the ranks the sync
-        # averages over = this micro-batch's part of the global-batch mean.
+        # averages over = this micro-batch's part of the global-batch mean. (Not ``weight *
+        # sample_factor``: the float product's order is the one the equivalence tests were set on.)
         return loss * (weight * self.data_parallel_size / global_count)
 
     def divide_by_global_tokens(self, grads: list[torch.Tensor], local_tokens: TokenCount, strategy: Any) -> None:
