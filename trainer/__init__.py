@@ -13,7 +13,8 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
   ``entry_points.py`` (what ``fit`` / ``validate`` / ``test`` / ``predict`` check first),
   ``weights_return.py`` (what the caller gets back from spawned workers), ``cli.py`` / ``cli_errors.py``
   (Hydra's ``train.py``).
-- One rank's run: ``loop.py`` (set-up and the training loop), ``step_accounting.py`` (token counts,
+- One rank's run: ``loop.py`` (set-up and the training loop), ``train_step.py`` (one optimizer step,
+  in the pseudocode's order), ``loss_normalization.py`` (mean / tokens), ``step_accounting.py`` (token counts,
   the non-finite check), ``token_weights.py``, ``optimizers.py`` (what ``configure_optimizers`` may
   return), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
   ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).

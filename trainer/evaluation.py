@@ -91,11 +91,11 @@ def _pass(run: _Run, stage: str, on_output: Any) -> None:
     for each (weight 0: a lockstep filler whose output counts for nothing)."""
     module, strategy = run.module, run.strategy
     data = EvalData(run, stage)
-    mine = eval_batches(len(data.dataset), data.batch_size, run.data_rank, run.dp_size)
+    mine = eval_batches(len(data.dataset), data.batch_size, run.data_rank, run.data_parallel_size)
     weights = [len(indices) for _, indices in mine]
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as rank 0 (the busiest); the extra ones re-read sample 0.
-        most = len(eval_batches(len(data.dataset), data.batch_size, 0, run.dp_size))
+        most = len(eval_batches(len(data.dataset), data.batch_size, 0, run.data_parallel_size))
         mine += [(0, [0])] * (most - len(mine))
         weights += [0] * (most - len(weights))
 

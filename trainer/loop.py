@@ -1,33 +1,33 @@
-"""The loop one rank runs: set-up, optimizer steps over global batches, logging (validation is in
-trainer/validation.py, resuming in trainer/checkpoint/resume.py).
+"""The loop one rank runs: set-up, then ``fit`` in the order of trainer/module.py's pseudocode. One step:
+trainer/train_step.py (manual optimization: manual_optimization.py); validation: trainer/validation.py.
+
+Names: ``module`` is the user's TrainModule, ``wrapped`` what ``strategy.wrap(module)`` returned (what a
+training step calls; Lightning's public ``trainer.model``), ``data_parallel_size`` the ranks that load
+different samples (``strategy.data_parallel_size()``, by which the gradient sync averages).
 
 A non-logging step makes no host sync and no collective but the gradient ones (FSDP's gathers,
 pipeline sends, ZeRO-1's broadcast included), the grad-norm all-reduce when clipping and the token
-count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Token
-counts and the late non-finite check: trainer/step_accounting.py. fp16 keeps its overflow decision
-on the device where the optimizer can skip on it (fused Adam/AdamW/SGD), else reads it (one host
-sync: trainer/precision/fp16_step.py); it is all-reduced only where the ranks' gradients differ (not DDP). Logging steps reduce
-the metrics (one all-reduce), settle the non-finite check (also before validation and saves) and
-agree on preemption signals (also every ``checkpoint.signal_check_every_n_steps``).
+count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Logging
+steps reduce the metrics (one all-reduce), settle the late non-finite check (trainer/step_accounting.py;
+also before validation and saves) and agree on preemption signals (also every
+``checkpoint.signal_check_every_n_steps``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from trainer import distributed
 from trainer.callbacks import CallbackList
 from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
 from trainer.checkpoint.resume import restore_run
-from trainer.comms_log import OVERFLOW_KIND, TOKEN_COUNT_KIND, CommsLog, labelled
-from trainer.data import GlobalBatchPlan, StepPlan, derive_seed, seed_everything
+from trainer.comms_log import CommsLog
+from trainer.data import GlobalBatchPlan, derive_seed, seed_everything
 from trainer.hparams import checkpoint_record, for_loggers
 from trainer.datamodule import setup_datamodule
 from trainer.evaluation import run_evaluation
@@ -35,10 +35,10 @@ from trainer.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.lr_scheduling import LRScheduling
 from trainer.manual_optimization import setup_optimizers
-from trainer.metrics import WeightedSums, format_metrics, split_step_output
+from trainer.metrics import format_metrics
 from trainer.model_summary import count_local, summarize
 from trainer.module_hooks import call_module_hook
-from trainer.module_logging import LogCollector, merge_logged
+from trainer.module_logging import LogCollector
 from trainer.optimizers import configure_optimizers
 from trainer.precision.fp16_step import Fp16Steps
 from trainer.profiling import TraceWindow, WallClockBreakdown
@@ -49,11 +49,9 @@ from trainer.run_limits import train_steps_per_epoch, val_interval_steps
 from trainer.step_limits import StepLimits
 from trainer.sanity_check import run_sanity_check
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
-from trainer.step_accounting import NonfiniteLossWatch, TokenCount, counted
-from trainer.sync_batchnorm import padding_micro_batch
-from trainer.tensors import local_tensor, move_to_device
-from trainer.throughput import FlopSum, Throughput, write_flops_by_module
-from trainer.token_weights import token_weighted
+from trainer.step_accounting import NonfiniteLossWatch
+from trainer.throughput import Throughput
+from trainer.train_step import TrainStep
 from trainer.user_loader import RunData
 from trainer.validation import check_validation_setup, run_validation
 from trainer.weights_return import record_result
@@ -88,9 +86,8 @@ class _Run:
         self.optimizer: Any = None  # a list of them under manual optimization with several
         self.manual: Any = None  # automatic_optimization = False: trainer/manual_optimization.py
         self.fp16: Fp16Steps | None = None  # fp16-mixed: the optimizer step's overflow handling
+        self.train_step: Any = None  # one optimizer step: a TrainStep (trainer/train_step.py), or manual's
         self.lr_scheduling = LRScheduling()  # the schedulers and when they step
-        self._counts_tokens = False  # training_step returns num_tokens: log tokens/s
-        self._owned_steps = 0  # steps run by a strategy that owns the step (pipeline)
         self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
         self.callbacks = CallbackList(trainer.callbacks, self)
@@ -108,7 +105,7 @@ class _Run:
         strategy.setup_environment(self.env, trainer.collective_timeout)
         self.device = strategy.device
         self.rank = distributed.rank()
-        self.dp_size = strategy.gradient_average_size
+        self.data_parallel_size = strategy.data_parallel_size()  # ranks loading different samples
         self.data_rank = strategy.data_parallel_rank  # which samples this rank loads
         # Under torchrun every rank built its own Trainer: rank 0's run directory wins.
         self.run_dir = trainer.run_dir = distributed.broadcast_object(trainer.run_dir)
@@ -147,7 +144,7 @@ class _Run:
         if trainer.sync_batchnorm:
             from trainer.sync_batchnorm import convert_sync_batchnorm, warn_if_nothing_to_sync
 
-            warn_if_nothing_to_sync(module, self.dp_size)
+            warn_if_nothing_to_sync(module, self.data_parallel_size)
 
             # After the build and on its device (CUDA batch norms become torch's nn.SyncBatchNorm),
             # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
@@ -167,14 +164,9 @@ class _Run:
             source = getattr(trainer, "ckpt_path", None) or trainer.resume  # (fit's ckpt_path= or trainer.resume)
             if source not in (None, "auto", "last", "best"):
                 # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
-                from trainer.loggers import adopt_run_id
+                from trainer.loggers.wandb_logger import adopt_run_of_checkpoint
 
-                checkpoints = os.path.abspath(source)
-                while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
-                    os.path.join(checkpoints, "latest")
-                ):
-                    checkpoints = os.path.dirname(checkpoints)
-                adopt_run_id(os.path.dirname(checkpoints), self.run_dir)
+                adopt_run_of_checkpoint(source, self.run_dir)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
             params = for_loggers(trainer.config, module.hparams)  # the config and save_hyperparameters()'s
             if params is not None:
@@ -215,7 +207,7 @@ class _Run:
     def fit(self) -> dict[str, float]:
         trainer, module = self.trainer, self.module
         train_set = self.data.train_set()
-        plan = self.data.plan(self.dp_size)
+        plan = self.data.plan(self.data_parallel_size)
         steps_per_epoch = train_steps_per_epoch(trainer, plan.steps_per_epoch)  # limit_train_batches
         trainer.val_every_n_steps = val_interval_steps(trainer, steps_per_epoch)  # a float val_check_interval
         # max_steps counts optimizer steps: under manual optimization not batches (trainer/step_limits.py)
@@ -250,9 +242,9 @@ class _Run:
         self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
         self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
         self.comms = CommsLog(trainer.profile["comms_steps"], self.run_dir, self.rank)
-        self._tokens_since_log = TokenCount(self.device)  # reduced on logging steps
         if trainer.nonfinite_loss == "error":  # fp16: an inf loss is an overflow (skipped), a NaN one an error
             self.nonfinite = NonfiniteLossWatch(self.device, nan_only=self.precision.scaler is not None)
+        self.train_step = self.manual.train_step if self.manual is not None else TrainStep(self)  # one step
         module.train()
         module.on_fit_start()
         self.callbacks.on_fit_start(self)
@@ -279,7 +271,7 @@ class _Run:
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
-                    metrics = self._train_step(step_plan, batches, log_now)
+                    metrics = self.train_step(step_plan, batches, log_now)
                     self.step += 1
                     stepped_from = limits.after_batch(self)  # global_step before this batch
                     self.comms.after_step(self.step)
@@ -374,159 +366,6 @@ class _Run:
     def restore(self, plan: GlobalBatchPlan) -> None:
         """Resume from ``trainer.resume`` (after the optimizer and scheduler exist)."""
         restore_run(self, plan)
-
-    def _train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
-        if self.manual is not None:  # the module steps its optimizers in training_step
-            return self.manual.train_step(plan, batches, log_now)
-        trainer, strategy, module, precision = self.trainer, self.strategy, self.module, self.precision
-        timer = self.breakdown
-        by_tokens = trainer.loss_normalization == "tokens"
-        sums = WeightedSums(self.device) if log_now else None
-        self.module_logs.begin_step(log_now)
-        local_tokens = TokenCount(self.device) if by_tokens else None
-        nonfinite = self.nonfinite
-        last = len(plan.micro_batches) - 1
-        timer.step_started()
-        micro_batches = plan.micro_batches
-        if strategy.owns_step:
-            # Pipeline parallel: the strategy runs each micro-batch's forward and backward itself.
-            self._strategy_micro_batches(plan, batches, sums, local_tokens)
-            micro_batches = ()
-        for index, micro_batch in enumerate(micro_batches):
-            with timer.phase("data"):
-                batch = precision.convert_input(move_to_device(next(batches), self.device, non_blocking=trainer.pin_memory))
-            # FLOPs of one micro-batch's forward + backward, counted once (the first one).
-            counting = self.throughput.flops_per_step is None and index == 0
-            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
-            padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
-            batch_idx = self.batch_idx
-            call_hooks(self, "on_train_batch_start", batch, batch_idx)
-            with strategy.sync_context(self.wrapped, sync=index == last), counter, padding:
-                with timer.phase("forward"):  # the step's forward and its bookkeeping
-                    with precision.autocast(self.device), self.module_logs.micro_batch(micro_batch.num_real):
-                        output = self.wrapped(batch, self.batch_idx)
-                    loss, metrics = split_step_output(output, "training_step")
-                    self.batch_idx += 1
-                    if loss is None:
-                        raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
-                    if nonfinite is not None:
-                        nonfinite.observe(loss)  # tensor ops; read when settled
-                    num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                    if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
-                        num_tokens = counted(num_tokens, micro_batch.num_real > 0)
-                        self._counts_tokens = True  # the same on every rank (same code), so the reduce below matches
-                        self._tokens_since_log.add(num_tokens)
-                    if by_tokens:
-                        if num_tokens is None:
-                            raise ValueError("loss_normalization='tokens' needs training_step to return 'num_tokens'")
-                        weight = num_tokens
-                    else:
-                        weight = micro_batch.num_real
-                    if sums is not None:
-                        sums.add({"loss": loss, **metrics}, weight)
-                with timer.phase("backward"):
-                    if by_tokens:
-                        local_tokens.add(weight)
-                        # Backward the token sum; gradients are divided by the global token count below.
-                        precision.scale_loss(token_weighted(loss, weight)).backward()  # counts not rounded
-                    else:
-                        # Mean over the micro-batch x its share of the global batch x the ranks the sync
-                        # averages over = this micro-batch's part of the global-batch mean.
-                        precision.scale_loss(loss * (weight * self.dp_size / plan.global_count)).backward()
-            call_hooks(self, "on_train_batch_end", output, batch, batch_idx)
-            if counting:
-                self.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
-                if self.rank == 0:
-                    write_flops_by_module(counter, os.path.join(self.run_dir, "flops.txt"))
-        stepped, found_inf = True, None
-        if nonfinite is not None:
-            nonfinite.end_step(self.step + 1, self.epoch)
-        with timer.phase("collectives"):
-            # The local gradients (to_local per parameter), built only when something scales them.
-            grads = ([local_tensor(p.grad) for p in module.parameters() if p.grad is not None]
-                     if by_tokens or precision.scaler is not None else [])
-            if by_tokens:
-                with labelled(TOKEN_COUNT_KIND):
-                    global_tokens = strategy.all_reduce_sum(local_tokens.total())
-                torch._foreach_mul_(grads, (self.dp_size / global_tokens.clamp_min(1)).to(torch.float32))
-            if precision.scaler is not None:
-                # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
-                # Where the gradients are already reduced to the same values on every rank (DDP's
-                # all-reduce, ZeRO-1 included), each rank's flag is computed from identical tensors by
-                # the same ops, so it is identical too: agreeing on it would be a collective for nothing.
-                agree = None if strategy.gradients_replicated else strategy.all_reduce_max
-                with labelled(OVERFLOW_KIND):
-                    found_inf = precision.scaler.unscale_found_inf(grads, agree)
-                stepped = self.fp16.decide(found_inf)  # sync-free: True, the kernel skips on found_inf
-        grad_norm = None
-        with timer.phase("optimizer"):
-            if stepped:
-                if trainer.gradient_clip_val is not None:
-                    grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
-                elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
-                    grad_norm = strategy.grad_norm(module)
-                module.on_before_optimizer_step(self.optimizer)
-                if found_inf is None:
-                    strategy.optimizer_step(self.optimizer)
-                else:
-                    self.fp16.step(self.optimizer, found_inf)
-                self.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
-            else:
-                log.info("step %d: gradient overflow, skipped (loss scale now %g)", self.step + 1, precision.scaler.scale)
-            self.optimizer.zero_grad(set_to_none=True)
-        timer.step_finished()
-        self.throughput.step(plan.global_count)
-        logged = self.module_logs.end_step(strategy)  # the step's self.log values (reduced on logging steps)
-        if sums is None:
-            return None
-        self.settle_nonfinite(self.step + 1)
-        metrics = sums.reduce("train/", strategy)
-        if grad_norm is not None:
-            metrics["train/grad_norm"] = float(grad_norm)
-        metrics["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
-        if precision.scaler is not None:
-            self.fp16.on_logging_step(self.step + 1, metrics)
-        tokens = float(strategy.all_reduce_sum(self._tokens_since_log.total())) if self._counts_tokens else None
-        self._tokens_since_log.reset()
-        metrics.update(self.throughput.metrics(tokens))
-        metrics.update(timer.metrics())
-        return merge_logged(metrics, logged, "training")
-
-    def _strategy_micro_batches(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None,
-                                local_tokens: TokenCount | None) -> None:
-        """``_train_step``'s micro-batches when the strategy owns the step (``strategy.owns_step``);
-        adds to ``local_tokens`` (tokens normalisation) and the non-finite loss watch."""
-        last = len(plan.micro_batches) - 1
-        for index, micro_batch in enumerate(plan.micro_batches):
-            with self.breakdown.phase("data"):
-                batch = self.precision.convert_input(
-                    move_to_device(next(batches), self.device, non_blocking=self.trainer.pin_memory)
-                )
-            # FLOPs counted once, on the first logging step after the first step (which also infers
-            # the stages' shapes); the stages differ, so the job's count is the sum over ranks (a
-            # collective and a host read: on a logging step only).
-            counting = self.throughput.flops_per_step is None and index == 0 and self._owned_steps >= 1 and sums is not None
-            counter = FlopSum() if counting else contextlib.nullcontext()
-            call_hooks(self, "on_train_batch_start", batch, self.batch_idx)
-            with self.breakdown.phase("forward"), counter:
-                tokens, losses = self.strategy.run_step(batch, micro_batch.num_real, self.dp_size / plan.global_count,
-                                                     index == last, sums, self.precision, local_tokens is not None)
-            if counting:
-                flops = torch.tensor(float(counter.get_total_flops()), dtype=torch.float64, device=self.device)
-                self.throughput.set_flops_per_step(float(self.strategy.all_reduce_sum(flops)) * len(plan.micro_batches))
-            if tokens is not None:  # (the same on every rank: the strategy agrees on it)
-                self._counts_tokens = True
-                self._tokens_since_log.add(tokens)
-                if local_tokens is not None:
-                    local_tokens.add(tokens)
-            if self.nonfinite is not None:
-                for loss in losses:
-                    self.nonfinite.observe(loss)
-            call_hooks(self, "on_train_batch_end", None, batch, self.batch_idx)  # the strategy ran the steps
-            self.batch_idx += 1
-        if sums is not None:
-            self.strategy.complete_metrics(sums)
-        self._owned_steps += 1
 
     # ----- validation -----------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:

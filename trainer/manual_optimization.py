@@ -323,7 +323,7 @@ class ManualStep:
         with timer.phase("data"):
             batch = precision.convert_input(move_to_device(next(batches), run.device, non_blocking=trainer.pin_memory))
         # The automatic path's factor (trainer/loop.py): the micro-batch's share of the global-batch mean.
-        self._factor = micro_batch.num_real * run.dp_size / plan.global_count
+        self._factor = micro_batch.num_real * run.data_parallel_size / plan.global_count
         self._unscaled.clear()
         self._found, self._overflow = None, False
         padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()

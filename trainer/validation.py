@@ -62,13 +62,13 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
 
     module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
     limit = val_sample_limit(run.trainer.limit_val_batches if not sanity else sanity_batches,
-                             run.data.val_batch_size, run.dp_size, len(run.val_set))  # the first samples
-    shards = run.data.val_shard(run.epoch, run.data_rank, run.dp_size, limit)  # val_dataloader()'s batch_size, or data's
+                             run.data.val_batch_size, run.data_parallel_size, len(run.val_set))  # the first samples
+    shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
     real = len(shards)  # batches of this rank before the lockstep padding below
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
-        shards = shards.padded(len(run.data.val_shard(run.epoch, 0, run.dp_size, limit)))
+        shards = shards.padded(len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit)))
 
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, "validation_step")

@@ -100,6 +100,17 @@ def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
     return current
 
 
+def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
+    """:func:`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
+    folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
+    checkpoints = os.path.abspath(checkpoint)
+    while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
+        os.path.join(checkpoints, "latest")
+    ):
+        checkpoints = os.path.dirname(checkpoints)
+    return adopt_run_id(os.path.dirname(checkpoints), run_dir)
+
+
 def _store_run_id(run_dir: str, run_id: str) -> None:
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, RUN_ID_FILE)

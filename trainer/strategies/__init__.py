@@ -5,7 +5,8 @@ and ``Trainer(strategy="<name>")`` alike, so modules here need not be strategies
 - ``base.py``: the interface the loop and the checkpoints call (``Strategy``, ``OwnedStep``,
   ``OptimizerStateIO``); ``single.py``, ``ddp.py`` (with ZeRO-1), ``fsdp.py``, ``pipeline.py``: the
   strategies; ``zero1_state.py``: ZeRO-1's optimizer state in checkpoints;
-  ``pipeline_*.py``: the pipeline's groups, partition, build, batches, gradients and state.
+  ``pipeline_*.py``: the pipeline's groups, partition, build, batches, gradients, state and
+  micro-batch loop (``pipeline_step.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ everything that touches gradient synchronisation. Adding one = one Python file w
   implements them; every other strategy inherits the no-op). ``trainer/checkpoint`` calls these;
   strategies never import ``trainer/checkpoint`` (layering: checkpoint -> strategies, never back).
 - ``OwnedStep``: a strategy that runs each micro-batch's forward and backward itself (pipeline):
-  ``run_step`` / ``evaluate`` / ``complete_metrics``, called by the loop when ``owns_step`` is set.
+  ``run_micro_batches`` (called by trainer/train_step.py when ``owns_step`` is set; it calls
+  ``run_step`` and ``complete_metrics``) and ``evaluate`` (validation).
 """
 
 from __future__ import annotations
@@ -109,10 +110,12 @@ class Strategy(OptimizerStateIO):
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
         Trainer before any worker starts, and again with the launcher's actual numbers)."""
 
-    def data_parallel_size(self, world_size: int) -> int:
-        """Ranks that each load different samples, out of ``world_size`` (all of them but under
-        pipeline parallelism, whose stages of one pipeline share a batch)."""
-        return world_size
+    def data_parallel_size(self, world_size: int | None = None) -> int:
+        """Ranks that each load different samples, and by how many the gradient sync averages, out of
+        ``world_size`` (all of them but under pipeline parallelism, whose stages of one pipeline share a
+        batch). ``None``: out of the current world (after ``setup_environment``). The one name for
+        the data-parallel size (the loop's ``run.data_parallel_size`` holds it)."""
+        return distributed.world_size() if world_size is None else world_size
 
     @property
     def data_parallel_rank(self) -> int:
@@ -157,11 +160,6 @@ class Strategy(OptimizerStateIO):
     zero1 = False
     #: gradient all-reduce bucket size in MB where the strategy buckets gradients (None: DDP's 25)
     bucket_cap_mb: float | None = None
-
-    @property
-    def gradient_average_size(self) -> int:
-        """By how many ranks the gradient sync divides (1 without data parallelism)."""
-        return 1
 
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
         """Context for one micro-batch's forward+backward; ``sync=False`` skips gradient sync."""
@@ -236,6 +234,12 @@ class OwnedStep(Strategy):
     loop calls these instead of the module's ``training_step`` / ``validation_step``."""
 
     owns_step = True
+
+    def run_micro_batches(self, step: Any, plan: Any, batches: Any, sums: Any, local_tokens: Any) -> None:
+        """The step's micro-batches in place of the module's ``training_step`` loop (``step``: the
+        run's trainer/train_step.py ``TrainStep``; ``plan``: its ``StepPlan``); adds the metrics to
+        ``sums`` (None off logging steps) and the tokens to ``local_tokens`` (tokens normalisation)."""
+        raise NotImplementedError
 
     def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: Any,
                  precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:

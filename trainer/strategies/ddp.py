@@ -56,10 +56,6 @@ class DDPStrategy(Strategy):
         self.zero1 = zero1
         self._zero_optimizer: torch.optim.Optimizer | None = None
 
-    @property
-    def gradient_average_size(self) -> int:
-        return distributed.world_size()
-
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         step_forward = super().wrap(module, init)
         if not distributed.is_distributed():

@@ -170,10 +170,6 @@ class FSDPStrategy(Strategy):
     def init_context(self) -> ContextManager:
         return torch.device("meta") if self.meta_init else contextlib.nullcontext()
 
-    @property
-    def gradient_average_size(self) -> int:
-        return distributed.world_size()
-
     # ----- wrapping -------------------------------------------------------------------------------------
     def _shard_options(self) -> dict:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy

@@ -23,6 +23,7 @@ Either way the other stages' tensors are then deleted from the module, so its pa
 dict and checkpoints are this rank's stages only.
 
 Files: this one holds the strategy and its step (loss scaling, the microbatch records, metrics);
+``pipeline_step.py`` the training step's micro-batch loop (``run_micro_batches``),
 ``pipeline_groups.py`` the mesh's process groups, ``pipeline_partition.py`` the stage cutting,
 ``pipeline_build.py`` the build and module surgery (and ``SCHEDULES``), ``pipeline_batches.py``
 slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and the norms,
@@ -49,6 +50,7 @@ from trainer.strategies.pipeline_gradients import average_over_replicas, pipelin
 from trainer.strategies.pipeline_groups import pipeline_and_replica_groups
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
+from trainer.strategies.pipeline_step import pipeline_micro_batches
 from trainer.weight_init import WeightInit
 
 DATA_PARALLEL = ("ddp", "fsdp")
@@ -113,7 +115,7 @@ class PipelineStrategy(OwnedStep):
         self.data_parallel = data_parallel
         self.dp_mesh = None
         self.partition = partition if isinstance(partition, str) else list(partition)
-        self.pp_size, self.dp_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
+        self.pp_size, self._data_parallel_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
         self.pp_group = self.dp_group = None
         self._metric_names: list[str] | None = None
         self._counts_tokens: bool | None = None
@@ -132,21 +134,23 @@ class PipelineStrategy(OwnedStep):
             raise ValueError(f"strategy.microbatches={n} must be >= strategy.stages={self._pp(world_size)} "
                              f"for schedule {self.schedule_name}")
 
-    def data_parallel_size(self, world_size: int) -> int:
-        return world_size // self._pp(world_size)
+    def data_parallel_size(self, world_size: int | None = None) -> int:
+        """The pipelines (replicas of the whole model): ``world_size`` / stages; ``None``: this run's
+        (set by ``setup_environment``; 1 before)."""
+        return self._data_parallel_size if world_size is None else world_size // self._pp(world_size)
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
         super().setup_environment(env, timeout)  # alone: a group of one (needs_process_group)
         world = distributed.world_size()
         self.check_world_size(world, env.local_world_size)
         self.pp_size = self._pp(world)
-        self.dp_size = world // self.pp_size
+        self._data_parallel_size = dp_size = world // self.pp_size
         rank = distributed.rank()
-        self.pp_rank, self.dp_rank = divmod(rank, self.dp_size)
+        self.pp_rank, self.dp_rank = divmod(rank, dp_size)
         if self.microbatches is None:
             self.microbatches = self.pp_size
         if world > 1:
-            self.pp_group, self.dp_group = pipeline_and_replica_groups(self.pp_size, self.dp_size, self.pp_rank,
+            self.pp_group, self.dp_group = pipeline_and_replica_groups(self.pp_size, dp_size, self.pp_rank,
                                                                        self.dp_rank)
         if self.shards_stages:
             from torch.distributed.device_mesh import DeviceMesh
@@ -156,7 +160,7 @@ class PipelineStrategy(OwnedStep):
     @property
     def shards_stages(self) -> bool:
         """FSDP inside each stage (``data_parallel=fsdp`` with more than one replica)."""
-        return self.data_parallel == "fsdp" and self.dp_size > 1
+        return self.data_parallel == "fsdp" and self._data_parallel_size > 1
 
     @property
     def lockstep_forward(self) -> bool:  # type: ignore[override]
@@ -165,10 +169,6 @@ class PipelineStrategy(OwnedStep):
 
     def init_context(self) -> ContextManager:
         return torch.device("meta") if self.meta_init else contextlib.nullcontext()
-
-    @property
-    def gradient_average_size(self) -> int:
-        return self.dp_size
 
     @property
     def data_parallel_rank(self) -> int:
@@ -231,7 +231,7 @@ class PipelineStrategy(OwnedStep):
     def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: WeightedSums | None,
                  precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:
         """Forward and backward of one of the loop's micro-batches through the pipeline. ``scale``:
-        the loop's factor per real sample (dp_size / global count); ``sync``: the last micro-batch
+        the loop's factor per real sample (data-parallel size / global count); ``sync``: the last micro-batch
         of the step (gradients are then averaged over the data-parallel group); ``by_tokens``:
         backward each microbatch's token sum (trainer.loss_normalization=tokens).
 
@@ -251,9 +251,14 @@ class PipelineStrategy(OwnedStep):
                 sums.add(values, count if by_tokens else weight)
         if self._counts_tokens is None:  # agreed once: only the last stage sees pipeline_loss's output
             self._counts_tokens = any(distributed.all_gather_object(saw_tokens))
-        if sync and self.dp_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
-            average_over_replicas(self.stage_parameters, self.dp_group, self.dp_size)
+        if sync and self._data_parallel_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
+            average_over_replicas(self.stage_parameters, self.dp_group, self._data_parallel_size)
         return (tokens if self._counts_tokens else None), losses
+
+    def run_micro_batches(self, step: Any, plan: Any, batches: Any, sums: WeightedSums | None,
+                          local_tokens: Any) -> None:
+        """The step's micro-batches through the schedule (pipeline_step.py)."""
+        pipeline_micro_batches(self, step, plan, batches, sums, local_tokens)
 
     def complete_metrics(self, sums: WeightedSums) -> None:
         """Stages without the loss add zero-weight zeros under the last stage's metric names, so

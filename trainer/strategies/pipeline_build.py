@@ -49,7 +49,7 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
     bounds = partition_layers(sizes, parts, s.partition)
     if distributed.rank() == 0:
         log.info("pipeline partition (%s) over %d stages, %d per rank, schedule %s, %d microbatches, dp %d:",
-                 s.partition, parts, s.virtual_stages, s.schedule_name, s.microbatches, s.dp_size)
+                 s.partition, parts, s.virtual_stages, s.schedule_name, s.microbatches, s.data_parallel_size())
         for i in range(parts):
             log.info("  stage %d (pp rank %d): layers %d-%d, %d parameters", i, i % s.pp_size,
                      bounds[i], bounds[i + 1] - 1, sum(sizes[bounds[i]:bounds[i + 1]]))
