@@ -8,7 +8,8 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
   (``save_hyperparameters``), ``load_checkpoint.py`` (``load_from_checkpoint``), ``datamodule.py``,
   ``run_state.py`` (``global_step``, ``current_epoch`` ... on module and trainer).
 - The entry points: ``trainer.py`` (``Trainer``: arguments, launching), ``trainer_arguments.py`` (the
-  checks of its plain arguments), ``run_limits.py`` (Lightning's run-length arguments),
+  checks of its plain arguments), ``run_limits.py`` (Lightning's run-length arguments), ``step_limits.py`` (when a
+  run stops: ``max_steps`` against ``global_step``),
   ``lightning_names.py`` / ``lightning_hooks.py`` (Lightning's names we take, and the hooks we refuse),
   ``entry_points.py`` (what ``fit`` / ``validate`` / ``test`` / ``predict`` check first),
   ``weights_return.py`` (what the caller gets back from spawned workers), ``cli.py`` / ``cli_errors.py``
@@ -16,7 +17,7 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
 - One rank's run: ``loop.py`` (set-up and the training loop), ``train_step.py`` (one optimizer step,
   in the pseudocode's order), ``loss_normalization.py`` (mean / tokens), ``step_accounting.py`` (token counts,
   the non-finite check), ``token_weights.py``, ``optimizers.py`` (what ``configure_optimizers`` may
-  return), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
+  return), ``param_groups.py`` (the user's param-group dicts kept by wrapped optimizers), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
   ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).
 - Data: ``data.py`` (global-batch plans), ``seeding.py``, ``loaders.py`` (batches loaded under
   position-keyed seeds), ``validation_shard.py``, ``permutation.py`` (the epoch's order per position), ``user_loader.py`` (the module's data hooks and DataLoaders).

@@ -13,7 +13,9 @@ Under FSDP the mixed modes also set FSDP's mixed-precision policy (parameters ga
 dtype, gradients reduced in fp32) unless ``strategy.param_dtype`` / ``reduce_dtype`` say otherwise.
 
 Files: ``__init__.py`` (``Precision``: the mode, autocast, the module's dtype, the scaler's settings),
-``loss_scaler.py`` (fp16's dynamic loss scaler, DeepSpeed's semantics, and its checkpoint state).
+``loss_scaler.py`` (fp16's dynamic loss scaler, DeepSpeed's semantics, and its checkpoint state),
+``scaler_state.py`` (the scaler's state as device tensors and its update rule, with no host read),
+``fp16_step.py`` (the optimizer step under fp16: sync-free for optimizers that skip on a device flag).
 """
 
 from __future__ import annotations

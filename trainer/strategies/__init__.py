@@ -5,8 +5,10 @@ and ``Trainer(strategy="<name>")`` alike, so modules here need not be strategies
 - ``base.py``: the interface the loop and the checkpoints call (``Strategy``, ``OwnedStep``,
   ``OptimizerStateIO``); ``single.py``, ``ddp.py`` (with ZeRO-1), ``fsdp.py``, ``pipeline.py``: the
   strategies; ``zero1_state.py``: ZeRO-1's optimizer state in checkpoints;
-  ``pipeline_*.py``: the pipeline's groups, partition, build, batches, gradients, state and
-  micro-batch loop (``pipeline_step.py``).
+  ``pipeline_*.py``: the pipeline's process groups (``pipeline_groups.py``), cutting layers into
+  stages (``pipeline_partition.py``), building the stages (``pipeline_build.py``), micro-batches
+  (``pipeline_batches.py``), gradients and norms (``pipeline_gradients.py``), state gathering
+  (``pipeline_state.py``) and the step's micro-batch loop (``pipeline_step.py``).
 """
 
 from __future__ import annotations
