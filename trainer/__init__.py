@@ -17,7 +17,7 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
 - One rank's run: ``loop.py`` (set-up and the training loop), ``train_step.py`` (one optimizer step,
   in the pseudocode's order), ``loss_normalization.py`` (mean / tokens), ``step_accounting.py`` (token counts,
   the non-finite check), ``token_weights.py``, ``optimizers.py`` (what ``configure_optimizers`` may
-  return), ``param_groups.py`` (the user's param-group dicts kept by wrapped optimizers), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
+  return), ``param_groups.py`` (loading optimizer state without replacing its param-group dicts), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
   ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).
 - Data: ``data.py`` (global-batch plans), ``seeding.py``, ``loaders.py`` (batches loaded under
   position-keyed seeds), ``validation_shard.py``, ``permutation.py`` (the epoch's order per position), ``user_loader.py`` (the module's data hooks and DataLoaders).
