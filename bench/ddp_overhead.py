@@ -85,6 +85,10 @@ def _hand_written_worker(rank: int, steps: int, port: int, stamps: str) -> None:
                 break
     if rank == 0:
         stamp(stamps, "last")
+    # Free DDP (its reducer holds the group) before the group goes: a worker that returned with DDP
+    # still in its locals once deadlocked here (the group's destructor joined a gloo thread that
+    # waited for the GIL the destructor held), 2026-11-23.
+    del model, optimizer
     dist.destroy_process_group()
 
 
