@@ -37,6 +37,21 @@ def test_python_api_resolves_a_registered_strategy(registered, tmp_path):
     assert read_count(record) == 3
 
 
+def test_python_api_takes_the_yamls_values_under_the_options(monkeypatch, tmp_path):
+    # A yaml's own setting reaches the strategy built from its name (as on the command line); a
+    # keyword option wins over it.
+    folder = tmp_path / "conf" / "strategy"
+    folder.mkdir(parents=True)
+    (folder / "counting_here.yaml").write_text(
+        "_target_: custom_strategy.counting_strategy.CountingStrategy\n"
+        "accelerator: ${trainer.accelerator}\n"
+        f"record: {tmp_path / 'from_yaml.txt'}\n")
+    monkeypatch.setattr(registry, "_extra_dirs", [])
+    add_config_dir(str(tmp_path / "conf"))
+    assert resolve_strategy("counting_here").record == str(tmp_path / "from_yaml.txt")
+    assert resolve_strategy("counting_here", record="given").record == "given"
+
+
 def test_unregistered_directory_and_unknown_name_are_errors(monkeypatch, tmp_path):
     monkeypatch.setattr(registry, "_extra_dirs", [])
     with pytest.raises(ValueError, match="unknown strategy 'counting'; available: ddp, fsdp, pipeline, single"):

@@ -64,11 +64,23 @@ def strategy_class(name: str) -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
+def yaml_values(name: str) -> dict[str, Any]:
+    """The settings ``<name>.yaml`` gives besides ``_target_``, except interpolations (such as
+    ``${trainer.accelerator}``), which only the command line's composed config can resolve."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(OmegaConf.load(_yamls()[name]), resolve=False)
+    return {key: value for key, value in raw.items()
+            if key != "_target_" and not (isinstance(value, str) and "${" in value)}
+
+
 def resolve_strategy(strategy: Any, **options: Any) -> Any:
-    """A Strategy instance from a name (``"ddp"``, built with ``options``; the class's defaults
-    stand for the rest) or an instance (returned as is)."""
+    """A Strategy instance from a name (``"ddp"``) or an instance (returned as is). A name is built
+    with its yaml's values (as the command line would) under ``options``, which win; the class's
+    defaults stand for the rest."""
     from trainer.strategies.base import Strategy
 
     if isinstance(strategy, Strategy):
         return strategy
-    return strategy_class(strategy)(**options)
+    cls = strategy_class(strategy)  # checks the name first
+    return cls(**{**yaml_values(strategy), **options})
