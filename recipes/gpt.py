@@ -35,6 +35,15 @@ def python_stdlib_text(max_bytes: int) -> bytes:
     return b"".join(chunks)[:max_bytes]
 
 
+def check_text_data(data_path: str | None, val_fraction: float) -> None:
+    """Refuse a missing ``data.path`` or a validation fraction outside (0, 1) before any training
+    (the data hooks of this recipe and of recipes/llama.py read them)."""
+    if data_path is not None and not os.path.isfile(data_path):
+        raise FileNotFoundError(f"data.path={data_path!r} is not a file; give a UTF-8 text file, or null for the built-in text")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"module.val_fraction must be in (0, 1), got {val_fraction}")
+
+
 class ByteBlocks(Dataset):
     """Non-overlapping blocks of ``block_size + 1`` bytes; sample i is (input, next-byte target)."""
 
@@ -150,12 +159,9 @@ class GPTModule(TrainModule):
         dropout: float = 0.0,
     ):
         super().__init__(optimizer, scheduler)
-        if data_path is not None and not os.path.isfile(data_path):
-            raise FileNotFoundError(f"data.path={data_path!r} is not a file; give a UTF-8 text file, or null for the built-in text")
+        check_text_data(data_path, val_fraction)
         if width % heads:
             raise ValueError(f"module.width={width} must be divisible by module.heads={heads}")
-        if not 0 < val_fraction < 1:
-            raise ValueError(f"module.val_fraction must be in (0, 1), got {val_fraction}")
         self.data_path, self.max_bytes, self.block_size, self.val_fraction = data_path, max_bytes, block_size, val_fraction
         self.model_args = dict(
             vocab_size=self.vocab_size, block_size=block_size, layers=layers, heads=heads, width=width, dropout=dropout
