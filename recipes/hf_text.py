@@ -122,12 +122,10 @@ class HFSource:
 
     def documents(self, path: str, streaming: bool) -> Iterator[list[str]]:
         """The text of ``path``'s documents in file order, in batches."""
-        dataset = self._load(path, streaming)
-        columns = dataset.column_names
-        if columns is not None and self.text_field not in columns:
-            raise ValueError(f"data.hf.text_field={self.text_field!r} is not a column of {path}; its columns: "
-                             f"{', '.join(columns)}")
-        for batch in dataset.iter(batch_size=_TOKENIZE_BATCH):
+        for batch in self._load(path, streaming).iter(batch_size=_TOKENIZE_BATCH):
+            if self.text_field not in batch:  # a stream may not know its columns before its first rows
+                raise ValueError(f"data.hf.text_field={self.text_field!r} is not a column of {path}; its columns: "
+                                 f"{', '.join(batch)}")
             yield [text or "" for text in batch[self.text_field]]
 
     def token_ids(self, documents: Iterable[list[str]]) -> Iterator[list[int]]:

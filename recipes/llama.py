@@ -175,6 +175,8 @@ class LlamaModule(TrainModule):
         for name, value in (("layers", layers), ("ffn_multiple_of", ffn_multiple_of), ("block_size", block_size)):
             if value < 1:
                 raise ValueError(f"module.{name}={value} must be >= 1")
+        if rope_theta <= 0:
+            raise ValueError(f"module.rope_theta={rope_theta} must be > 0 (Llama 2: 10000, Llama 3: 500000)")
         if ffn_dim_multiplier is not None and ffn_dim_multiplier <= 0:
             raise ValueError(f"module.ffn_dim_multiplier={ffn_dim_multiplier} must be > 0 or null")
         gpt.check_text_data(data_path, val_fraction)

@@ -121,6 +121,10 @@ def test_bad_settings_are_clear_errors(tmp_path, tokenizer):
         hf_text_datasets(hf_block(tmp_path, sample_by="line"), BLOCK)
     with pytest.raises(ValueError, match="data.hf.text_field='content' is not a column of .*part-0.jsonl; its columns: text, id"):
         hf_text_datasets(hf_block(tmp_path, text_field="content"), BLOCK)
+    with pytest.raises(ValueError, match="data.hf.text_field='body' is not a column of .*one.txt; its columns: text"):
+        (tmp_path / "one.txt").write_text("some text")
+        list(hf_text_datasets({"format": "text", "files": [str(tmp_path / "one.txt")], "text_field": "body",
+                               "streaming": True}, BLOCK)[0])
     with pytest.raises(ValueError, match="data.hf.eod_token='</s>' is not a token of the tokenizer"):
         hf_text_datasets(hf_block(tmp_path, eod_token="</s>"), BLOCK, tokenizer)
     with pytest.raises(ValueError, match="needs a data.hf block"):

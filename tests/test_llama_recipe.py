@@ -88,6 +88,7 @@ def test_sizes_and_bad_settings():
         r"\(the head size\) must be even": dict(width=36, heads=4),
         "module.vocab_size=100 is below 256": dict(vocab_size=100),
         "module.layers=0 must be >= 1": dict(layers=0),
+        "module.rope_theta=0 must be > 0": dict(rope_theta=0),
         r"data.path='/no/such.txt' is not a file": dict(data_path="/no/such.txt"),
     }
     for message, kwargs in bad.items():
