@@ -76,6 +76,17 @@ def test_rotary_embedding_is_a_rotation_by_relative_position():
     assert (torch.diagonal(scores, 0)[0] - torch.diagonal(scores, -1)[0]).abs() > 1e-3  # m - n matters
 
 
+def test_forward_and_backward_read_nothing_back_to_the_host():
+    from helpers import HostSyncCounter
+
+    module = small_llama()
+    module.configure_model()
+    x, y = module.train_dataset()[0]
+    with HostSyncCounter() as counter:
+        module.training_step((x[None], y[None]), 0)["loss"].backward()
+    assert counter.count == 0, counter.where
+
+
 def test_sizes_and_bad_settings():
     assert ffn_hidden_size(128, 32, None) == 352 and ffn_hidden_size(4096, 256, None) == 11008  # Llama 2 7B
     assert ffn_hidden_size(4096, 1024, 1.3) == 14336  # Llama 3 8B
