@@ -131,13 +131,13 @@ def test_meta_build_equals_eager_build():
 
 # ----- training -----------------------------------------------------------------------------------------
 def test_trains_through_train_py(tmp_path):
-    result = run(TRAIN + ["recipe=llama", "trainer.max_steps=30", "trainer.log_every_n_steps=5",
-                          "trainer.val_every_n_steps=30", "trainer.progress_bar=false", "module.max_bytes=100000",
-                          "logger=[jsonl]", f"hydra.run.dir={tmp_path}"])
+    result = run(TRAIN + ["recipe=llama", "trainer.max_steps=20", "trainer.log_every_n_steps=5",
+                          "trainer.val_every_n_steps=20", "trainer.progress_bar=false", "module.max_bytes=100000",
+                          "checkpoint.save_last=false", "logger=[jsonl]", f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_metrics(str(tmp_path))
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
-    assert len(losses) == 6 and losses[-1] < 0.8 * losses[0], losses
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
     assert [r["val/bits_per_byte"] for r in rows if "val/bits_per_byte" in r]  # gpt's metric, as gpt logs it
 
 
