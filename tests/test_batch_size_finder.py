@@ -112,7 +112,7 @@ def test_with_a_global_batch_the_choice_divides_it_and_accumulation_keeps_it(tmp
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("auto_batch_size:"))
     assert "data.global_batch_size=48 kept: accumulate_grad_batches 24 -> 3" in line
     report = json.load(open(tmp_path / "batch_size_rank0.json"))
-    assert report["seen"] == [2, 4, 8, 16] + [16] * 6  # the trials (divisors of 48), then 2 steps x 3 micro-batches
+    assert report["seen"] == [2, 2, 4, 4, 8, 8, 16, 16] + [16] * 6  # the trials (2 steps each), then 2 x 3 micro-batches
 
 
 def test_refusals_and_bad_settings_name_the_value():
@@ -161,3 +161,20 @@ def test_two_ddp_ranks_pick_the_same_size_and_train_with_it(tmp_path):
     assert 1 < chosen < 100 and reports[1]["batch_size"] == chosen  # both ranks report the same choice
     for report in reports:  # and train on it (after the trials' sizes)
         assert report["seen"][-3:] == [chosen] * 3 and chosen in report["seen"][:-3]
+
+
+def test_a_resumed_run_finds_the_same_size_and_continues_exactly(tmp_path):
+    # The trials run two steps each, so the optimizer state a resumed run already holds is measured in
+    # a fresh run too: both choose alike, and with data.global_batch_size the resumed run is exact.
+    common = dict(batch_size=2, global_batch_size=48, auto_batch_size=True, auto_batch_size_limit_gb=7e3 / GIB,
+                  num_sanity_val_steps=0, checkpoint={"dir": str(tmp_path / "ckpt")})
+    whole = new_trainer(tmp_path / "whole", max_steps=4, **{**common, "checkpoint": None})
+    whole.fit(Regressor(optimizer="adamw", lr=0.01))
+    new_trainer(tmp_path / "first", max_steps=2, **common).fit(Regressor(optimizer="adamw", lr=0.01))
+    resumed = new_trainer(tmp_path / "rest", max_steps=4, resume="auto", **common)
+    resumed.fit(Regressor(optimizer="adamw", lr=0.01))
+    assert 2 < resumed.batch_size == whole.batch_size < 48
+    assert train_losses(str(tmp_path / "first")) + train_losses(str(tmp_path / "rest")) == train_losses(str(tmp_path / "whole"))
+    expected, got = torch.load(tmp_path / "whole" / "params.pt"), torch.load(tmp_path / "rest" / "params.pt")
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, rtol=0, atol=0)

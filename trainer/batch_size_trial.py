@@ -1,5 +1,5 @@
-"""One trial of the batch-size finder: a real training step (forward, backward, optimizer step) at a
-candidate micro-batch, its peak memory measured (trainer/peak_memory.py), and the run put back as it was.
+"""One trial of the batch-size finder: real training steps (forward, backward, optimizer step) at a
+candidate micro-batch, their peak memory measured (trainer/peak_memory.py), and the run put back as it was.
 
 What a trial puts back (``TrainingSnapshot``): parameters and buffers (each rank's local shard under
 FSDP), the optimizer's state and hyperparameters, and (the caller's ``seeded`` block) every random
@@ -23,6 +23,11 @@ from trainer.tensors import local_tensor, move_to_device
 
 if TYPE_CHECKING:
     from trainer.loop import _Run
+
+# Two steps per trial: an optimizer creates its state lazily in its first step (after that step's
+# backward), so only from the second step on do forward and backward run with it resident, as
+# every later training step does (and as a resumed run's first step does).
+TRIAL_STEPS = 2
 
 
 def _optimizers(run: _Run) -> list[torch.optim.Optimizer]:
@@ -106,7 +111,7 @@ def trial_step(run: _Run, size: int) -> None:
 
 
 def measure_trial(run: _Run, size: int) -> tuple[float, bool]:
-    """``(peak bytes, out of memory)`` of one trial step at ``size``; the run's state put back after it.
+    """``(peak bytes, out of memory)`` of ``TRIAL_STEPS`` training steps at ``size``; the run's state put back after them.
     CUDA's out-of-memory error is caught (and the cache freed): it counts as over the limit."""
     snapshot = TrainingSnapshot(run)
     cuda = run.device.type == "cuda"
@@ -114,7 +119,8 @@ def measure_trial(run: _Run, size: int) -> tuple[float, bool]:
     out_of_memory = False
     try:
         with meter:
-            trial_step(run, size)
+            for _ in range(TRIAL_STEPS):
+                trial_step(run, size)
     except torch.cuda.OutOfMemoryError:
         if not cuda:
             raise
