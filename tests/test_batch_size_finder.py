@@ -95,6 +95,7 @@ def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("auto_batch_size:"))
     assert f"micro-batch {chosen} per rank (was 2)" in line and "the global batch follows the micro-batch" in line
     assert "margin 0.1" in line and ", over)" in line  # the trials, a miss among them, and the margin
+    assert f"2 -> {chosen} (batch x accumulate 1 x 1 ranks), {-(-200 // chosen)} steps per epoch" in line
     losses, params = fit(tmp_path / "fixed", DropoutRegressor(), batch_size=chosen, **common)
     torch.testing.assert_close(train_losses(str(tmp_path / "auto")), losses, rtol=0, atol=1e-6)
     auto_params = torch.load(os.path.join(tmp_path / "auto", "params.pt"))
@@ -127,6 +128,16 @@ def test_refusals_and_bad_settings_name_the_value():
         new_trainer("unused", auto_batch_size=True, auto_batch_size_limit_gb=1, auto_batch_size_max=0)
     with pytest.raises(ValueError, match=r"trainer.auto_batch_size must be true or false, got 'yes'"):
         new_trainer("unused", auto_batch_size="yes")
+
+
+class ManualRegressor(Regressor):
+    automatic_optimization = False
+
+
+def test_manual_optimization_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"auto_batch_size=true with manual optimization \(automatic_optimization = "
+                                         r"False\): a trial step cannot call your training_step's own optimizer steps"):
+        new_trainer(tmp_path, auto_batch_size=True, auto_batch_size_limit_gb=1).fit(ManualRegressor())
 
 
 def test_no_size_fits_is_an_error_naming_the_budget(tmp_path):

@@ -216,14 +216,15 @@ def _apply(run: _Run, chosen: int, fixed_global: bool, tried: str) -> tuple | No
         rule = (f"data.global_batch_size unset: the global batch follows the micro-batch, {before[2]} -> "
                 f"{trainer.global_batch_size} (batch x accumulate {trainer.accumulate_grad_batches} x {data_parallel} ranks)")
     trainer.batch_size = chosen
-    if run.rank == 0:
-        log.info("auto_batch_size: micro-batch %d per rank (was %d); tried (size, agreed peak): %s; %s", chosen,
-                 before[0], tried, rule)
-    if (chosen, trainer.accumulate_grad_batches) == before[:2]:
-        return None
+    changed = (chosen, trainer.accumulate_grad_batches) != before[:2]
     planned_steps = run.total_steps
-    plan = run.data.plan(data_parallel)
-    steps_per_epoch, limits, total_steps = plan_limits(run, plan)
+    new = (plan := run.data.plan(data_parallel), *plan_limits(run, plan)) if changed else None
+    if run.rank == 0:
+        per_epoch = f", {new[1]} steps per epoch" if new is not None else ""
+        log.info("auto_batch_size: micro-batch %d per rank (was %d); tried (size, agreed peak): %s; %s%s", chosen,
+                 before[0], tried, rule, per_epoch)
+    if new is None:
+        return None
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"trainer.auto_batch_size: the resumed epoch position {run.epoch_step} is beyond the "
                          f"{plan.steps_per_epoch} steps per epoch of the global batch {trainer.global_batch_size}; "
@@ -233,4 +234,4 @@ def _apply(run: _Run, chosen: int, fixed_global: bool, tried: str) -> tuple | No
                     "built the learning-rate schedulers: a schedule sized from trainer.estimated_stepping_batches "
                     "keeps the old length; set data.global_batch_size (or trainer.max_steps) for a fixed length",
                     planned_steps, run.total_steps)
-    return plan, steps_per_epoch, limits, total_steps
+    return new
