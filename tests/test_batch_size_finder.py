@@ -189,3 +189,27 @@ def test_a_resumed_run_finds_the_same_size_and_continues_exactly(tmp_path):
     expected, got = torch.load(tmp_path / "whole" / "params.pt"), torch.load(tmp_path / "rest" / "params.pt")
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, rtol=0, atol=0)
+
+
+class GreedyRegressor(Regressor):
+    """Holds 4 GiB of the device per sample during its training step."""
+
+    def training_step(self, batch, batch_idx):
+        held = torch.empty(batch[0].shape[0] * 4 * GIB, dtype=torch.uint8, device=batch[0].device)
+        output = super().training_step(batch, batch_idx)
+        del held
+        return output
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_device_memory_bounds_the_choice_and_out_of_memory_is_a_miss(tmp_path, caplog):
+    # Powers of two reach a size whose step cannot fit the GPU (out of memory, caught) or its budget.
+    total = torch.cuda.get_device_properties(0).total_memory
+    with caplog.at_level(logging.INFO, logger="trainer.loop"):
+        trainer = new_trainer(tmp_path, accelerator="cuda", batch_size=1, auto_batch_size=True, max_steps=1,
+                              num_sanity_val_steps=0)
+        trainer.fit(GreedyRegressor())
+    chosen = trainer.batch_size
+    assert 1 <= chosen and chosen * 4 * GIB <= 0.9 * total < (chosen + 1) * 4 * GIB + GIB
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("auto_batch_size:"))
+    assert ", over)" in line
