@@ -3,7 +3,7 @@ measured training step fits a memory limit, agreed by every rank.
 
 Rules (issue 15, ruling 15):
 
-- Measured, never predicted: each candidate runs one real training step (trainer/batch_size_trial.py)
+- Measured, never predicted: each candidate runs two real training steps (trainer/batch_size_trial.py)
   whose peak memory is measured (trainer/peak_memory.py): on CPU the live tensor bytes against
   ``auto_batch_size_limit_gb`` (required there); on CUDA ``max_memory_allocated`` against the limit
   (default: the device's memory), an out-of-memory error counting as over it.
@@ -12,7 +12,10 @@ Rules (issue 15, ruling 15):
   budget (or reaches ``auto_batch_size_max`` / the samples per rank of an epoch), then bisects between
   the last fit and the first miss. A configured size already over the budget is halved until one fits.
 - Every rank decides together: each trial's (peak, over) is an all-reduce MAX, so all ranks pick the
-  same size (a rank that hangs turns into the collective timeout's error).
+  same size (a rank that hangs turns into the collective timeout's error). On CUDA under ddp / fsdp an
+  out-of-memory error inside a step's collectives may leave the other ranks waiting: that is the
+  collective timeout's error, not a caught miss (set ``auto_batch_size_limit_gb`` below the device's
+  memory to keep the trials clear of it).
 - The global batch: with ``data.global_batch_size`` set, the candidates are the micro-batches that
   divide ``global / data-parallel ranks`` and ``accumulate_grad_batches`` is adjusted to keep it;
   unset, accumulation stays and the global batch changes with the micro-batch. The log line says which.
@@ -83,19 +86,17 @@ def candidates_dividing(total: int, largest: int) -> list[int]:
 
 def search(start: int, largest: int, allowed: list[int] | None, fits: Callable[[int], bool]) -> int | None:
     """The largest size for which ``fits`` is true, found with few calls: powers of two up from
-    ``start``, then bisection. ``allowed``: the only sizes to try (sorted), else 1..``largest``.
+    ``start``, then bisection. ``allowed``: the only allowed to try (sorted), else 1..``largest``.
     None when even the smallest size does not fit."""
-    sizes = allowed if allowed is not None else None
-
     def up(n: int) -> int | None:  # the next size to grow to: 2n, or the nearest allowed above it
-        if sizes is not None:
-            above = [s for s in sizes if s >= 2 * n]
-            return above[0] if above else (sizes[-1] if sizes[-1] > n else None)
+        if allowed is not None:
+            above = [s for s in allowed if s >= 2 * n]
+            return above[0] if above else (allowed[-1] if allowed[-1] > n else None)
         return min(2 * n, largest) if n < largest else None
 
     def down(n: int) -> int | None:  # half of n, or the nearest allowed below it
-        if sizes is not None:
-            below = [s for s in sizes if s <= n // 2]
+        if allowed is not None:
+            below = [s for s in allowed if s <= n // 2]
             return below[-1] if below else None
         return n // 2 or None
 
@@ -118,7 +119,7 @@ def search(start: int, largest: int, allowed: list[int] | None, fits: Callable[[
             miss = smaller
         if fit is None:
             return None
-    between = [s for s in (sizes if sizes is not None else range(fit + 1, miss)) if fit < s < miss]
+    between = [s for s in (allowed if allowed is not None else range(fit + 1, miss)) if fit < s < miss]
     while between:  # bisection: fit < every size left < miss
         middle = between[len(between) // 2]
         if fits(middle):
