@@ -6,7 +6,8 @@
   Outputs that alias an input (views, in-place and ``out=`` ops) add nothing; tensors that exist
   before the block (parameters, optimizer state) count when passed as ``resident``. What is freed
   inside the block stops counting; the peak is the largest sum of live bytes at any op's end.
-  Not seen: memory outside tensors (Python objects, the allocator's caching and fragmentation).
+  Not seen: memory outside tensors (Python objects, the allocator's caching and fragmentation), and
+  tensors allocated before the block that are not passed as ``resident`` (DDP's gradient buckets).
 - CUDA (``cuda_peak``): ``torch.cuda.max_memory_allocated`` over the block, after
   ``reset_peak_memory_stats``: every tensor on the device, whoever allocated it.
 """
