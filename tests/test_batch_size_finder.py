@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from helpers import BatchSizeReporter, Regressor, fit, new_trainer, train_losses
 from trainer.batch_size_finder import GIB, candidates_dividing, search
@@ -81,9 +82,14 @@ class DropoutRegressor(Regressor):
         return F.mse_loss(self(x), y)
 
 
-def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path, caplog):
+def _local(tensor):
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+@pytest.mark.parametrize("strategy", ["single", "fsdp"])
+def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path, caplog, strategy):
     limit_gb = 60e3 / GIB  # about 60 kB of tensors: a micro-batch of some tens of the 200 samples
-    common = dict(max_steps=6, num_sanity_val_steps=0)
+    common = dict(max_steps=6, num_sanity_val_steps=0, strategy=strategy)  # fsdp: one rank, DTensor shards
     with caplog.at_level(logging.INFO, logger="trainer.loop"):
         trainer = new_trainer(tmp_path / "auto", batch_size=2, auto_batch_size=True, auto_batch_size_limit_gb=limit_gb,
                               **common)
@@ -100,7 +106,7 @@ def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path
     torch.testing.assert_close(train_losses(str(tmp_path / "auto")), losses, rtol=0, atol=1e-6)
     auto_params = torch.load(os.path.join(tmp_path / "auto", "params.pt"))
     for name, value in params.items():
-        torch.testing.assert_close(auto_params[name], value, rtol=0, atol=1e-6)
+        torch.testing.assert_close(_local(auto_params[name]), _local(value), rtol=0, atol=1e-6)
 
 
 def test_with_a_global_batch_the_choice_divides_it_and_accumulation_keeps_it(tmp_path, caplog):
