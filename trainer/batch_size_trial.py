@@ -5,7 +5,8 @@ What a trial puts back (``TrainingSnapshot``): parameters and buffers (each rank
 FSDP), the optimizer's state and hyperparameters, and (the caller's ``seeded`` block) every random
 generator. The data position is untouched: a trial reads its samples straight from the dataset
 (``dataset[i]`` for ``i`` = 0, 1, ..., cycling), never through the run's loader or plan. Learning-rate
-schedulers are not stepped, no callback or module hook runs, and ``self.log`` values are dropped.
+schedulers are not stepped, no callback or module hook runs (the trials come before ``on_fit_start``),
+and ``self.log`` values are dropped.
 Not put back: Python state the module's ``training_step`` keeps itself.
 """
 
