@@ -377,3 +377,18 @@ class OverflowAt(BlockRegressor):
 
 # The hot-path probe lives in its own file; imported here, where the tests have found it.
 from hot_path_probe import HostSyncCounter, HotPathProbe, read_hot_path  # noqa: E402,F401
+
+
+class BatchSizeReporter(Regressor):
+    """A Regressor whose every rank writes ``batch_size_rank<r>.json`` in the run directory at fit end:
+    ``trainer.batch_size`` (the batch-size finder's choice) and the sizes of the batches it trained on."""
+
+    def training_step(self, batch, batch_idx):
+        self.__dict__.setdefault("seen_sizes", []).append(int(batch[0].shape[0]))
+        return super().training_step(batch, batch_idx)
+
+    def on_fit_end(self):
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with open(os.path.join(self.trainer.run_dir, f"batch_size_rank{rank}.json"), "w") as f:
+            json.dump({"batch_size": self.trainer.batch_size, "seen": self.__dict__.get("seen_sizes", [])}, f)
+        super().on_fit_end()

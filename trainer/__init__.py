@@ -31,6 +31,9 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
 - Watching: ``loggers/`` (metric sinks), ``callbacks/``, ``progress.py`` (progress bars),
   ``throughput.py``, ``profiling.py``, ``comms_log.py``, ``memory.py``, ``model_summary.py``,
   ``redact_files.py`` (no secrets in Hydra's files).
+- Planning: ``batch_size_finder.py`` (``trainer.auto_batch_size``: the largest micro-batch that fits),
+  ``batch_size_trial.py`` (one measured trial step, the run's state put back), ``peak_memory.py``
+  (peak tensor memory: a dispatch-mode meter on CPU, ``max_memory_allocated`` on CUDA).
 """
 
 from trainer.data import seed_everything

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import torch
 
 from trainer import distributed
+from trainer.batch_size_finder import find_batch_size
 from trainer.callbacks import CallbackList
 from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
@@ -45,8 +46,7 @@ from trainer.profiling import TraceWindow, WallClockBreakdown
 from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.run_state import StopFlag
-from trainer.run_limits import train_steps_per_epoch, val_interval_steps
-from trainer.step_limits import StepLimits
+from trainer.step_limits import plan_limits
 from trainer.sanity_check import run_sanity_check
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.step_accounting import NonfiniteLossWatch
@@ -208,12 +208,7 @@ class _Run:
         trainer, module = self.trainer, self.module
         train_set = self.data.train_set()
         plan = self.data.plan(self.data_parallel_size)
-        steps_per_epoch = train_steps_per_epoch(trainer, plan.steps_per_epoch)  # limit_train_batches
-        trainer.val_every_n_steps = val_interval_steps(trainer, steps_per_epoch)  # a float val_check_interval
-        # max_steps counts optimizer steps: under manual optimization not batches (trainer/step_limits.py)
-        limits = StepLimits(trainer, steps_per_epoch, manual=not getattr(module, "automatic_optimization", True))
-        self.total_steps = limits.estimated_stepping_batches(trainer)  # (a str: why it is unknown)
-        total_steps = limits.progress_total()
+        steps_per_epoch, limits, total_steps = plan_limits(self, plan)  # limit_train_batches, max_steps (step_limits.py)
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
@@ -230,6 +225,8 @@ class _Run:
             limits.describe_total(), self.run_dir,
         )
         self.restore(plan)
+        # trainer.auto_batch_size: trials pick the micro-batch (trainer/batch_size_finder.py); it may change the plan
+        plan, steps_per_epoch, limits, total_steps = find_batch_size(self, plan, steps_per_epoch, limits, total_steps)
         limits.note_schedules(self)
         # fp16: sync-free where the optimizer skips on a device flag (after the resume: the scaler's counts).
         self.fp16 = Fp16Steps(self.precision.scaler, self.strategy, self.optimizer, self.rank) \

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
+from trainer.batch_size_finder import AutoBatchSize
 from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.resume import resolve_ckpt_path
@@ -107,6 +108,10 @@ class Trainer(TrainerRunState):
             ``save_hyperparameters()`` under "hparams").
         enable_model_summary: log the model summary table (parameters per top-level child module,
             trainable / frozen / total, size in MB, each rank's share when split) at the start of fit.
+        auto_batch_size, auto_batch_size_limit_gb, auto_batch_size_margin, auto_batch_size_max: the
+            batch-size finder (single, ddp, fsdp): measured trial steps pick the largest micro-batch whose
+            peak memory is at most limit (GiB; required on CPU, default the GPU's) x (1 - margin), up to
+            max; ``batch_size`` holds the choice once fit started (``trainer/batch_size_finder.py``).
         fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
         num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
             (world-size independent) in ``trainer/run_limits.py``'s docstring.
@@ -163,6 +168,10 @@ class Trainer(TrainerRunState):
         callbacks: Callback | Sequence[Callback] | None = None,
         config: dict | None = None,
         enable_model_summary: bool = True,
+        auto_batch_size: bool = False,
+        auto_batch_size_limit_gb: float | None = None,
+        auto_batch_size_margin: float = 0.1,
+        auto_batch_size_max: int | None = None,
         fast_dev_run: bool | int = False,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
@@ -231,6 +240,9 @@ class Trainer(TrainerRunState):
         self.num_nodes = num_nodes
         self.world_size = devices * num_nodes
         self.strategy.check_world_size(self.world_size, devices)
+        self.auto_batch_size = AutoBatchSize.from_arguments(auto_batch_size, auto_batch_size_limit_gb,
+                                                            auto_batch_size_margin, auto_batch_size_max)
+        self.auto_batch_size.check_strategy(self.strategy)
         _require(
             self.checkpoint is None or self.checkpoint.format in self.strategy.checkpoint_formats,
             f"checkpoint.format={getattr(self.checkpoint, 'format', None)!r} is not supported with "
