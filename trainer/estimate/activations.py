@@ -1,0 +1,128 @@
+"""Activation bytes of one micro-batch, measured on fake tensors (no memory is used).
+
+``measure_activations`` runs the module's ``training_step`` (and, for the pipeline, its
+``pipeline_layers`` one after the other and ``pipeline_loss``) on a micro-batch built from the
+module's own first training sample repeated ``batch_size`` times, with the module and batch as
+fake tensors (``FakeTensorMode``: meta storage, device reported as CPU so autocast applies as in
+training). A ``saved_tensors_hooks`` pack hook sees every tensor autograd keeps for backward; the
+activation figure is the bytes of their distinct storages, parameters excluded (mixed precision's
+low-precision weight casts are kept for backward, so they count here). Each saved tensor is also
+attributed to the innermost block (``block_classes()``) and pipeline layer running when it was saved.
+
+With activation checkpointing (a stated formula on the measured parts): the blocks keep only their
+inputs, and backward recomputes one block at a time, so
+``outside blocks + sum of the blocks' input bytes + the largest block's saved bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ActivationBytes:
+    """Saved-for-backward bytes of one micro-batch of ``batch_size`` samples."""
+
+    batch_size: int
+    total: int = 0
+    outside_blocks: int = 0
+    block_saved: list[int] = field(default_factory=list)
+    block_inputs: list[int] = field(default_factory=list)
+    #: per pipeline layer (``pipeline_layers()`` run one after the other), when the module has them
+    per_layer: list[int] = field(default_factory=list)
+
+    @property
+    def checkpointed(self) -> int:
+        """With ``trainer.activation_checkpointing`` (see the module docstring)."""
+        if not self.block_saved:
+            return self.total
+        return self.outside_blocks + sum(self.block_inputs) + max(self.block_saved)
+
+
+class _Recorder:
+    """Pack hook plus forward hooks that attribute each saved storage to the running block / layer."""
+
+    def __init__(self, module: nn.Module, blocks: list[nn.Module], layers: list[nn.Module]):
+        self.params = {p.untyped_storage()._cdata for p in module.parameters()}
+        self.saved: dict[int, tuple[int, int | None, int | None]] = {}  # storage -> (bytes, block, layer)
+        self.block_inputs = [0] * len(blocks)
+        self.block: list[int] = []  # stack of running block indices
+        self.layer: list[int] = []
+        self.handles = []
+        for index, block in enumerate(blocks):
+            self.handles.append(block.register_forward_pre_hook(self._enter(self.block, index, inputs=True)))
+            self.handles.append(block.register_forward_hook(self._leave(self.block)))
+        for index, layer in enumerate(layers):
+            self.handles.append(layer.register_forward_pre_hook(self._enter(self.layer, index)))
+            self.handles.append(layer.register_forward_hook(self._leave(self.layer)))
+
+    def _enter(self, stack: list[int], index: int, inputs: bool = False):
+        def hook(module, args):
+            stack.append(index)
+            if inputs:
+                self.block_inputs[index] = sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+        return hook
+
+    def _leave(self, stack: list[int]):
+        def hook(module, args, output):
+            stack.pop()
+        return hook
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage._cdata not in self.params and storage._cdata not in self.saved:
+            self.saved[storage._cdata] = (storage.nbytes(), self.block[-1] if self.block else None,
+                                          self.layer[-1] if self.layer else None)
+        return tensor
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def example_batch(module: Any, batch_size: int) -> Any:
+    """A micro-batch of ``batch_size`` copies of the module's first training sample (real, small)."""
+    dataset = module.train_dataset() if hasattr(module, "train_dataset") else None
+    if dataset is None:
+        raise ValueError(f"{type(module).__name__}.train_dataset() returned nothing to take a sample shape from")
+    return torch.utils.data.default_collate([dataset[0]] * batch_size)
+
+
+def measure_activations(module: nn.Module, mode: Any, batch: Any, blocks: list[nn.Module],
+                        compute_dtype: torch.dtype | None, pipeline: bool = False) -> ActivationBytes:
+    """Saved-for-backward bytes of ``module.training_step(batch)`` (``pipeline``: the pipeline
+    layers then ``pipeline_loss``), ``module`` built under the fake ``mode``; ``compute_dtype``:
+    autocast's dtype under mixed precision (None: none)."""
+    from torch.utils._pytree import tree_map
+
+    fake = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, batch)
+    layers = module.pipeline_layers() if pipeline else []
+    recorder = _Recorder(module, blocks, layers)
+    autocast = torch.autocast("cpu", dtype=compute_dtype, enabled=compute_dtype is not None)
+    try:
+        with mode, autocast, torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
+            if pipeline:
+                x = module.pipeline_input(fake)
+                for layer in layers:
+                    x = layer(x)
+                module.pipeline_loss(x, fake)
+            else:
+                module.training_step(fake, 0)
+    finally:
+        recorder.remove()
+    size = len(batch[0]) if isinstance(batch, (list, tuple)) else len(batch)
+    result = ActivationBytes(batch_size=size, block_saved=[0] * len(blocks), block_inputs=recorder.block_inputs,
+                             per_layer=[0] * len(layers))
+    for nbytes, block, layer in recorder.saved.values():
+        result.total += nbytes
+        if block is None:
+            result.outside_blocks += nbytes
+        else:
+            result.block_saved[block] += nbytes
+        if layer is not None:
+            result.per_layer[layer] += nbytes
+    return result
