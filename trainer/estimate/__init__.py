@@ -22,12 +22,11 @@ __all__ = ["Row", "Setting", "configured_row", "estimate_config", "strategy_rows
 
 def estimate_config(cfg: Any) -> str:
     """The printout for a composed config (conf/estimate.yaml: train.py's config + ``estimate``)."""
-    import torch
     from hydra.utils import get_object, instantiate
     from omegaconf import OmegaConf
 
     from trainer.cli import check_config_keys, merge_precision
-    from trainer.estimate.activations import example_batch, measure_activations
+    from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
     from trainer.estimate.table import comparison_table, configured_table, human
 
@@ -55,21 +54,17 @@ def estimate_config(cfg: Any) -> str:
     mode = fake_mode()
     module = build_fake(lambda: instantiate(cfg.module), mode)
     shapes = model_shapes(module, mode)
-    acts, act_note = None, "activations not measured (estimate.activations=false)"
+    acts = gathered = None
+    act_note = "activations not measured (estimate.activations=false)"
     if options.get("activations", True):
-        batch = example_batch(module, batch_size)
-        if precision_name == "bf16-true":
-            with mode:
-                module.to(torch.bfloat16)
-            batch = [t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in batch]
-        compute = precision.compute_dtype if getattr(precision, "mixed", False) else None
-        acts = measure_activations(module, mode, batch, shapes.blocks, compute)
-        if shapes.layers:
-            acts.per_layer = measure_activations(module, mode, batch, [], compute, pipeline=True).per_layer
+        acts, gathered = measure_for_precision(module, mode, example_batch(module, batch_size), shapes.blocks,
+                                               precision, pipeline=bool(shapes.layers))
         act_note = (f"activations per micro-batch of {batch_size} (measured, saved for backward): "
-                    f"{human(acts.total)} plain, {human(acts.checkpointed)} with activation checkpointing")
-    configured = configured_row(module, shapes, acts, setting)
-    rows = strategy_rows(module, shapes, acts, setting)
+                    f"{human(acts.total)} plain, {human(acts.checkpointed)} with activation checkpointing"
+                    + (f"; {human(gathered.total)} / {human(gathered.checkpointed)} with weights gathered in "
+                       f"{precision.compute_dtype} (FSDP)" if gathered else ""))
+    configured = configured_row(module, shapes, acts, setting, gathered)
+    rows = strategy_rows(module, shapes, acts, setting, gathered)
     label = "pp rank" if strategy_name == "pipeline" else "rank"
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "

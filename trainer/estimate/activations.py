@@ -126,3 +126,49 @@ def measure_activations(module: nn.Module, mode: Any, batch: Any, blocks: list[n
         if layer is not None:
             result.per_layer[layer] += nbytes
     return result
+
+
+def _convert(module: nn.Module, mode: Any, dtype: torch.dtype) -> None:
+    """``module.to(dtype)`` for fake weights: ``nn.Module._apply`` cannot swap a tensor subclass's
+    data, so each floating-point parameter and buffer is replaced (as the same kind of entry)."""
+    with mode:
+        for owner in module.modules():
+            for name, p in owner._parameters.items():
+                if p is not None and p.is_floating_point():
+                    owner._parameters[name] = nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
+            for name, b in owner._buffers.items():
+                if b is not None and b.is_floating_point():
+                    owner._buffers[name] = b.to(dtype)
+
+
+def _to(dtype: torch.dtype, batch: Any) -> Any:
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, batch)
+
+
+def measure_for_precision(module: nn.Module, mode: Any, batch: Any, blocks: list[nn.Module], precision: Any,
+                          pipeline: bool) -> tuple[ActivationBytes, ActivationBytes | None]:
+    """``(activations, gathered)`` under ``precision`` (trainer/precision ``Precision``), with the
+    per-pipeline-layer figures when ``pipeline``. bf16-true converts the module and the batch first,
+    as training does. Mixed precision: ``activations`` autocast from fp32 weights (the casts are kept
+    for backward), ``gathered`` with the weights already in the compute dtype (as FSDP gathers them);
+    otherwise ``gathered`` is None (the same). Converts ``module``'s fake weights in place."""
+    name = getattr(precision, "name", "fp32")
+    mixed = getattr(precision, "mixed", False)
+    compute = precision.compute_dtype if mixed else None
+    if name == "bf16-true":
+        _convert(module, mode, torch.bfloat16)
+        batch = _to(torch.bfloat16, batch)
+
+    def measure() -> ActivationBytes:
+        result = measure_activations(module, mode, batch, blocks, compute)
+        if pipeline:
+            result.per_layer = measure_activations(module, mode, batch, [], compute, pipeline=True).per_layer
+        return result
+
+    acts = measure()
+    if not mixed:
+        return acts, None
+    _convert(module, mode, compute)
+    return acts, measure()

@@ -10,6 +10,12 @@ samples and saves its layers' measured bytes scaled by that fraction; under 1F1B
 interleaved schedules, approximated as 1F1B) stage ``s`` of ``S`` holds ``min(microbatches, S - s)``
 microbatches in flight, under GPipe all ``microbatches``. With activation checkpointing the stage
 figure is scaled by the whole model's checkpointed / plain ratio.
+
+Mixed precision: autocast keeps the low-precision copy of each weight it casts for backward, so
+the activations measured with fp32 weights hold a bf16 / fp16 copy of the weights (single, DDP,
+ZeRO-1, pipeline). FSDP gathers its weights already in ``param_dtype``, where the cast is a no-op
+and the gathered weights are its communication buffers: its rows use ``gathered`` activations,
+measured with the weights in the compute dtype (None: the same as ``acts``).
 """
 
 from __future__ import annotations
@@ -101,13 +107,21 @@ def _pipeline_row(name: str, shapes: ModelShapes, acts: ActivationBytes | None, 
     spans = [f"{bounds[s]}-{bounds[s + 1] - 1}" for s in range(parts)]
     detail = (f"{stages} stages x {replicas} {data_parallel} replicas; layers per stage "
               + ", ".join(spans[:4]) + (f", ... ({parts} stages)" if parts > 4 else ""))
+    if setting.batch_size % microbatches:  # the strategy refuses this; say so rather than print a figure silently
+        detail += (f"; strategy.microbatches={microbatches} does not divide data.batch_size={setting.batch_size}: "
+                   "the trainer refuses this layout (activations prorated)")
     return Row(name, ranks, detail)
 
 
-def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None, setting: Setting) -> list[Row]:
+def _per_rank(acts: ActivationBytes | None, setting: Setting) -> int:
+    return 0 if acts is None else (acts.checkpointed if setting.activation_checkpointing else acts.total)
+
+
+def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None, setting: Setting,
+                  gathered: ActivationBytes | None = None) -> list[Row]:
     """The comparison table: every strategy under the configured precision."""
     b = precision_bytes(shapes, setting.precision)
-    act = 0 if acts is None else (acts.checkpointed if setting.activation_checkpointing else acts.total)
+    act, sharded_act = _per_rank(acts, setting), _per_rank(gathered or acts, setting)
     world = setting.world
     units = shapes.fsdp_units(module)
     hybrid = min(setting.devices_per_node, world)
@@ -116,11 +130,12 @@ def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None
         Row("ddp", _with_activations(formulas.ddp(shapes.parameters, b, world), act), f"{world} replicas"),
         Row("ddp zero1", _with_activations(formulas.zero1(shapes.groups, b, world), act),
             f"optimizer state over {world} ranks"),
-        Row("fsdp grad_op", _with_activations(formulas.fsdp(units, b, world, "grad_op"), act), f"{world} shards"),
-        Row("fsdp full", _with_activations(formulas.fsdp(units, b, world, "full"), act), f"{world} shards"),
-        Row("fsdp hybrid", _with_activations(formulas.fsdp(units, b, hybrid, "full"), act),
+        Row("fsdp grad_op", _with_activations(formulas.fsdp(units, b, world, "grad_op"), sharded_act),
+            f"{world} shards"),
+        Row("fsdp full", _with_activations(formulas.fsdp(units, b, world, "full"), sharded_act), f"{world} shards"),
+        Row("fsdp hybrid", _with_activations(formulas.fsdp(units, b, hybrid, "full"), sharded_act),
             f"{hybrid} shards x {world // hybrid} replicas"),
-        Row("fsdp full + offload", _with_activations(formulas.fsdp(units, b, world, "full", offload=True), act),
+        Row("fsdp full + offload", _with_activations(formulas.fsdp(units, b, world, "full", offload=True), sharded_act),
             "state in host memory (needs CUDA)"),
     ]
     if shapes.layers:
@@ -128,16 +143,17 @@ def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None
         rows.append(_pipeline_row("pipeline", shapes, acts, setting, b, stages, "ddp", {}))
         pp = setting.world // setting.devices_per_node if setting.world > setting.devices_per_node else 2
         if world % pp == 0 and world // pp > 1 and pp <= len(shapes.layers):
-            rows.append(_pipeline_row("pipeline x fsdp", shapes, acts, setting, b, pp, "fsdp", {}))
+            rows.append(_pipeline_row("pipeline x fsdp", shapes, gathered or acts, setting, b, pp, "fsdp", {}))
     return rows
 
 
-def configured_row(module: Any, shapes: ModelShapes, acts: ActivationBytes | None, setting: Setting) -> Row:
+def configured_row(module: Any, shapes: ModelShapes, acts: ActivationBytes | None, setting: Setting,
+                   gathered: ActivationBytes | None = None) -> Row:
     """The strategy the config selects, with its own options (sharding, shard_size, wrap, offload,
     bucket views, pipeline stages / schedule / microbatches / partition / data_parallel)."""
     o, world, name = setting.options, setting.world, setting.strategy
     b = precision_bytes(shapes, setting.precision, o if name == "fsdp" else None)
-    act = 0 if acts is None else (acts.checkpointed if setting.activation_checkpointing else acts.total)
+    act = _per_rank(acts, setting)
     view = o.get("gradient_as_bucket_view", True)
     if name == "single":
         return Row("single", _with_activations([formulas.replicated(shapes.parameters, b)], act))
@@ -150,11 +166,14 @@ def configured_row(module: Any, shapes: ModelShapes, acts: ActivationBytes | Non
         shards = {"no_shard": 1, "hybrid": o.get("shard_size") or min(setting.devices_per_node, world)}.get(sharding, world)
         units = shapes.fsdp_units(module, o.get("wrap", "auto"), o.get("min_num_params"))
         ranks = formulas.fsdp(units, b, shards, "grad_op" if sharding == "grad_op" else "full", bool(o.get("cpu_offload")))
+        act = _per_rank(gathered or acts, setting)
         return Row(f"fsdp {sharding}" + (" + offload" if o.get("cpu_offload") else ""), _with_activations(ranks, act),
                    f"{shards} shards")
     if name == "pipeline":
         if not shapes.layers:
             raise ValueError(f"strategy=pipeline: {type(module).__name__}.pipeline_layers() returns no layers")
         stages = o.get("stages") or world
-        return _pipeline_row("pipeline", shapes, acts, setting, b, stages, o.get("data_parallel", "ddp"), o)
+        fsdp_stages = o.get("data_parallel") == "fsdp" and stages < world
+        return _pipeline_row("pipeline", shapes, (gathered or acts) if fsdp_stages else acts, setting, b, stages,
+                             o.get("data_parallel", "ddp"), o)
     raise ValueError(f"strategy={name!r}: the estimator knows single, ddp, fsdp and pipeline")
