@@ -170,7 +170,7 @@ def test_command_prints_the_configured_strategy_and_the_table(capsys):
     # Mixed precision: FSDP's weights are gathered in bf16, so its rows' activations hold no weight casts.
     assert main(["recipe=gpt", "strategy=fsdp", "trainer.devices=2", "precision=bf16-mixed"]) == 0
     out = capsys.readouterr().out
-    assert "configured: fsdp full (2 shards)" in out and "with weights gathered in torch.bfloat16 (FSDP)" in out
+    assert "configured: fsdp full (2 shards)" in out and "with the weights gathered in torch.bfloat16 (FSDP)" in out
 
 
 def test_command_refuses_bad_values(capsys):

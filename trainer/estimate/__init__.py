@@ -61,8 +61,8 @@ def estimate_config(cfg: Any) -> str:
                                                precision, pipeline=bool(shapes.layers))
         act_note = (f"activations per micro-batch of {batch_size} (measured, saved for backward): "
                     f"{human(acts.total)} plain, {human(acts.checkpointed)} with activation checkpointing"
-                    + (f"; {human(gathered.total)} / {human(gathered.checkpointed)} with weights gathered in "
-                       f"{precision.compute_dtype} (FSDP)" if gathered else ""))
+                    + (f"\n  with the weights gathered in {precision.compute_dtype} (FSDP): {human(gathered.total)} plain, "
+                       f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
     configured = configured_row(module, shapes, acts, setting, gathered)
     rows = strategy_rows(module, shapes, acts, setting, gathered)
     label = "pp rank" if strategy_name == "pipeline" else "rank"
@@ -72,7 +72,8 @@ def estimate_config(cfg: Any) -> str:
         f"activation checkpointing {'on' if setting.activation_checkpointing else 'off'}",
         act_note,
         "",
-        f"configured: {configured.name}" + (f" ({configured.detail})" if configured.detail else ""),
+        f"configured: {configured.name}" + (f" ({configured.detail})" if configured.detail else "")
+        + (f"; {configured.note}" if configured.note else ""),
         configured_table(configured, memory_gb, label),
         "",
         "all strategies (largest rank each" + (f"; fits in {memory_gb} GiB" if memory_gb else "") + "):",

@@ -52,7 +52,8 @@ class Row:
 
     name: str
     ranks: list[RankBytes]
-    detail: str = ""
+    detail: str = ""  # the layout, short (a table column)
+    note: str = ""  # more, printed under the table
 
     @property
     def worst(self) -> RankBytes:
@@ -105,12 +106,11 @@ def _pipeline_row(name: str, shapes: ModelShapes, acts: ActivationBytes | None, 
             total.activations = round(saved / microbatches * in_flight * ratio)
         ranks.append(total)
     spans = [f"{bounds[s]}-{bounds[s + 1] - 1}" for s in range(parts)]
-    detail = (f"{stages} stages x {replicas} {data_parallel} replicas; layers per stage "
-              + ", ".join(spans[:4]) + (f", ... ({parts} stages)" if parts > 4 else ""))
+    note = "layers per stage " + ", ".join(spans[:4]) + (f", ... ({parts} stages)" if parts > 4 else "")
     if setting.batch_size % microbatches:  # the strategy refuses this; say so rather than print a figure silently
-        detail += (f"; strategy.microbatches={microbatches} does not divide data.batch_size={setting.batch_size}: "
-                   "the trainer refuses this layout (activations prorated)")
-    return Row(name, ranks, detail)
+        note += (f"; strategy.microbatches={microbatches} does not divide data.batch_size={setting.batch_size}: "
+                 "the trainer refuses this layout (activations prorated)")
+    return Row(name, ranks, f"{stages} stages x {replicas} {data_parallel}", note)
 
 
 def _per_rank(acts: ActivationBytes | None, setting: Setting) -> int:

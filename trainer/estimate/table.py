@@ -52,4 +52,5 @@ def comparison_table(rows: list[Row], memory_gb: float | None, checkpointing: bo
         lines.append([row.name, *(human(getattr(r, c)) for c in COLUMNS), human(r.total), fits(r, memory_gb),
                       row.detail])
     header = ["strategy", *COLUMNS[:-1], "activations" + (" (ckpt)" if checkpointing else ""), "total", "fits", "layout"]
-    return _grid(header, lines, left_last=True)
+    notes = [f"  {row.name}: {row.note}" for row in rows if row.note]
+    return "\n".join([_grid(header, lines, left_last=True), *notes])
