@@ -123,10 +123,13 @@ def test_fsdp_pads_storage_but_not_optimizer_state():
     ranks = formulas.fsdp([unit], FP32_ADAMW, 2, "full")
     assert [r.parameters for r in ranks] == [(7 + 1) * 4 * 4] * 2
     assert [r.optimizer for r in ranks] == [(7 + 1) * 4 * 8 + 8, 6 * 4 * 8 + 8]
-    full, grad_op = ranks[0].buckets, formulas.fsdp([unit, unit], FP32_ADAMW, 2, "grad_op")[0].buckets
-    assert full == 2 * 16 * 4 * 4 + 16 * 4 * 4  # two gathered units (prefetch) + one reduce-scatter input
+    assert ranks[0].buckets == 16 * 4 * 4 + 16 * 4 * 4  # the one unit gathered + its reduce-scatter input
+    small = [TensorShape((2, 4))]
+    full = formulas.fsdp([unit, small, unit], FP32_ADAMW, 2, "full")[0].buckets
+    grad_op = formulas.fsdp([unit, small, unit], FP32_ADAMW, 2, "grad_op")[0].buckets
+    assert full == 2 * 16 * 4 * 4 + 16 * 4 * 4  # the two largest units gathered (prefetch) + one reduce-scatter input
     assert formulas.fsdp([unit], FP32_ADAMW, 2, "full", offload=True)[0].state == 0
-    assert grad_op == 2 * 16 * 4 * 4 + 16 * 4 * 4  # both units stay gathered
+    assert grad_op == (2 * 16 + 2) * 4 * 4 + 16 * 4 * 4  # every unit stays gathered
 
 
 def test_optimizer_state_size_is_measured_per_dtype():
@@ -178,3 +181,12 @@ def test_command_refuses_bad_values(capsys):
     assert "estimate.device_memory_gb=-1 must be a positive number" in capsys.readouterr().err
     assert main(["recipe=gpt", "+trainer.typo=1"]) == 2  # train.py's own key check
     assert "trainer.typo is not a trainer setting" in capsys.readouterr().err
+
+
+def test_command_with_two_optimizers_and_a_manual_step_says_what_it_could_not_measure(capsys):
+    # recipe=gan: manual optimization (its training_step needs a running Trainer) and two optimizers.
+    assert main(["recipe=gan", "estimate.device_memory_gb=1"]) == 0
+    out = capsys.readouterr().out
+    assert "activations not measured (RuntimeError: self.optimizers()" in out
+    assert "not measured" in out.split("configured:")[1] and "state only" in out and " yes " not in out
+    assert "ddp zero1: the trainer refuses strategy.zero1=true with 2 optimizers" in out

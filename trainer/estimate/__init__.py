@@ -57,10 +57,18 @@ def estimate_config(cfg: Any) -> str:
     acts = gathered = None
     act_note = "activations not measured (estimate.activations=false)"
     if options.get("activations", True):
-        acts, gathered = measure_for_precision(module, mode, example_batch(module, batch_size), shapes.blocks,
-                                               precision, pipeline=bool(shapes.layers))
+        datamodule = instantiate(cfg.datamodule) if cfg.get("datamodule") is not None else None
+        try:
+            acts, gathered = measure_for_precision(module, mode, example_batch(module, batch_size, datamodule),
+                                                   shapes.blocks, precision, pipeline=bool(shapes.layers))
+        except Exception as error:  # e.g. a manual-optimization step that needs a running Trainer
+            act_note = (f"activations not measured ({type(error).__name__}: {error}); the figures below leave "
+                        "them out (estimate.activations=false skips the attempt)")
+    if acts is not None:
+        checkpointed = (f"{human(acts.checkpointed)} with activation checkpointing" if shapes.blocks else
+                        "no activation checkpointing (no block_classes() / ModuleList blocks)")
         act_note = (f"activations per micro-batch of {batch_size} (measured, saved for backward): "
-                    f"{human(acts.total)} plain, {human(acts.checkpointed)} with activation checkpointing"
+                    f"{human(acts.total)} plain, {checkpointed}"
                     + (f"\n  with the weights gathered in {precision.compute_dtype} (FSDP): {human(gathered.total)} plain, "
                        f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
     configured = configured_row(module, shapes, acts, setting, gathered)
@@ -74,8 +82,8 @@ def estimate_config(cfg: Any) -> str:
         "",
         f"configured: {configured.name}" + (f" ({configured.detail})" if configured.detail else "")
         + (f"; {configured.note}" if configured.note else ""),
-        configured_table(configured, memory_gb, label),
+        configured_table(configured, memory_gb, label, measured=acts is not None),
         "",
         "all strategies (largest rank each" + (f"; fits in {memory_gb} GiB" if memory_gb else "") + "):",
-        comparison_table(rows, memory_gb, setting.activation_checkpointing),
+        comparison_table(rows, memory_gb, setting.activation_checkpointing, measured=acts is not None),
     ])

@@ -84,12 +84,23 @@ class _Recorder:
             handle.remove()
 
 
-def example_batch(module: Any, batch_size: int) -> Any:
-    """A micro-batch of ``batch_size`` copies of the module's first training sample (real, small)."""
-    dataset = module.train_dataset() if hasattr(module, "train_dataset") else None
-    if dataset is None:
-        raise ValueError(f"{type(module).__name__}.train_dataset() returned nothing to take a sample shape from")
-    return torch.utils.data.default_collate([dataset[0]] * batch_size)
+def example_batch(module: Any, batch_size: int, datamodule: Any = None) -> Any:
+    """A micro-batch of ``batch_size`` copies of the first training sample (real, small), from the
+    same hooks training reads: the datamodule's where one is given (its hooks win, as in ``fit``),
+    ``train_dataloader()`` (its dataset and ``collate_fn``) else ``train_dataset()``; collated by
+    the loader's ``collate_fn`` or the module's ``collate_fn``."""
+    source = datamodule if datamodule is not None else module
+    if datamodule is not None and hasattr(datamodule, "setup"):
+        datamodule.setup("fit")
+    loader = source.train_dataloader() if hasattr(source, "train_dataloader") else None
+    if loader is not None:
+        dataset, collate = loader.dataset, loader.collate_fn
+    else:
+        dataset = source.train_dataset()
+        collate = getattr(module, "collate_fn", None) or torch.utils.data.default_collate
+    if dataset is None or len(dataset) == 0:
+        raise ValueError(f"{type(source).__name__} gave no training sample to take the micro-batch's shape from")
+    return collate([dataset[0]] * batch_size)
 
 
 def measure_activations(module: nn.Module, mode: Any, batch: Any, blocks: list[nn.Module],

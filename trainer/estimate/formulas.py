@@ -30,8 +30,8 @@ Where the figures come from (all derived from how the code allocates, not copied
   reduce-scatter output: padded. Optimizer state: ``zeros_like`` of the unpadded local view:
   unpadded (rank ``r``'s own rows). Communication: FSDP2 gathers a unit into a padded unsharded
   buffer (``c N`` rows, in ``param_dtype``) and reduce-scatters from one of the same numel (in
-  ``reduce_dtype``); under ``full`` the next unit is prefetched while one computes, so two
-  all-gather buffers of the largest unit plus one reduce-scatter buffer; under ``grad_op``
+  ``reduce_dtype``); under ``full`` the next unit is prefetched while one computes, so the all-gather
+  buffers of the two largest units plus one reduce-scatter buffer; under ``grad_op``
   (``reshard_after_forward=False``) every unit stays gathered from its forward to its backward:
   all units' gather buffers plus one reduce-scatter buffer. ``no_shard``: N = 1. ``hybrid``: N = shard_size.
 - CPU offload (FSDP ``cpu_offload``): sharded parameters, gradients and optimizer state live in
@@ -177,8 +177,8 @@ def fsdp(units: Sequence[Sequence[TensorShape]], b: Bytes, shards: int, mode: st
         raise ValueError(f"mode={mode!r}: full or grad_op (no_shard is shards=1, hybrid is shards=shard_size)")
     gathered = [sum(padded_rows(t.rows, shards) * shards * t.row_numel for t in unit) for unit in units]
     trained = [sum(padded_rows(t.rows, shards) * shards * t.row_numel for t in unit if t.trainable) for unit in units]
-    largest = max(gathered, default=0)
-    held = 2 * largest if mode == "full" else sum(gathered)
+    # full: a unit computing and the next one prefetched (the two largest); grad_op: all of them.
+    held = sum(sorted(gathered)[-2:]) if mode == "full" else sum(gathered)
     if shards == 1:  # nothing to gather: the shard is the parameter; DDP-like gradient reduce in place
         held = 0
     comm = held * b.gather + max(trained, default=0) * b.reduce * (shards > 1)

@@ -45,8 +45,8 @@ class ModelShapes:
     """What the formulas read from a built module."""
 
     parameters: list[TensorShape]
-    groups: list[list[TensorShape]]  # the optimizer's param groups (ZeRO-1 assigns within them)
-    optimizer_factory: Callable[..., torch.optim.Optimizer]
+    groups: list[list[TensorShape]]  # the optimizers' param groups (ZeRO-1 assigns within them)
+    optimizer_factories: list[Callable[..., torch.optim.Optimizer]]  # one per optimizer (manual optimization: several)
     blocks: list[nn.Module]  # block_classes() instances (activation checkpointing's regions)
     layers: list[list[TensorShape]] | None  # pipeline_layers(), None without them
 
@@ -70,39 +70,47 @@ class ModelShapes:
         return shapes
 
 
-def optimizer_of(module: nn.Module, mode: Any) -> tuple[list[list[nn.Parameter]], Callable[..., Any]]:
-    """The param groups and a factory of the optimizer ``module.configure_optimizers()`` builds
-    (on the fake parameters: no state exists before a step)."""
+def _collect_optimizers(configured: Any) -> list[torch.optim.Optimizer]:
+    """Every optimizer in what ``configure_optimizers`` returned (any of its shapes: an optimizer,
+    ``(optimizer, scheduler)``, lists of them, dicts with an "optimizer" key)."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return [configured]
+    if isinstance(configured, dict):
+        return _collect_optimizers(configured.get("optimizer"))
+    if isinstance(configured, (list, tuple)):
+        return [o for item in configured for o in _collect_optimizers(item)]
+    return []
+
+
+def optimizers_of(module: nn.Module, mode: Any) -> tuple[list[list[nn.Parameter]], list[Callable[..., Any]]]:
+    """The param groups of every optimizer ``module.configure_optimizers()`` builds (on the fake
+    parameters: no state exists before a step), and a factory of each."""
     with mode:
         configured = module.configure_optimizers()
-    optimizer = configured
-    if isinstance(optimizer, dict):
-        optimizer = optimizer["optimizer"]
-    while isinstance(optimizer, (list, tuple)):
-        optimizer = optimizer[0]
-        if isinstance(optimizer, dict):
-            optimizer = optimizer["optimizer"]
-    if not isinstance(optimizer, torch.optim.Optimizer):
+    optimizers = _collect_optimizers(configured)
+    if not optimizers:
         raise ValueError(f"{type(module).__name__}.configure_optimizers() gave {type(configured).__name__}, "
                          "no optimizer to estimate the state of")
-    # As ZeRO-1 rebuilds it (trainer/strategies/ddp.py): the class with the defaults it takes.
-    accepted = inspect.signature(type(optimizer).__init__).parameters
-    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
-    cls = type(optimizer)
-    return [list(g["params"]) for g in optimizer.param_groups], lambda params: cls(params, **defaults)
+    factories = []
+    for optimizer in optimizers:
+        # As ZeRO-1 rebuilds it (trainer/strategies/ddp.py): the class with the defaults it takes.
+        accepted = inspect.signature(type(optimizer).__init__).parameters
+        defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+        factories.append(lambda params, cls=type(optimizer), kw=defaults: cls(params, **kw))
+    return [list(g["params"]) for o in optimizers for g in o.param_groups], factories
 
 
 def model_shapes(module: nn.Module, mode: Any) -> ModelShapes:
     from trainer.wrap_policy import select_units
 
-    groups, factory = optimizer_of(module, mode)
+    groups, factories = optimizers_of(module, mode)
     declared = module.block_classes() if hasattr(module, "block_classes") else ()
     blocks = select_units(module, "auto", declared) if declared else []
     layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
     return ModelShapes(
         parameters=[shape_of(p) for p in module.parameters()],
         groups=[[shape_of(p) for p in group] for group in groups],
-        optimizer_factory=factory,
+        optimizer_factories=factories,
         blocks=blocks,
         layers=[[shape_of(p) for p in layer.parameters()] for layer in layers] if layers else None,
     )

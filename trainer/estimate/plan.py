@@ -70,7 +70,11 @@ def precision_bytes(shapes: ModelShapes, precision: str, options: dict | None = 
     options = options or {}
     weights = torch.bfloat16 if precision == "bf16-true" else torch.float32
     size = 2 if precision == "bf16-true" else 4
-    per_element, per_tensor = optimizer_state_size(shapes.optimizer_factory, weights)
+    sizes = {optimizer_state_size(factory, weights) for factory in shapes.optimizer_factories}
+    if len(sizes) > 1:
+        raise ValueError(f"the module's optimizers keep state of different sizes {sorted(sizes)} (bytes per element, "
+                         "per tensor): the estimator takes one size for every parameter")
+    per_element, per_tensor = sizes.pop()
     gather = DTYPE_BYTES[options["param_dtype"]] if options.get("param_dtype") else (2 if precision != "fp32" else size)
     reduce_default = 4 if precision.endswith("-mixed") else gather
     reduce = DTYPE_BYTES[options["reduce_dtype"]] if options.get("reduce_dtype") else reduce_default
@@ -129,7 +133,9 @@ def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None
         Row("single", _with_activations([formulas.replicated(shapes.parameters, b)], act), "1 device"),
         Row("ddp", _with_activations(formulas.ddp(shapes.parameters, b, world), act), f"{world} replicas"),
         Row("ddp zero1", _with_activations(formulas.zero1(shapes.groups, b, world), act),
-            f"optimizer state over {world} ranks"),
+            f"optimizer state over {world} ranks",
+            "" if len(shapes.optimizer_factories) == 1 else
+            f"the trainer refuses strategy.zero1=true with {len(shapes.optimizer_factories)} optimizers"),
         Row("fsdp grad_op", _with_activations(formulas.fsdp(units, b, world, "grad_op"), sharded_act),
             f"{world} shards"),
         Row("fsdp full", _with_activations(formulas.fsdp(units, b, world, "full"), sharded_act), f"{world} shards"),

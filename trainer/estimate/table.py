@@ -17,8 +17,13 @@ def human(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
-def fits(rank: RankBytes, memory_gb: float | None) -> str:
-    return "-" if memory_gb is None else ("yes" if rank.total <= memory_gb * GIB else "no")
+def fits(rank: RankBytes, memory_gb: float | None, measured: bool = True) -> str:
+    """Whether ``rank`` fits in ``memory_gb`` GiB; without measured activations, only its state is known."""
+    if memory_gb is None:
+        return "-"
+    if rank.total > memory_gb * GIB:
+        return "no"
+    return "yes" if measured else "state only"
 
 
 def _grid(header: list[str], lines: list[list[str]], left_last: bool = False) -> str:
@@ -32,25 +37,32 @@ def _grid(header: list[str], lines: list[list[str]], left_last: bool = False) ->
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, lines)])
 
 
-def configured_table(row: Row, memory_gb: float | None, label: str = "rank") -> str:
+def _cells(r: RankBytes, measured: bool) -> list[str]:
+    """The columns' figures; activations that were not measured say so (the total then leaves them out)."""
+    cells = [human(getattr(r, c)) for c in COLUMNS]
+    if not measured:
+        cells[-1] = "not measured"
+    return cells
+
+
+def configured_table(row: Row, memory_gb: float | None, label: str = "rank", measured: bool = True) -> str:
     """Each rank (or pipeline rank) of the configured strategy; identical ranks collapsed into a range."""
     lines, start = [], 0
     for i in range(1, len(row.ranks) + 1):
         if i == len(row.ranks) or row.ranks[i] != row.ranks[start]:
             r = row.ranks[start]
             name = f"{label} {start}" if i - 1 == start else f"{label}s {start}-{i - 1}"
-            lines.append([name, *(human(getattr(r, c)) for c in COLUMNS), human(r.total), fits(r, memory_gb)])
+            lines.append([name, *_cells(r, measured), human(r.total), fits(r, memory_gb, measured)])
             start = i
     return _grid(["", *COLUMNS, "total", "fits"], lines)
 
 
-def comparison_table(rows: list[Row], memory_gb: float | None, checkpointing: bool) -> str:
+def comparison_table(rows: list[Row], memory_gb: float | None, checkpointing: bool, measured: bool = True) -> str:
     """One line per strategy: its largest rank (or pipeline stage)."""
     lines = []
     for row in rows:
         r = row.worst
-        lines.append([row.name, *(human(getattr(r, c)) for c in COLUMNS), human(r.total), fits(r, memory_gb),
-                      row.detail])
+        lines.append([row.name, *_cells(r, measured), human(r.total), fits(r, memory_gb, measured), row.detail])
     header = ["strategy", *COLUMNS[:-1], "activations" + (" (ckpt)" if checkpointing else ""), "total", "fits", "layout"]
     notes = [f"  {row.name}: {row.note}" for row in rows if row.note]
     return "\n".join([_grid(header, lines, left_last=True), *notes])
