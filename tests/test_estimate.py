@@ -130,6 +130,9 @@ def test_fsdp_pads_storage_but_not_optimizer_state():
     assert full == 2 * 16 * 4 * 4 + 16 * 4 * 4  # the two largest units gathered (prefetch) + one reduce-scatter input
     assert formulas.fsdp([unit], FP32_ADAMW, 2, "full", offload=True)[0].state == 0
     assert grad_op == (2 * 16 + 2) * 4 * 4 + 16 * 4 * 4  # every unit stays gathered
+    # Accumulating without sync_every_microbatch: every unit's unsharded (padded) gradients are kept too.
+    accumulating = formulas.fsdp([unit, small, unit], FP32_ADAMW, 2, "full", unsharded_grads=True)[0].buckets
+    assert accumulating == full + (2 * 16 + 2) * 4 * 4
 
 
 def test_optimizer_state_size_is_measured_per_dtype():

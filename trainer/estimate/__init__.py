@@ -47,8 +47,12 @@ def estimate_config(cfg: Any) -> str:
     devices, nodes = int(cfg.trainer.devices), int(cfg.trainer.num_nodes)
     world = devices * nodes  # the comparison's world; the configured single row is one device anyway
     batch_size = cfg.data.get("batch_size") or 32  # unset: the trainer's default micro-batch (conf/config.yaml)
+    accumulate = int(cfg.trainer.accumulate_grad_batches)
+    if cfg.data.get("global_batch_size"):  # then accumulation = global / (micro-batch x data-parallel ranks)
+        accumulate = max(1, int(cfg.data.global_batch_size) // (batch_size * world))
     setting = Setting(world=world, devices_per_node=devices, precision=precision_name, batch_size=batch_size,
                       activation_checkpointing=bool(cfg.trainer.activation_checkpointing),
+                      accumulate_grad_batches=accumulate,
                       strategy=strategy_name, options=strategy_node)
 
     mode = fake_mode()
@@ -76,7 +80,7 @@ def estimate_config(cfg: Any) -> str:
     label = "pp rank" if strategy_name == "pipeline" else "rank"
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "
-        f"{world} rank(s) ({devices} per node x {nodes} node(s)); micro-batch {batch_size}; "
+        f"{world} rank(s) ({devices} per node x {nodes} node(s)); micro-batch {batch_size} x {accumulate} accumulated; "
         f"activation checkpointing {'on' if setting.activation_checkpointing else 'off'}",
         act_note,
         "",

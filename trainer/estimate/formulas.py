@@ -169,10 +169,13 @@ def padded_rows(rows: int, shards: int) -> int:
 
 
 def fsdp(units: Sequence[Sequence[TensorShape]], b: Bytes, shards: int, mode: str = "full",
-         offload: bool = False) -> list[RankBytes]:
+         offload: bool = False, unsharded_grads: bool = False) -> list[RankBytes]:
     """One ``RankBytes`` per rank of a sharding group of ``shards`` ranks (replicas across groups
     hold the same). ``units``: the parameters of each FSDP unit (the root's remaining ones too).
-    ``mode``: full | grad_op (what the communication buffers hold; see the module docstring)."""
+    ``mode``: full | grad_op (what the communication buffers hold; see the module docstring).
+    ``unsharded_grads``: gradient accumulation without ``sync_every_microbatch``: the non-final
+    micro-batches skip the reduce-scatter and keep every unit's unsharded gradients (in the
+    compute dtype) until the last one: added to the buffers."""
     if mode not in ("full", "grad_op"):
         raise ValueError(f"mode={mode!r}: full or grad_op (no_shard is shards=1, hybrid is shards=shard_size)")
     gathered = [sum(padded_rows(t.rows, shards) * shards * t.row_numel for t in unit) for unit in units]
@@ -182,6 +185,8 @@ def fsdp(units: Sequence[Sequence[TensorShape]], b: Bytes, shards: int, mode: st
     if shards == 1:  # nothing to gather: the shard is the parameter; DDP-like gradient reduce in place
         held = 0
     comm = held * b.gather + max(trained, default=0) * b.reduce * (shards > 1)
+    if unsharded_grads:
+        comm += sum(trained) * b.gather
     tensors = [t for unit in units for t in unit]
     ranks = []
     for rank in range(shards):

@@ -42,6 +42,7 @@ class Setting:
     precision: str = "fp32"
     batch_size: int = 1
     activation_checkpointing: bool = False
+    accumulate_grad_batches: int = 1  # micro-batches per optimizer step (FSDP keeps unsharded gradients between)
     strategy: str = "single"
     options: dict = field(default_factory=dict)  # the strategy node's keys (its yaml's defaults included)
 
@@ -129,6 +130,7 @@ def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None
     world = setting.world
     units = shapes.fsdp_units(module)
     hybrid = min(setting.devices_per_node, world)
+    accumulating = setting.accumulate_grad_batches > 1  # FSDP's default: no reduce-scatter until the last micro-batch
     rows = [
         Row("single", _with_activations([formulas.replicated(shapes.parameters, b)], act), "1 device"),
         Row("ddp", _with_activations(formulas.ddp(shapes.parameters, b, world), act), f"{world} replicas"),
@@ -136,12 +138,14 @@ def strategy_rows(module: Any, shapes: ModelShapes, acts: ActivationBytes | None
             f"optimizer state over {world} ranks",
             "" if len(shapes.optimizer_factories) == 1 else
             f"the trainer refuses strategy.zero1=true with {len(shapes.optimizer_factories)} optimizers"),
-        Row("fsdp grad_op", _with_activations(formulas.fsdp(units, b, world, "grad_op"), sharded_act),
+        Row("fsdp grad_op", _with_activations(formulas.fsdp(units, b, world, "grad_op", False, accumulating),
+                                              sharded_act), f"{world} shards"),
+        Row("fsdp full", _with_activations(formulas.fsdp(units, b, world, "full", False, accumulating), sharded_act),
             f"{world} shards"),
-        Row("fsdp full", _with_activations(formulas.fsdp(units, b, world, "full"), sharded_act), f"{world} shards"),
-        Row("fsdp hybrid", _with_activations(formulas.fsdp(units, b, hybrid, "full"), sharded_act),
+        Row("fsdp hybrid", _with_activations(formulas.fsdp(units, b, hybrid, "full", False, accumulating), sharded_act),
             f"{hybrid} shards x {world // hybrid} replicas"),
-        Row("fsdp full + offload", _with_activations(formulas.fsdp(units, b, world, "full", offload=True), sharded_act),
+        Row("fsdp full + offload", _with_activations(formulas.fsdp(units, b, world, "full", True, accumulating),
+                                                     sharded_act),
             "state in host memory (needs CUDA)"),
     ]
     if shapes.layers:
@@ -171,7 +175,9 @@ def configured_row(module: Any, shapes: ModelShapes, acts: ActivationBytes | Non
         sharding = o.get("sharding", "full")
         shards = {"no_shard": 1, "hybrid": o.get("shard_size") or min(setting.devices_per_node, world)}.get(sharding, world)
         units = shapes.fsdp_units(module, o.get("wrap", "auto"), o.get("min_num_params"))
-        ranks = formulas.fsdp(units, b, shards, "grad_op" if sharding == "grad_op" else "full", bool(o.get("cpu_offload")))
+        unsharded = setting.accumulate_grad_batches > 1 and not o.get("sync_every_microbatch")
+        ranks = formulas.fsdp(units, b, shards, "grad_op" if sharding == "grad_op" else "full", bool(o.get("cpu_offload")),
+                              unsharded)
         act = _per_rank(gathered or acts, setting)
         return Row(f"fsdp {sharding}" + (" + offload" if o.get("cpu_offload") else ""), _with_activations(ranks, act),
                    f"{shards} shards")
