@@ -193,3 +193,33 @@ def test_command_with_two_optimizers_and_a_manual_step_says_what_it_could_not_me
     assert "activations not measured (RuntimeError: self.optimizers()" in out
     assert "not measured" in out.split("configured:")[1] and "state only" in out and " yes " not in out
     assert "ddp zero1: the trainer refuses strategy.zero1=true with 2 optimizers" in out
+
+
+class _RealTensors:
+    """Stands in for the fake mode: the same measurement on real tensors."""
+
+    from_tensor = staticmethod(lambda t: t)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_fake_measurement_equals_the_same_count_on_real_tensors():
+    # The fake build changes nothing the count depends on: a small GPT (blocks, attention, embeddings)
+    # saves the same bytes for backward on fake as on real CPU tensors, with and without autocast.
+    from recipes.gpt import GPTModule
+
+    make = lambda: GPTModule(partial(torch.optim.AdamW), layers=2, width=32, heads=4, block_size=16)  # noqa: E731
+    real = make()
+    real.configure_model()
+    batch = (torch.randint(0, 256, (4, 16)), torch.randint(0, 256, (4, 16)))
+    mode = fake_mode()
+    fake = build_fake(make, mode)
+    for dtype in (None, torch.bfloat16):
+        want = measure_activations(real, _RealTensors(), batch, model_shapes(real, _RealTensors()).blocks, dtype)
+        got = measure_activations(fake, mode, batch, model_shapes(fake, mode).blocks, dtype)
+        assert want.total > 0 and (got.total, got.block_saved, got.block_inputs) == \
+            (want.total, want.block_saved, want.block_inputs), dtype
