@@ -31,6 +31,7 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
 - Watching: ``loggers/`` (metric sinks), ``callbacks/``, ``progress.py`` (progress bars),
   ``throughput.py``, ``profiling.py``, ``comms_log.py``, ``memory.py``, ``model_summary.py``,
   ``redact_files.py`` (no secrets in Hydra's files).
+- Planning: ``estimate/`` (``python -m trainer.estimate``: per-rank memory of a config, every strategy).
 """
 
 from trainer.data import seed_everything
