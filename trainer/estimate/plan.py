@@ -176,8 +176,9 @@ def configured_row(module: Any, shapes: ModelShapes, acts: ActivationBytes | Non
         shards = {"no_shard": 1, "hybrid": o.get("shard_size") or min(setting.devices_per_node, world)}.get(sharding, world)
         units = shapes.fsdp_units(module, o.get("wrap", "auto"), o.get("min_num_params"))
         unsharded = setting.accumulate_grad_batches > 1 and not o.get("sync_every_microbatch")
-        ranks = formulas.fsdp(units, b, shards, "grad_op" if sharding == "grad_op" else "full", bool(o.get("cpu_offload")),
+        group = formulas.fsdp(units, b, shards, "grad_op" if sharding == "grad_op" else "full", bool(o.get("cpu_offload")),
                               unsharded)
+        ranks = group * (world // shards)  # the (replicate, shard) mesh: rank = replica x shards + shard
         act = _per_rank(gathered or acts, setting)
         return Row(f"fsdp {sharding}" + (" + offload" if o.get("cpu_offload") else ""), _with_activations(ranks, act),
                    f"{shards} shards")
