@@ -158,7 +158,7 @@ def test_activations_scale_with_the_batch_and_checkpointing_keeps_less():
     small = measure_activations(module, mode, batch(8), shapes.blocks, None)
     large = measure_activations(module, mode, batch(16), shapes.blocks, None)
     assert small.total > 0 and large.total == 2 * small.total
-    assert len(small.block_saved) == 4 and small.checkpointed < small.total
+    assert len(small.block_saved) == 4 and small.checkpointed < small.total and small.batch_size == 8
     # No memory was used: the module's parameters are fake.
     assert all(type(p).__name__ == "FakeTensor" for p in module.parameters())
 
@@ -223,3 +223,17 @@ def test_fake_measurement_equals_the_same_count_on_real_tensors():
         got = measure_activations(fake, mode, batch, model_shapes(fake, mode).blocks, dtype)
         assert want.total > 0 and (got.total, got.block_saved, got.block_inputs) == \
             (want.total, want.block_saved, want.block_inputs), dtype
+
+
+class _Logging(MeasuredRegressor):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("train/extra", out["loss"].detach() * 2)  # needs a run's collector: the measurement stands one in
+        return out
+
+
+def test_a_training_step_that_logs_is_measured():
+    mode = fake_mode()
+    module = build_fake(lambda: _Logging(**MODULE), mode)
+    acts = measure_activations(module, mode, (torch.zeros(4, 6), torch.zeros(4, 1)), [], None)
+    assert acts.total > 0 and not hasattr(module, "_log_collector")

@@ -84,6 +84,13 @@ class _Recorder:
             handle.remove()
 
 
+class _IgnoreLogs:
+    """Stands in for a run's log collector: ``self.log`` in a measured ``training_step`` does nothing."""
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 def example_batch(module: Any, batch_size: int, datamodule: Any = None) -> Any:
     """A micro-batch of ``batch_size`` copies of the first training sample (real, small), from the
     same hooks training reads: the datamodule's where one is given (its hooks win, as in ``fit``),
@@ -108,12 +115,13 @@ def measure_activations(module: nn.Module, mode: Any, batch: Any, blocks: list[n
     """Saved-for-backward bytes of ``module.training_step(batch)`` (``pipeline``: the pipeline
     layers then ``pipeline_loss``), ``module`` built under the fake ``mode``; ``compute_dtype``:
     autocast's dtype under mixed precision (None: none)."""
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_flatten, tree_map
 
     fake = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, batch)
     layers = module.pipeline_layers() if pipeline else []
     recorder = _Recorder(module, blocks, layers)
     autocast = torch.autocast("cpu", dtype=compute_dtype, enabled=compute_dtype is not None)
+    module._log_collector = _IgnoreLogs()  # (the attribute TrainModule.log writes through)
     try:
         with mode, autocast, torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
             if pipeline:
@@ -125,8 +133,9 @@ def measure_activations(module: nn.Module, mode: Any, batch: Any, blocks: list[n
                 module.training_step(fake, 0)
     finally:
         recorder.remove()
-    size = len(batch[0]) if isinstance(batch, (list, tuple)) else len(batch)
-    result = ActivationBytes(batch_size=size, block_saved=[0] * len(blocks), block_inputs=recorder.block_inputs,
+        del module._log_collector
+    leaves = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
+    result = ActivationBytes(batch_size=leaves[0].shape[0] if leaves else 0, block_saved=[0] * len(blocks), block_inputs=recorder.block_inputs,
                              per_layer=[0] * len(layers))
     for nbytes, block, layer in recorder.saved.values():
         result.total += nbytes
