@@ -36,6 +36,8 @@ def estimate_config(cfg: Any) -> str:
     memory_gb = options.get("device_memory_gb")
     if memory_gb is not None and not (isinstance(memory_gb, (int, float)) and memory_gb > 0):
         raise ValueError(f"estimate.device_memory_gb={memory_gb!r} must be a positive number of GiB or null")
+    if not isinstance(options.get("activations", True), bool):
+        raise ValueError(f"estimate.activations={options['activations']!r} must be true or false")
     unknown = sorted(set(options) - {"device_memory_gb", "activations"})
     if unknown:
         raise ValueError(f"estimate.{unknown[0]} is not an estimator setting; they are device_memory_gb, activations")
