@@ -33,7 +33,8 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
   ``redact_files.py`` (no secrets in Hydra's files).
 - Planning: ``batch_size_finder.py`` (``trainer.auto_batch_size``: the largest micro-batch that fits),
   ``batch_size_trial.py`` (one measured trial step, the run's state put back), ``peak_memory.py``
-  (peak tensor memory: a dispatch-mode meter on CPU, ``max_memory_allocated`` on CUDA).
+  (peak tensor memory: a dispatch-mode meter on CPU, ``max_memory_allocated`` on CUDA), ``estimate/``
+  (``python -m trainer.estimate``: per-rank memory of a config, every strategy).
 """
 
 from trainer.data import seed_everything

@@ -11,24 +11,44 @@ import torch
 from torch import nn
 
 
-def _local_bytes(tensor: torch.Tensor) -> int:
+def _local(tensor: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
-    if isinstance(tensor, DTensor):
-        tensor = tensor.to_local()
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _local_bytes(tensor: torch.Tensor) -> int:
+    tensor = _local(tensor)
     return tensor.numel() * tensor.element_size()
 
 
-def training_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
-    """Bytes held on this rank by ``parameters``, ``gradients`` and ``optimizer`` state, and ``total``."""
+def training_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                         allocated: bool = False) -> dict[str, int]:
+    """Bytes held on this rank by ``parameters``, ``gradients`` and ``optimizer`` state, and ``total``.
+
+    ``allocated``: count each distinct storage behind the tensors once, whole, instead of the
+    tensors' own elements: what is allocated, FSDP's padded shards and reduce-scatter outputs (whose
+    local views are shorter) and DDP's gradient buckets (which the gradients are views of) included.
+    """
     params = list(module.parameters())
+    seen: set[int] = set()
+
+    def size(tensor: torch.Tensor) -> int:
+        if not allocated:
+            return _local_bytes(tensor)
+        storage = _local(tensor).untyped_storage()
+        if storage._cdata in seen:
+            return 0
+        seen.add(storage._cdata)
+        return storage.nbytes()
+
     counts = {
-        "parameters": sum(_local_bytes(p) for p in params),
-        "gradients": sum(_local_bytes(p.grad) for p in params if p.grad is not None),
+        "parameters": sum(size(p) for p in params),
+        "gradients": sum(size(p.grad) for p in params if p.grad is not None),
         "optimizer": 0,
     }
     if optimizer is not None:
         for state in optimizer.state.values():
-            counts["optimizer"] += sum(_local_bytes(v) for v in state.values() if isinstance(v, torch.Tensor))
+            counts["optimizer"] += sum(size(v) for v in state.values() if isinstance(v, torch.Tensor))
     counts["total"] = sum(counts.values())
     return counts

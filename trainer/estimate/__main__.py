@@ -1,0 +1,43 @@
+"""``python -m trainer.estimate [train.py's overrides] [estimate.device_memory_gb=80]``: will it fit?
+
+Composes the config as ``train.py`` does (conf/estimate.yaml = conf/config.yaml + the ``estimate``
+block), checks its keys with the same check (trainer/cli.py ``check_config_keys``), builds the
+module on fake tensors (no memory) and prints the configured strategy's bytes per rank, then the
+comparison of every strategy. Nothing is trained and no process group is made.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from trainer.estimate import estimate_config
+
+CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
+
+
+def compose(overrides: Sequence[str]):
+    """The composed config (conf/estimate.yaml with ``overrides``), as Hydra composes train.py's."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return hydra_compose(config_name="estimate", overrides=list(overrides))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    try:
+        report = estimate_config(compose(argv))
+    except Exception as error:  # a bad override or value: one line, as train.py's config errors
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
