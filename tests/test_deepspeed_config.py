@@ -196,6 +196,10 @@ def test_monitor_blocks_become_our_loggers(tmp_path, monkeypatch):
     assert logger.tensorboard.log_dir == str(tmp_path / "out" / "job") and logger.tensorboard.flush_secs == 30
     assert logger.csv.log_dir == str(tmp_path / "DeepSpeedJobName") and logger.csv.filename == "metrics.csv"
     assert (logger.wandb.project, logger.wandb.entity, logger.wandb.group) == ("deepspeed", "t", "g")
+    # train.py passes the directory the run started in (hydra.runtime.cwd), also under hydra.job.chdir=true.
+    cfg = composed(MLP)
+    apply_json(cfg, str(tmp_path / "ds.json"), MLP, start_dir="/start")
+    assert cfg.logger.tensorboard.log_dir == "/start/out/job"
 
 
 # ----- unsupported keys: one warning (speed), an error (math) -------------------------------------------

@@ -227,7 +227,7 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     multirun = hydra_config.mode == RunMode.MULTIRUN
     applied = False
     with config_errors(multirun):  # +deepspeed_config=ds.json: its settings under the typed overrides
-        apply_deepspeed_config(cfg, hydra_config.overrides.task)
+        apply_deepspeed_config(cfg, hydra_config.overrides.task, hydra_config.runtime.cwd)
         applied = True
     if not applied:  # a multirun job whose JSON was refused (reported); the sweep goes on
         return None

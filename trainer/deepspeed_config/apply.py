@@ -40,22 +40,24 @@ def world_size_of(cfg: Any) -> tuple[int, str]:
     return devices * nodes, f"trainer.devices x trainer.num_nodes = {devices} x {nodes}"
 
 
-def apply_deepspeed_config(cfg: Any, overrides: Iterable[str]) -> None:
-    """``train.py``'s hook: apply ``cfg.deepspeed_config`` (a path, relative to the directory the run
-    starts in) if given, under the command line's ``overrides``."""
+def apply_deepspeed_config(cfg: Any, overrides: Iterable[str], start_dir: str = ".") -> None:
+    """``train.py``'s hook: apply ``cfg.deepspeed_config`` (a path, relative to ``start_dir``: the
+    directory the run starts in, also under ``hydra.job.chdir=true``) if given, under the command
+    line's ``overrides``."""
     path = cfg.get("deepspeed_config")
     if path is not None:
-        apply_json(cfg, str(path), [str(o) for o in overrides])
+        apply_json(cfg, os.path.join(start_dir, str(path)), [str(o) for o in overrides], start_dir)
 
 
-def apply_json(cfg: Any, path: str, overrides: Iterable[str] = ()) -> Mapped:
+def apply_json(cfg: Any, path: str, overrides: Iterable[str] = (), start_dir: str = ".") -> Mapped:
     """Set what the DeepSpeed config at ``path`` means into ``cfg`` (an OmegaConf config, changed in
     place) except where ``overrides`` (Hydra's task overrides, as typed) set the same key. Returns the
-    mapping. Logs one warning listing the keys that only tune speed and are not used."""
+    mapping. Logs one warning listing the keys that only tune speed and are not used. ``start_dir``:
+    what the JSON's relative monitor paths are relative to."""
     from omegaconf import open_dict
 
     world, world_from = world_size_of(cfg)
-    mapped = map_json(read_json(path), world, world_from)
+    mapped = map_json(read_json(path), world, world_from, start_dir)
     typed = typed_keys(overrides)
     skipped: list[str] = []
     with open_dict(cfg):

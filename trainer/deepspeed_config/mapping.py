@@ -22,9 +22,10 @@ class Mapped:
     speed_only: list[str] = field(default_factory=list)
 
 
-def map_json(data: dict[str, Any], world_size: int, world_from: str) -> Mapped:
+def map_json(data: dict[str, Any], world_size: int, world_from: str, start_dir: str = ".") -> Mapped:
     """Map ``data`` (a DeepSpeed config) for ``world_size`` processes. Raises ValueError for
-    inconsistent values and for keys that change the math and are not reproduced (all named at once)."""
+    inconsistent values and for keys that change the math and are not reproduced (all named at once).
+    Relative monitor paths are taken from ``start_dir`` (the directory the run starts in)."""
     speed, math = reading.sort_top_level(data)
     precision_node, more_speed, more_math = precision.precision_node(data)
     name, strategy_settings, zero_speed, zero_math = zero.strategy_choice(data)
@@ -44,4 +45,4 @@ def map_json(data: dict[str, Any], world_size: int, world_from: str) -> Mapped:
     if scheduler_node is not None:
         nodes["scheduler"] = scheduler_node
     return Mapped(leaves=leaves, nodes=nodes, strategy=(name, strategy_settings),
-                  loggers=monitors.logger_settings(data), speed_only=speed)
+                  loggers=monitors.logger_settings(data, start_dir), speed_only=speed)

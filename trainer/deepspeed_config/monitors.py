@@ -15,10 +15,10 @@ MONITOR_KEYS = {"tensorboard": {"enabled", "output_path", "job_name"}, "csv_moni
 OUR_LOGGER = {"tensorboard": "tensorboard", "csv_monitor": "csv", "wandb": "wandb"}
 
 
-def logger_settings(data: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+def logger_settings(data: dict[str, Any], start_dir: str = ".") -> dict[str, dict[str, Any] | None]:
     """Our logger name -> its options (None: not selected) for the three monitor blocks. DeepSpeed writes
     TensorBoard events and CSV files to ``<output_path>/<job_name>/`` (output_path relative to the
-    directory the run starts in; job_name "DeepSpeedJobName" by default): so does this (an absolute
+    directory the run starts in, ``start_dir``; job_name "DeepSpeedJobName" by default): so does this (an absolute
     ``log_dir``, fixed when the config is read). Our CSV logger writes one ``metrics.csv`` there (DeepSpeed
     writes a file per metric)."""
     settings: dict[str, dict[str, Any] | None] = {}
@@ -35,7 +35,7 @@ def logger_settings(data: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
                                  "entity": node.get("team")}
         else:
             path = os.path.join(node.get("output_path", ""), node.get("job_name", "DeepSpeedJobName"))
-            settings[OUR_LOGGER[name]] = {"log_dir": os.path.abspath(path)}
+            settings[OUR_LOGGER[name]] = {"log_dir": os.path.abspath(os.path.join(start_dir, path))}
     return settings
 
 
