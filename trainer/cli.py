@@ -18,6 +18,7 @@ import torch
 
 from trainer import distributed, elastic
 from trainer.cli_errors import JobCannotStart, config_errors, exit_status
+from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.launch import detect_environment, strip_local_rank_argument
 from trainer.redact_files import redact_hydra_files
 
@@ -64,7 +65,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
 # The top-level nodes that conf/config.yaml and its groups define; the ``hydra`` node never reaches ``build``.
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
-                  "callbacks", "checkpoint", "datamodule")
+                  "callbacks", "checkpoint", "datamodule", "deepspeed_config")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
 _TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "callbacks", *_DATA_KEYS)
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
@@ -222,10 +223,16 @@ def run_job(cfg: Any) -> dict[str, float] | None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    config = OmegaConf.to_container(cfg, resolve=True)
-    run_dir = HydraConfig.get().runtime.output_dir
     hydra_config = HydraConfig.get()
     multirun = hydra_config.mode == RunMode.MULTIRUN
+    applied = False
+    with config_errors(multirun):  # +deepspeed_config=ds.json: its settings under the typed overrides
+        apply_deepspeed_config(cfg, hydra_config.overrides.task, hydra_config.runtime.cwd)
+        applied = True
+    if not applied:  # a multirun job whose JSON was refused (reported); the sweep goes on
+        return None
+    config = OmegaConf.to_container(cfg, resolve=True)
+    run_dir = hydra_config.runtime.output_dir
     # Hydra wrote .hydra/*.yaml (and multirun.yaml) before calling us: take the secrets out.
     redact_hydra_files(config, run_dir, hydra_config.output_subdir, hydra_config.sweep.dir if multirun else None)
     if distributed.is_distributed():  # rank 0 under a launcher: the others wait for this

@@ -28,9 +28,12 @@ class CSVLogger(Logger):
     Args:
         run_dir: the directory the file goes to.
         filename: the file's name in ``run_dir``.
+        log_dir: the directory for the file instead of ``run_dir`` (null: ``run_dir``; a DeepSpeed config's
+            ``csv_monitor.output_path/job_name``).
     """
 
-    def __init__(self, run_dir: str, filename: str = "metrics.csv"):
+    def __init__(self, run_dir: str, filename: str = "metrics.csv", log_dir: str | None = None):
+        run_dir = log_dir or run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, filename)
         self._columns: list[str] = ["step"]

@@ -17,12 +17,14 @@ class TensorBoardLogger(Logger):
         run_dir: the directory the event file goes to.
         flush_secs: write pending events to disk at least this often.
         max_queue: events buffered before a write.
+        log_dir: the directory for the event file instead of ``run_dir`` (null: ``run_dir``; a DeepSpeed
+            config's ``tensorboard.output_path/job_name``).
     """
 
-    def __init__(self, run_dir: str, flush_secs: int = 30, max_queue: int = 10):
+    def __init__(self, run_dir: str, flush_secs: int = 30, max_queue: int = 10, log_dir: str | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=run_dir, flush_secs=flush_secs, max_queue=max_queue)
+        self._writer = SummaryWriter(log_dir=log_dir or run_dir, flush_secs=flush_secs, max_queue=max_queue)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         for name, value in metrics.items():
