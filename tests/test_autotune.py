@@ -219,7 +219,9 @@ def test_best_config_composes_like_its_overrides(tmp_path):
 
 
 # ----- the whole search, then its best config ------------------------------------------------------------
-BUDGET_S = 240  # generous: about 50 s on an idle 2-core machine
+# Enough for the 8 trials on an idle 2-core machine (about 5 s each); on a busy one the last ones are
+# rows "not run: budget", which the test accepts: it checks that the search keeps to its budget.
+BUDGET_S = 80
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +233,7 @@ def search(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "trainer.autotune", *argv], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=BUDGET_S + 60)
+                          capture_output=True, text=True, timeout=BUDGET_S + 30)
     return work, env, done, time.monotonic() - started
 
 

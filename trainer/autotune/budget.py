@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 #: Kept back for what follows the last trial: the table, results.json and the best config.
-FINISH_MARGIN_S = 2.0
+FINISH_MARGIN_S = 5.0
 
 
 def process_age_s() -> float:

@@ -55,13 +55,14 @@ class TrialResult:
 def measurement_overrides(settings: Settings, run_dir: Path) -> list[str]:
     """What every trial adds after the user's and the candidate's overrides (the last value wins):
     the step count and logging window, no checkpoints, only the jsonl logger (the measurement),
-    no callbacks, validation cut to one batch at the end, nothing resumed."""
+    no callbacks, validation cut to one batch at the end, nothing resumed, no weights copied back."""
     return [
         f"trainer.max_steps={settings.warmup_steps + settings.steps}", "trainer.max_epochs=null", "trainer.max_time=null",
         "trainer.limit_train_batches=null", f"trainer.log_every_n_steps={settings.warmup_steps}",
         "trainer.val_every_n_steps=null", "trainer.val_check_interval=null", "trainer.check_val_every_n_epoch=null",
         "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=1", "trainer.fast_dev_run=false",
         "trainer.enable_model_summary=false", "trainer.progress_bar=false", "trainer.resume=null",
+        "trainer.return_weights=false",
         "checkpoint.save_last=false", "checkpoint.every_n_steps=null", "checkpoint.every_n_epochs=null",
         "logger=[jsonl]", f"logger.jsonl.filename={METRICS_NAME}", "callbacks=[]",
         f"hydra.run.dir={run_dir}",
