@@ -20,7 +20,7 @@ from trainer.autotune import trial as trial_module
 from trainer.autotune.best_config import check_same_config, compose_file, config_document, write_best_config
 from trainer.autotune.budget import Budget, process_age_s
 from trainer.autotune.runner import plan, run_candidates
-from trainer.autotune.settings import AutotuneError, Job, check_settings, compose, split_overrides
+from trainer.autotune.settings import AutotuneError, Job, check_settings, compose, load_job, split_overrides
 from trainer.autotune.table import best, format_table
 from trainer.autotune.trial import TrialResult, read_throughput
 
@@ -100,6 +100,11 @@ def test_settings_and_overrides_are_checked():
             check_settings({**DEFAULT_BLOCK, key: value})
     settings = check_settings(DEFAULT_BLOCK)
     assert "outputs/autotune/" in str(settings.out_dir) and settings.out_dir.is_absolute()
+    # Hydra's own refusals come back as one AutotuneError naming the override.
+    for argv, message in ((["autotune.typo=1"], "autotune.typo"), (["recipe=nope"], "nope"), (["foo"], "foo")):
+        with pytest.raises(AutotuneError, match=message):
+            load_job(argv)
+    assert load_job(["recipe=mlp", "autotune.steps=3"]).settings.steps == 3
 
 
 # ----- budget ------------------------------------------------------------------------------------------

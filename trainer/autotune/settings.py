@@ -65,7 +65,12 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
         if arg.startswith("-") and not arg.startswith("~"):
             raise AutotuneError(f"{arg!r}: the autotuner takes key=value overrides only (as train.py does, "
                                 f"without Hydra's flags); it writes its own config file")
-    parsed = OverridesParser.create().parse_overrides(list(argv))
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(argv))
+    except HydraException as error:  # Hydra's message names the override it cannot read
+        raise AutotuneError(" ".join(str(error).split())) from error
     run, tune = [], []
     for override, arg in zip(parsed, argv):
         key = override.key_or_group
@@ -138,12 +143,14 @@ def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) 
 
 def load_job(argv: list[str]) -> Job:
     """Split, compose and check: the autotuner's whole input."""
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     run, tune = split_overrides(argv)
     try:
         config = compose(run + tune)
-    except Exception as error:  # Hydra's own message names the bad override
+    except (HydraException, OmegaConfBaseException) as error:  # Hydra's message names the bad override
         raise AutotuneError(" ".join(str(error).split())) from error
     block = OmegaConf.to_container(config.autotune, resolve=True)
     return Job(overrides=run, config=config, settings=check_settings(block))
