@@ -114,6 +114,14 @@ def failure_reason(log_path: Path, limit: int = 160) -> str:
     return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL the trial's process group: the launcher and the ranks it spawned (they share it)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # all of it ended meanwhile
+        pass
+
+
 def _wait(process: subprocess.Popen, timeout_s: float) -> tuple[int, float, bool]:
     """``(wait status, peak RSS in MB, timed out)``: polls ``os.wait4`` (whose rusage covers the reaped
     tree); past ``timeout_s`` the whole process group is killed."""
@@ -125,7 +133,7 @@ def _wait(process: subprocess.Popen, timeout_s: float) -> tuple[int, float, bool
             break
         if time.monotonic() >= deadline:
             timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)  # the launcher and its ranks (they share its group)
+            _kill_group(process.pid)
             _, status, usage = os.wait4(process.pid, 0)
             break
         time.sleep(0.05)
@@ -152,7 +160,7 @@ def run_trial(candidate: Candidate, overrides: list[str], settings: Settings, ru
             status, rss_mb, timed_out = _wait(process, timeout_s)
         except BaseException:  # interrupted: leave no trial behind
             if process.returncode is None:
-                os.killpg(process.pid, signal.SIGKILL)
+                _kill_group(process.pid)
                 os.waitpid(process.pid, 0)
             raise
     seconds = time.monotonic() - started
