@@ -150,6 +150,8 @@ def checkpointing_options(requested: list[bool] | None, typed: bool | None, has_
 
 
 def generate(strategies: list[str], micro_sizes: list[int], checkpointing: list[bool], batch: GlobalBatch) -> list[Candidate]:
-    """Every combination, in the order strategy, micro-batch, checkpointing (as listed)."""
+    """Every combination. Micro-batch outermost, the configured one first: a budget that ends the
+    search early has then compared every strategy at the configured size."""
+    ordered = sorted(micro_sizes, key=lambda m: (m != batch.micro, m))
     return [Candidate(strategy, micro, batch.accumulation(micro), ckpt)
-            for strategy, micro, ckpt in itertools.product(strategies, micro_sizes, checkpointing)]
+            for micro, strategy, ckpt in itertools.product(ordered, strategies, checkpointing)]

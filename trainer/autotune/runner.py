@@ -71,7 +71,9 @@ def run_candidates(candidates: list[cands.Candidate], job: Job, budget: Budget,
 def describe(job: Job, batch: cands.GlobalBatch, candidates: list[cands.Candidate]) -> str:
     s = job.settings
     return (f"autotune: {len(candidates)} candidates, budget {s.budget_s:g} s, {s.warmup_steps} warm-up + {s.steps} "
-            f"measured steps each; every candidate trains the same global batch of {batch.describe()}")
+            f"measured steps each; every candidate trains the same global batch of {batch.describe()}. Trials run "
+            f"without checkpoints, callbacks, validation (one batch at the end) and loggers but jsonl; your settings of "
+            f"those go into the best config unchanged")
 
 
 def autotune(argv: list[str], trial: Callable[..., TrialResult] = run_trial) -> Outcome:
