@@ -224,6 +224,32 @@ def test_best_config_composes_like_its_overrides(tmp_path):
         check_same_config(tmp_path / "best.yaml", overrides)
 
 
+def test_search_writes_table_results_and_best_config_and_reports_when_nothing_ran(tmp_path, capsys):
+    from trainer.autotune import autotune
+    from trainer.autotune.__main__ import main
+
+    def fake_trial(candidate, overrides, settings, run_dir, timeout_s):
+        if candidate.strategy == "fsdp_full":
+            return TrialResult(candidate, "failed: killed by signal 9 (out of memory?)", seconds=1.0)
+        return TrialResult(candidate, "ok", samples_per_s=float(candidate.micro_batch_size), peak_mb=300.0, seconds=1.0)
+
+    argv = ["recipe=mlp", "trainer.devices=2", "trainer.max_steps=7", f"autotune.out_dir={tmp_path}"]
+    outcome = autotune(argv, trial=fake_trial)
+    printed = capsys.readouterr().out
+    assert outcome.best.candidate == cands.Candidate("ddp", 32, 1, False)  # the fastest, the first of equals
+    assert (tmp_path / "table.txt").read_text().startswith("strategy")
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 8
+    assert "failed: killed by signal 9 (out of memory?)" in printed and f"run it with: {outcome.command}" in printed
+    cfg = compose_file(tmp_path / "best.yaml")
+    assert (cfg.strategy._target_, cfg.data.batch_size, cfg.trainer.max_steps) == (
+        "trainer.strategies.ddp.DDPStrategy", 32, 7)  # the chosen candidate and the user's own overrides
+    failed = autotune(argv, trial=lambda c, *args: TrialResult(c, "failed: boom", seconds=1.0))
+    assert failed.best is None and failed.command is None and "no candidate ran through" in capsys.readouterr().out
+    assert not (tmp_path / "best.yaml").exists()  # not the earlier search's
+    assert main(["recipe=mlp", "strategy=fsdp"]) == 2
+    assert "error: 'strategy=fsdp': the autotuner chooses the strategy" in capsys.readouterr().err
+
+
 # ----- the whole search, then its best config ------------------------------------------------------------
 # Enough for the 8 trials on an idle 2-core machine (about 5 s each); on a busy one the last ones are
 # rows "not run: budget", which the test accepts: it checks that the search keeps to its budget.

@@ -86,6 +86,7 @@ def autotune(argv: list[str], trial: Callable[..., TrialResult] = run_trial) -> 
     results = run_candidates(candidates, job, budget, trial)
     out_dir = job.settings.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{BEST_NAME}.yaml").unlink(missing_ok=True)  # an earlier search's, in a reused out_dir
     table = format_table(results)
     memory = next((r.memory for r in results if r.memory), None)
     notes = (f"global batch {batch.describe()}, the same in every row; samples/s over the steps after the warm-up"
