@@ -62,8 +62,9 @@ def run_candidates(candidates: list[cands.Candidate], job: Job, budget: Budget,
             result = trial(candidate, job.overrides, job.settings, run_dir, budget.left())
             durations.append(result.seconds or 0.0)
             results.append(result)
-            speed = f"{result.samples_per_s:.0f} samples/s, {result.peak_mb:.0f} MB" if result.ok else result.status
-            bar.write(f"{candidate.label}: {speed} ({result.seconds:.1f} s)")
+            speed = result.status if not result.ok else f"{result.samples_per_s:.0f} samples/s" + (
+                f", {result.peak_mb:.0f} MB" if result.peak_mb is not None else "")
+            bar.write(f"{candidate.label}: {speed} ({result.seconds or 0.0:.1f} s)")
             bar.update()
     return results
 
