@@ -9,13 +9,10 @@ cannot keep it (the global batch per rank is not a multiple of it) is refused wi
 from __future__ import annotations
 
 import itertools
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from trainer.autotune.settings import AutotuneError
-
-log = logging.getLogger(__name__)
 
 #: ``autotune.strategies`` names -> the overrides that select them (conf/strategy/*.yaml).
 STRATEGIES: dict[str, tuple[str, ...]] = {
