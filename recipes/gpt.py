@@ -8,25 +8,15 @@ on a local Hugging Face dataset: ``recipes/text_data.py`` chooses.
 
 from __future__ import annotations
 
-import functools
-import logging
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
-from recipes.text_data import TextData, check_settings, python_stdlib_text, text_datasets  # noqa: F401 (python_stdlib_text: its old home)
+from recipes.text_data import python_stdlib_text  # noqa: F401 (its old home)
+from recipes.text_module import TextRecipe
 from recipes.token_data import PackedBlocks
 from trainer import TrainModule
-
-
-@functools.lru_cache(maxsize=1)
-def _warn_no_pipeline_bpb() -> None:
-    logging.getLogger(__name__).warning(
-        "strategy=pipeline with token data: validation reports val/loss (nats per token) but not "
-        "val/bits_per_byte; validate under another strategy for bits per byte")
 
 
 class ByteBlocks(PackedBlocks):
@@ -109,7 +99,7 @@ class Embedding(nn.Module):
         return self.token_embedding(tokens) + self.position_embedding(positions)
 
 
-class GPTModule(TrainModule):
+class GPTModule(TextRecipe, TrainModule):
     """Next-token prediction with a small GPT, on bytes or on token shards.
 
     Args:
@@ -141,28 +131,11 @@ class GPTModule(TrainModule):
         hf: dict | None = None,
     ):
         super().__init__(optimizer, scheduler)
-        self.data_settings = dict(path=data_path, tokens=tokens, source=source, stream=stream, tokenizer=tokenizer, hf=hf)
-        check_settings(**self.data_settings)
+        self.init_text_data(block_size, max_bytes, val_fraction, data_path, tokens, source, stream, tokenizer, hf)
         if width % heads:
             raise ValueError(f"module.width={width} must be divisible by module.heads={heads}")
-        if not 0 < val_fraction < 1:
-            raise ValueError(f"module.val_fraction must be in (0, 1), got {val_fraction}")
-        self.data_path, self.max_bytes, self.block_size, self.val_fraction = data_path, max_bytes, block_size, val_fraction
         self.model_args = dict(block_size=block_size, layers=layers, heads=heads, width=width, dropout=dropout)
         self.model: GPT | None = None
-        self._text: TextData | None = None
-        self._token_bytes: torch.Tensor | None = None  # on the model's device, for validation
-
-    def text_data(self) -> TextData:
-        """The data the settings pick (read once, on first use: on each rank, not the launcher)."""
-        if self._text is None:
-            self._text = text_datasets(self.block_size, **self.data_settings, max_bytes=self.max_bytes,
-                                       val_fraction=self.val_fraction)
-        return self._text
-
-    @property
-    def vocab_size(self) -> int:
-        return self.text_data().vocab_size
 
     def configure_model(self) -> None:
         # Built on each rank (after seeding), so the launcher process never holds the weights.
@@ -181,20 +154,11 @@ class GPTModule(TrainModule):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         if self.training:  # as training_step (num_tokens: tokens/s, and loss_normalization=tokens)
             return {"loss": loss, "num_tokens": targets.numel()}
-        if self.text_data().token_bytes is not None:  # needs self.log, which the pipeline's stages cannot call
-            _warn_no_pipeline_bpb()
-            return {"loss": loss}
-        return {"loss": loss, "bits_per_byte": loss / math.log(2)}  # as validation_step
+        return self.pipeline_eval_outputs(loss)  # as validation_step
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.
         init_gpt_weights(module)
-
-    def train_dataset(self) -> Dataset:
-        return self.text_data().train
-
-    def val_dataset(self) -> Dataset | None:
-        return self.text_data().val
 
     def _loss(self, batch):
         inputs, targets = batch
@@ -207,18 +171,5 @@ class GPTModule(TrainModule):
         return {"loss": loss, "num_tokens": num_tokens}
 
     def validation_step(self, batch, batch_idx):
-        loss, num_tokens = self._loss(batch)
-        token_bytes = self.text_data().token_bytes
-        if token_bytes is None:  # one byte per token: bits per byte is the loss in base 2
-            return {"loss": loss, "bits_per_byte": loss / math.log(2)}
-        # Tokens stand for different numbers of bytes: bits per byte = the targets' nats / the UTF-8
-        # bytes they decode to (end-of-document: 0) / ln 2, weighted by those bytes so that the pass
-        # reports sum(nats) / sum(bytes) / ln 2 exactly. Reading the byte count is one host read
-        # per validation batch (never in training); a batch of only special tokens counts as 1 byte.
-        targets = batch[1]
-        if self._token_bytes is None or self._token_bytes.device != targets.device:
-            self._token_bytes = torch.as_tensor(token_bytes, device=targets.device)
-        num_bytes = max(int(self._token_bytes[targets].sum()), 1)
-        self.log("val/bits_per_byte", loss.detach() * num_tokens / num_bytes / math.log(2), batch_size=num_bytes,
-                 sync_dist=True)
-        return {"loss": loss}
+        loss, _ = self._loss(batch)
+        return self.validation_outputs(loss, batch[1])
