@@ -6,7 +6,8 @@ repeated ten times), each in a fresh process.
 
 "peak growth" is the training process's peak RSS over its ``import torch`` baseline; at the end its
 RSS is split into "anon" (the process's own memory: model, optimizer, batches, data plan) and
-"file" (shard pages mapped from the page cache: shards are read through ``numpy.memmap``, and each
+"file" (file-backed pages: the shared libraries, plus the shard pages mapped from the page cache:
+shards are read through ``numpy.memmap``, and each
 window touched maps its neighbourhood too, the kernel's fault-around of up to 64 KiB, so "file"
 grows with the windows read, up to the shard's size; those pages are clean and the kernel drops
 them under memory pressure). Validation is off (it reads the whole held-out tail, which grows
