@@ -89,11 +89,11 @@ def prepare(inputs: Sequence[str], out_dir: str, vocab_size: int | None = None, 
     files = input_files(inputs, suffixes)
     if not files:
         raise ValueError("no input files")
-    _clear_out_dir(out_dir)
     if tokenizer_path is None:
         tokenizer = train_byte_level_bpe(files, vocab_size or DEFAULT_VOCAB)
     else:
         tokenizer = load_tokenizer(tokenizer_path)
+    _clear_out_dir(out_dir)  # after loading: the tokenizer may be OUT_DIR/tokenizer.json of an earlier run
     eod = eod_id(tokenizer)
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     shard_type = token_shards.shard_dtype(dtype, vocab)

@@ -91,6 +91,8 @@ def test_prepare_text_with_a_given_tokenizer_and_uint32(corpus):
     assert token_shards.shard_dtype("auto", 70000) == np.dtype("<u4")
     with pytest.raises(ValueError, match="--vocab-size 300 with --tokenizer"):
         prepare_text.prepare([str(root / "in")], again, vocab_size=300, tokenizer_path=os.path.join(out, "tokenizer.json"))
+    with pytest.raises(ValueError, match="OUT_DIR '.*in' holds other files"):  # never deletes what is not its own
+        prepare_text.prepare([str(root / "in")], str(root / "in"), tokenizer_path=os.path.join(out, "tokenizer.json"))
 
 
 def test_packed_dataset_reads_windows_through_memmaps(corpus):
