@@ -155,6 +155,31 @@ def test_text_source_settings_are_checked(corpus, tmp_path):
     assert tokens.vocab_size == VOCAB and len(tokens.token_bytes) == VOCAB
 
 
+def test_hf_source_calls_recipes_hf_text(corpus, monkeypatch):
+    """data.source=hf: recipes.hf_text.hf_text_datasets(data_cfg, block_size, tokenizer), imported only then."""
+    import importlib.util
+    import types
+
+    _, out, _ = corpus
+    if importlib.util.find_spec("recipes.hf_text") is None:  # until recipes/hf_text.py exists: a clear error
+        with pytest.raises(ValueError, match="data.source=hf needs recipes/hf_text.py"):
+            text_datasets(BLOCK, source="hf", hf={"files": ["a.json"]})
+    calls = []
+
+    def hf_text_datasets(data_cfg, block_size, tokenizer):
+        calls.append((data_cfg, block_size, tokenizer))
+        return "train", "val"
+    monkeypatch.setitem(sys.modules, "recipes.hf_text", types.SimpleNamespace(hf_text_datasets=hf_text_datasets))
+    data = text_datasets(BLOCK, source="hf", stream=True, tokenizer=os.path.join(out, "tokenizer.json"),
+                         hf={"format": "json", "files": ["a.json"]})
+    (cfg, block_size, tokenizer), = calls
+    assert (data.train, data.val, block_size) == ("train", "val", BLOCK)
+    assert cfg.hf.files == ["a.json"] and cfg.hf.streaming is True  # data.stream=true is hf's streaming
+    assert tokenizer.get_vocab_size() == VOCAB == data.vocab_size and len(data.token_bytes) == VOCAB
+    assert text_datasets(BLOCK, source="hf", hf={"files": ["a.json"]}).vocab_size == 256  # no tokenizer: bytes
+    assert calls[-1][2] is None
+
+
 def test_validation_bits_per_byte_is_exact(corpus, tmp_path):
     """val/bits_per_byte on token data = the validation targets' nats / their UTF-8 bytes / ln 2."""
     from recipes.gpt import GPTModule
