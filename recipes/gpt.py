@@ -1,63 +1,30 @@
-"""A small decoder-only transformer on bytes of real text: ``python train.py`` (the default recipe).
+"""A small decoder-only transformer on real text: ``python train.py`` (the default recipe).
 
-With ``data.path`` unset it trains on text that ships with Python itself (the standard library's
-own source files), so it runs offline; point ``data.path`` at any UTF-8 text file to use yours.
+With no data settings it trains on the bytes of text that ships with Python itself (the standard
+library's own source files), so it runs offline; ``data.path`` trains on the bytes of your UTF-8
+text file, ``data.tokens`` on token shards (``python -m recipes.prepare_text``), ``data.source=hf``
+on a local Hugging Face dataset: ``recipes/text_data.py`` chooses.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sysconfig
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
+from recipes.text_data import python_stdlib_text  # noqa: F401 (its old home)
+from recipes.text_module import TextRecipe
+from recipes.token_data import PackedBlocks
 from trainer import TrainModule
 
 
-def python_stdlib_text(max_bytes: int) -> bytes:
-    """Up to ``max_bytes`` of the standard library's ``.py`` files, in sorted order: real text
-    every Python installation has."""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    chunks, size = [], 0
-    for name in sorted(os.listdir(stdlib)):
-        if not name.endswith(".py"):
-            continue
-        with open(os.path.join(stdlib, name), "rb") as handle:
-            data = handle.read()
-        chunks.append(data)
-        size += len(data)
-        if size >= max_bytes:
-            break
-    return b"".join(chunks)[:max_bytes]
-
-
-def check_text_data(data_path: str | None, val_fraction: float) -> None:
-    """Refuse a missing ``data.path`` or a validation fraction outside (0, 1) before any training
-    (the data hooks of this recipe and of recipes/llama.py read them)."""
-    if data_path is not None and not os.path.isfile(data_path):
-        raise FileNotFoundError(f"data.path={data_path!r} is not a file; give a UTF-8 text file, or null for the built-in text")
-    if not 0 < val_fraction < 1:
-        raise ValueError(f"module.val_fraction must be in (0, 1), got {val_fraction}")
-
-
-class ByteBlocks(Dataset):
-    """Non-overlapping blocks of ``block_size + 1`` bytes; sample i is (input, next-byte target)."""
+class ByteBlocks(PackedBlocks):
+    """Non-overlapping blocks of ``block_size + 1`` bytes of one tensor; sample i is (input,
+    next-byte target). (``recipes/token_data.py``'s packing, kept under its old name.)"""
 
     def __init__(self, data: torch.Tensor, block_size: int):
-        self.data = data
-        self.block_size = block_size
-
-    def __len__(self) -> int:
-        return (len(self.data) - 1) // self.block_size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        start = index * self.block_size
-        chunk = self.data[start : start + self.block_size + 1].long()
-        return chunk[:-1], chunk[1:]
+        super().__init__([data.numpy()], block_size)
 
 
 class CausalSelfAttention(nn.Module):
@@ -132,18 +99,18 @@ class Embedding(nn.Module):
         return self.token_embedding(tokens) + self.position_embedding(positions)
 
 
-class GPTModule(TrainModule):
-    """Next-byte prediction with a small GPT.
+class GPTModule(TextRecipe, TrainModule):
+    """Next-token prediction with a small GPT, on bytes or on token shards.
 
     Args:
         data_path: a UTF-8 text file; None = the Python standard library's source text.
         max_bytes: how much of the default text to use.
-        block_size: context length in bytes.
-        val_fraction: the tail of the text held out for validation.
+        block_size: context length in tokens (bytes for the byte text).
+        val_fraction: the tail of the byte text held out for validation (token shards bring their split).
+        tokens / source / stream / tokenizer / hf: the other data sources (``recipes/text_data.py``);
+            the vocabulary (embedding and head size) comes from the data: 256 for bytes.
         layers / heads / width / dropout: the model (dropout 0 keeps CPU runs deterministic).
     """
-
-    vocab_size = 256
 
     def __init__(
         self,
@@ -157,21 +124,23 @@ class GPTModule(TrainModule):
         heads: int = 4,
         width: int = 128,
         dropout: float = 0.0,
+        tokens: str | None = None,
+        source: str | None = None,
+        stream: bool = False,
+        tokenizer: str | None = None,
+        hf: dict | None = None,
     ):
         super().__init__(optimizer, scheduler)
-        check_text_data(data_path, val_fraction)
+        self.init_text_data(block_size, max_bytes, val_fraction, data_path, tokens, source, stream, tokenizer, hf)
         if width % heads:
             raise ValueError(f"module.width={width} must be divisible by module.heads={heads}")
-        self.data_path, self.max_bytes, self.block_size, self.val_fraction = data_path, max_bytes, block_size, val_fraction
-        self.model_args = dict(
-            vocab_size=self.vocab_size, block_size=block_size, layers=layers, heads=heads, width=width, dropout=dropout
-        )
+        self.model_args = dict(block_size=block_size, layers=layers, heads=heads, width=width, dropout=dropout)
         self.model: GPT | None = None
 
     def configure_model(self) -> None:
         # Built on each rank (after seeding), so the launcher process never holds the weights.
         if self.model is None:
-            self.model = GPT(**self.model_args)
+            self.model = GPT(vocab_size=self.vocab_size, **self.model_args)
 
     def block_classes(self) -> tuple[type[nn.Module], ...]:
         return (Block,)
@@ -185,33 +154,11 @@ class GPTModule(TrainModule):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         if self.training:  # as training_step (num_tokens: tokens/s, and loss_normalization=tokens)
             return {"loss": loss, "num_tokens": targets.numel()}
-        return {"loss": loss, "bits_per_byte": loss / math.log(2)}  # as validation_step
+        return self.pipeline_eval_outputs(loss)  # as validation_step
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.
         init_gpt_weights(module)
-
-    def _tokens(self) -> torch.Tensor:
-        if self.data_path is None:
-            raw = python_stdlib_text(self.max_bytes)
-        else:
-            with open(self.data_path, "rb") as handle:
-                raw = handle.read()
-        tokens = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        if len(tokens) < 4 * (self.block_size + 1):
-            raise ValueError(f"the text has {len(tokens)} bytes; need at least {4 * (self.block_size + 1)} for block_size={self.block_size}")
-        return tokens
-
-    def _split(self) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = self._tokens()
-        cut = int(len(tokens) * (1 - self.val_fraction))
-        return tokens[:cut], tokens[cut:]
-
-    def train_dataset(self) -> Dataset:
-        return ByteBlocks(self._split()[0], self.block_size)
-
-    def val_dataset(self) -> Dataset:
-        return ByteBlocks(self._split()[1], self.block_size)
 
     def _loss(self, batch):
         inputs, targets = batch
@@ -225,5 +172,4 @@ class GPTModule(TrainModule):
 
     def validation_step(self, batch, batch_idx):
         loss, _ = self._loss(batch)
-        # bits per byte: the loss in base 2, comparable across tokenisers
-        return {"loss": loss, "bits_per_byte": loss / math.log(2)}
+        return self.validation_outputs(loss, batch[1])

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipes import gpt
+from recipes.text_module import TextRecipe
 from trainer import TrainModule
 
 
@@ -130,12 +131,14 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
-class LlamaModule(TrainModule):
-    """Next-token prediction with a Llama-style model on the gpt recipe's data.
+class LlamaModule(TextRecipe, TrainModule):
+    """Next-token prediction with a Llama-style model on the text recipes' data (``recipes/text_data.py``).
 
     Args:
-        data_path / max_bytes / block_size / val_fraction: the data, as in ``recipes.gpt.GPTModule``.
-        vocab_size: the embedding and output size; 256 = bytes (the data source may set a larger one).
+        data_path / tokens / source / stream / tokenizer / hf / max_bytes / block_size / val_fraction: the
+            data, as in ``recipes.gpt.GPTModule`` (``recipes/text_module.py``).
+        vocab_size: the embedding and output size; null = the data's vocabulary (bytes: 256; token
+            shards: the manifest's); a larger value pads it (e.g. to a multiple of 64 for GPU kernels).
         layers / width / heads: depth, model width and query heads (width divisible by heads).
         kv_heads: key/value heads (grouped-query attention); divides heads; null = heads.
         ffn_multiple_of / ffn_dim_multiplier: the SwiGLU width (see ``ffn_hidden_size``).
@@ -151,7 +154,12 @@ class LlamaModule(TrainModule):
         max_bytes: int = 1_000_000,
         block_size: int = 64,
         val_fraction: float = 0.05,
-        vocab_size: int = 256,
+        tokens: str | None = None,
+        source: str | None = None,
+        stream: bool = False,
+        tokenizer: str | None = None,
+        hf: dict | None = None,
+        vocab_size: int | None = None,
         layers: int = 2,
         width: int = 128,
         heads: int = 4,
@@ -169,9 +177,6 @@ class LlamaModule(TrainModule):
             raise ValueError(f"module.width / module.heads = {width // heads} (the head size) must be even for rotary embeddings")
         if kv_heads < 1 or heads % kv_heads:
             raise ValueError(f"module.kv_heads={kv_heads} must divide module.heads={heads} (1 = multi-query, heads = multi-head)")
-        # The data are bytes (the gpt recipe's hooks): every byte value must be a token id.
-        if vocab_size < 256:
-            raise ValueError(f"module.vocab_size={vocab_size} is below 256; the byte-level data needs at least 256")
         for name, value in (("layers", layers), ("ffn_multiple_of", ffn_multiple_of), ("block_size", block_size)):
             if value < 1:
                 raise ValueError(f"module.{name}={value} must be >= 1")
@@ -179,11 +184,12 @@ class LlamaModule(TrainModule):
             raise ValueError(f"module.rope_theta={rope_theta} must be > 0 (Llama 2: 10000, Llama 3: 500000)")
         if ffn_dim_multiplier is not None and ffn_dim_multiplier <= 0:
             raise ValueError(f"module.ffn_dim_multiplier={ffn_dim_multiplier} must be > 0 or null")
-        gpt.check_text_data(data_path, val_fraction)
-        # What the gpt recipe's data hooks (shared below) read.
-        self.data_path, self.max_bytes, self.block_size, self.val_fraction = data_path, max_bytes, block_size, val_fraction
+        self.init_text_data(block_size, max_bytes, val_fraction, data_path, tokens, source, stream, tokenizer, hf)
+        if vocab_size is not None and vocab_size < 1:
+            raise ValueError(f"module.vocab_size={vocab_size} must be >= 1, or null for the data's vocabulary")
+        self.padded_vocab_size = vocab_size  # checked against the data's vocabulary when the model is built
         self.model_args = dict(
-            vocab_size=vocab_size, layers=layers, width=width, heads=heads, kv_heads=kv_heads,
+            layers=layers, width=width, heads=heads, kv_heads=kv_heads,
             ffn_hidden=ffn_hidden_size(width, ffn_multiple_of, ffn_dim_multiplier), rope_theta=rope_theta,
             norm_eps=norm_eps)
         self.model: Llama | None = None
@@ -191,7 +197,11 @@ class LlamaModule(TrainModule):
     def configure_model(self) -> None:
         # Built on each rank (after seeding), so the launcher process never holds the weights.
         if self.model is None:
-            self.model = Llama(**self.model_args)
+            vocab = self.vocab_size  # the data's (read on first use)
+            if self.padded_vocab_size is not None and self.padded_vocab_size < vocab:
+                raise ValueError(f"module.vocab_size={self.padded_vocab_size} is below the data's vocabulary of "
+                                 f"{vocab} tokens; leave it null (the data's) or give at least {vocab}")
+            self.model = Llama(vocab_size=self.padded_vocab_size or vocab, **self.model_args)
 
     def block_classes(self) -> tuple[type[nn.Module], ...]:
         return (LlamaBlock,)
@@ -204,12 +214,8 @@ class LlamaModule(TrainModule):
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.
         init_llama_weights(module)
 
-    # The gpt recipe's data, steps and metrics (loss; bits per byte in validation), shared, not copied:
-    # they only need self.model (tokens -> logits) and the data attributes set above.
-    _tokens = gpt.GPTModule._tokens
-    _split = gpt.GPTModule._split
-    train_dataset = gpt.GPTModule.train_dataset
-    val_dataset = gpt.GPTModule.val_dataset
+    # The gpt recipe's steps and metrics (loss; bits per byte in validation), shared, not copied:
+    # they only need self.model (tokens -> logits) and TextRecipe's data side.
     _loss = gpt.GPTModule._loss
     training_step = gpt.GPTModule.training_step
     validation_step = gpt.GPTModule.validation_step

@@ -70,7 +70,8 @@ def test_known_config_builds_without_a_warning(tmp_path, caplog):
         (["+callbacks.timer.max_time=10"], "callbacks.timer has no _target_ (keys: max_time); select the callback "
                                            "with callbacks=[timer]"),
         (["+data.typo=1"], "data.typo (+data.typo=...) is read by nothing: the trainer reads data.batch_size"),
-        (["recipe=gpt", "+data.typo=1"], "this recipe's module reads data.path, data.block_size"),
+        (["recipe=gpt", "+data.typo=1"], "this recipe's module reads data.path, data.tokens, data.source, data.stream, "
+                                         "data.tokenizer, data.hf, data.block_size"),
         (["+checkpoint.typo=1"], "unknown checkpoint option(s) ['typo']; known:"),
         (["+precision.typo=1"], "precision.typo applies to precision=fp16-mixed only"),
         (["precision=fp16-mixed", "+precision.typo=1"], "options: initial_scale_power"),

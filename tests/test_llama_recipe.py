@@ -97,7 +97,6 @@ def test_sizes_and_bad_settings():
         "module.kv_heads=3 must divide module.heads=4": dict(kv_heads=3),
         "module.width=100 must be divisible by module.heads=8": dict(width=100, heads=8),
         r"\(the head size\) must be even": dict(width=36, heads=4),
-        "module.vocab_size=100 is below 256": dict(vocab_size=100),
         "module.layers=0 must be >= 1": dict(layers=0),
         "module.rope_theta=0 must be > 0": dict(rope_theta=0),
         r"data.path='/no/such.txt' is not a file": dict(data_path="/no/such.txt"),
@@ -105,6 +104,12 @@ def test_sizes_and_bad_settings():
     for message, kwargs in bad.items():
         with pytest.raises((ValueError, FileNotFoundError), match=message):
             LlamaModule(**kwargs)
+    # The vocabulary is the data's (bytes: 256); a smaller module.vocab_size is refused when the model is built.
+    with pytest.raises(ValueError, match="module.vocab_size=100 is below the data's vocabulary of 256"):
+        LlamaModule(vocab_size=100, max_bytes=4096).configure_model()
+    padded = LlamaModule(vocab_size=320, max_bytes=4096)
+    padded.configure_model()
+    assert padded.model.output.weight.shape[0] == 320
 
 
 def test_meta_build_equals_eager_build():
