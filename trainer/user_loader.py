@@ -60,13 +60,10 @@ _LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_
 
 
 def check_map_style(dataset: Any, where: str) -> None:
-    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``)."""
+    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``); an
+    ``IterableDataset`` is a stream (trainer/streaming/)."""
     if isinstance(dataset, IterableDataset):
-        raise TypeError(
-            f"{where} gave {type(dataset).__name__}, an IterableDataset: the trainer needs a map-style dataset "
-            "(__getitem__ + __len__) to keep global batches identical across world sizes; streaming datasets "
-            "are not supported yet: wrap your samples in a map-style Dataset"
-        )
+        return
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"{where} gave {type(dataset).__name__}, which is not a map-style dataset "
                         "(it needs __getitem__ and __len__)")
@@ -123,7 +120,7 @@ def read_loader(loader: Any, where: str) -> UserLoader:
         )
     plain = getattr(sampler, "data_source", None) is loader.dataset
     shuffle = plain and type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-    if plain and type(sampler) is SequentialSampler or shuffle:
+    if plain and type(sampler) is SequentialSampler or shuffle or isinstance(loader.dataset, IterableDataset):
         sampler = None  # dataset order, or the trainer's own permutation
     workers = loader.num_workers
     options = LoaderOptions(
@@ -213,6 +210,7 @@ class RunData:
             self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader] = {}
+        self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
 
     def train_set(self) -> Any:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""
@@ -225,6 +223,12 @@ class RunData:
     def plan(self, data_parallel_size: int) -> GlobalBatchPlan:
         trainer, train = self.trainer, self.train
         dataset = self.train_set()
+        if isinstance(dataset, IterableDataset):  # a stream: its own plan (trainer/streaming/plan.py)
+            from trainer.streaming.plan import StreamPlan
+
+            self.stream_plan = StreamPlan(dataset, trainer, data_parallel_size, trainer.strategy.data_parallel_rank,
+                                          self.train_collate, self.train_options)
+            return self.stream_plan  # type: ignore[return-value]
         stream = None
         if train is not None and train.sampler is not None:
             stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", "train_dataloader()")
@@ -252,6 +256,8 @@ class RunData:
 
     def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
         train = purpose == "train"
+        if getattr(batches, "is_stream", False):
+            return batches  # a stream's micro-batches, already collated (trainer/streaming/)
         loader = build_loader(
             dataset, batches, self.train_collate if train else self.val_collate,
             self.train_options if train else self.val_options, seed, first_batch, reuse=self._loaders.get(purpose),
