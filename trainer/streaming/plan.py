@@ -34,6 +34,7 @@ from trainer.streaming.loader import stream_loader
 from trainer.streaming.protocol import MODES, check_enough_shards, shard_count, shard_order, shard_samples
 
 log = logging.getLogger("trainer.loop")
+EXHAUSTED = {"exhausted": True}  # the position of a rank's stream that has ended in this epoch
 
 
 class StreamBatches:
@@ -120,18 +121,21 @@ class StreamPlan:
         self.ended.discard(epoch)
         self._states = {(epoch, start_step): state}
         loader = stream_loader(self, epoch)
-        if state is not None:
+        if state is not None and state != EXHAUSTED:
             loader.load_state_dict(state)
-        return self._steps(loader, epoch, rank, start_step)
+        return self._steps(loader, epoch, rank, start_step, exhausted=state == EXHAUSTED)
 
     def rank_batches(self, epoch: int, rank: int, start_step: int = 0) -> StreamBatches:
         return StreamBatches(self._queue)
 
-    def _steps(self, loader: Any, epoch: int, rank: int, step: int) -> Iterator[StepPlan]:
-        samples_of = iter(loader)
+    def _steps(self, loader: Any, epoch: int, rank: int, step: int, exhausted: bool) -> Iterator[StepPlan]:
+        samples_of = iter(()) if exhausted else iter(loader)
         take = self.global_batch_size if self.mode == "invariant" else self.micro_batch_size * self.accumulate
         while True:
             samples = list(itertools.islice(samples_of, take))
+            # A loader that ran out is not resumed from its state (a finished StatefulDataLoader would
+            # start the epoch again): its position is "exhausted".
+            exhausted = exhausted or len(samples) < take
             plan = self._invariant_step(samples) if self.mode == "invariant" else self._sharded_step(samples, epoch)
             if plan is None:
                 self.ended.add(epoch)
@@ -140,7 +144,7 @@ class StreamPlan:
                                      f"epoch {epoch} (global batch {self.global_batch_size}, drop_last={self.drop_last})")
                 return
             step += 1
-            self._states[(epoch, step)] = copy.deepcopy(loader.state_dict())
+            self._states[(epoch, step)] = EXHAUSTED if exhausted else copy.deepcopy(loader.state_dict())
             self._states.pop((epoch, step - 3), None)  # the loop may ask for the position one step back
             yield plan
 
