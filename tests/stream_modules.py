@@ -11,6 +11,7 @@ from helpers import CheckpointedRegressor, regression_data
 from trainer import ShardedIterable
 
 SIZES = (7, 13, 4, 11, 9, 6)  # 50 samples in 6 uneven shards
+VAL_SIZES = (5, 9, 3, 8)  # a validation stream of 25 samples
 
 
 class IdShards(ShardedIterable):
@@ -40,13 +41,19 @@ class StreamRegressor(CheckpointedRegressor):
     """``CheckpointedRegressor`` (can die at a step) on ``IdShards``; ``record``: each rank appends
     the ids of every real micro-batch it trains on to ``<run_dir>/ids-<rank>.jsonl`` as ``[epoch, ids]``."""
 
-    def __init__(self, record: bool = False, with_len: bool = False, **kwargs):
+    def __init__(self, record: bool = False, with_len: bool = False, val: bool = False, **kwargs):
         kwargs.setdefault("dropout", 0.0)  # equal to one process: no per-rank noise
         super().__init__(**kwargs)
-        self.record, self.with_len = record, with_len
+        self.record, self.with_len, self.val = record, with_len, val
 
     def train_dataset(self):
         return IdShards(with_len=self.with_len)
+
+    def val_dataset(self):
+        return IdShards(sizes=VAL_SIZES) if self.val else None
+
+    def validation_step(self, batch, batch_idx):
+        return super().validation_step((batch["x"], batch["y"]), batch_idx)
 
     def training_step(self, batch, batch_idx):
         if self.record and self._log_collector._weight:  # not a padding micro-batch (weight 0)
