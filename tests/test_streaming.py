@@ -173,3 +173,17 @@ def test_settings_that_need_the_epoch_length_are_errors_without_len(tmp_path):
     trainer = new_trainer(tmp_path / "c", batch_size=8, max_steps=-1, max_epochs=1, val_check_interval=0.5)
     trainer.fit(NeedsLength(with_len=True))
     assert trainer.global_step == 7 and trainer.val_every_n_steps == 3
+
+
+@pytest.mark.parametrize("mode, syncs", [("invariant", 0), ("sharded", 1)])
+def test_quiet_stream_steps_make_no_host_sync_in_invariant_mode(tmp_path, mode, syncs):
+    # One process, no workers: invariant mode reads no tensor on a quiet step; sharded mode makes its
+    # one agreement per step (the step's sample count, ruling 14), read on the host.
+    from helpers import HotPathProbe, read_hot_path
+
+    new_trainer(tmp_path, batch_size=2, accumulate_grad_batches=2, max_steps=8, log_every_n_steps=4,
+                stream_mode=mode, callbacks=[HotPathProbe()]).fit(StreamRegressor())
+    windows = read_hot_path(tmp_path, 1)[0]
+    for step in (3, 6, 7):  # quiet steps (see tests/test_hot_path.py)
+        assert windows[step]["syncs"] == syncs, (step, windows[step]["where"])
+        assert all(w.startswith("plan.py") for w in windows[step]["where"]), windows[step]["where"]
