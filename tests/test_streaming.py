@@ -8,6 +8,8 @@ resume on the same world size: bitwise.
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -80,13 +82,12 @@ def test_invariant_stream_equals_one_process_and_resumes_exactly(tmp_path, worke
     killed_layout, resume_layout, exact = (SINGLE, DDP, False) if workers == 0 else (DDP, DDP, True)
     run_dir = tmp_path / "killed"
     killed_at_step(run_dir, stream_args(killed_layout, workers, "invariant"))
+    if workers == 0:  # the same killed run also resumed on its own world size (single -> single): bitwise
+        shutil.copytree(run_dir, tmp_path / "killed_copy")
+        _, params = fit(tmp_path / "killed_copy", StreamRegressor(), resume="auto", **stream_args(SINGLE, 0, "invariant"))
+        assert_same(losses_by_step(tmp_path / "killed_copy"), params, reference, exact=True)
     _, params = fit(run_dir, StreamRegressor(), resume="auto", **stream_args(resume_layout, workers, "invariant"))
     assert_same(losses_by_step(run_dir), params, reference if workers == 0 else two, exact=exact)
-    if workers == 0:  # and single -> single: bitwise
-        run_dir = tmp_path / "killed_single"
-        killed_at_step(run_dir, stream_args(SINGLE, 0, "invariant"))
-        _, params = fit(run_dir, StreamRegressor(), resume="auto", **stream_args(SINGLE, 0, "invariant"))
-        assert_same(losses_by_step(run_dir), params, reference, exact=True)
 
 
 def ids_per_epoch(run_dir, ranks):
@@ -140,10 +141,19 @@ class PlainStreamRegressor(StreamRegressor):
 
 
 def test_plain_iterable_dataset_is_one_shard_and_epochs_end_with_it(tmp_path):
-    trainer = new_trainer(tmp_path, batch_size=8, max_steps=-1, max_epochs=2)
-    trainer.fit(PlainStreamRegressor())
+    trainer = new_trainer(tmp_path / "plain", batch_size=8, max_steps=-1, max_epochs=2)
+    module = PlainStreamRegressor()
+    trainer.fit(module)
     assert trainer.global_step == 14  # 2 epochs of 7 steps (50 samples: 6 x 8 + 2)
-    assert len(read_metrics(str(tmp_path))) >= 14
+    assert len(read_metrics(str(tmp_path / "plain"))) >= 14
+    # The README's streaming example (its code block, run in process): 4 shards x 100 samples, batch 16.
+    with open(os.path.join(REPO, "README.md")) as f:
+        code = next(b for b in re.findall(r"```python\n(.*?)```", f.read(), re.S) if "class Shards(ShardedIterable)" in b)
+    namespace = {"__name__": "readme_stream"}
+    exec(code, namespace)
+    trainer = new_trainer(tmp_path / "readme", max_steps=-1, max_epochs=1, batch_size=16)
+    trainer.fit(namespace["StreamModule"]())
+    assert trainer.global_step == 25
 
 
 def test_bad_stream_mode_is_refused():
