@@ -72,7 +72,6 @@ class StreamLimits(StepLimits):
         self.estimate = per_epoch * self.max_epochs if self.max_epochs else math.inf
         if self.max_steps != math.inf:
             self.estimate = min(self.estimate, self.max_steps)
-        self.max_epochs_setting = trainer.max_epochs
 
     def estimated_stepping_batches(self, trainer: Any) -> int | str:
         if self.estimate != math.inf and not self.manual:
