@@ -122,6 +122,12 @@ def test_sharded_stream_reads_every_sample_once_and_resumes_exactly(tmp_path, wo
     if workers == 0:  # another world size: an error naming both
         with pytest.raises(Exception, match="on 2 data-parallel ranks; this run has 1"):
             fit(run_dir, StreamRegressor(), resume="auto", **dict(args, **SINGLE, max_steps=STEPS + 3))
+        # One process, sharded: killed and resumed bitwise too.
+        single = stream_args(SINGLE, 0, "sharded")
+        reference = fit(tmp_path / "single", StreamRegressor(), **single)
+        killed_at_step(tmp_path / "single_killed", single)
+        _, params = fit(tmp_path / "single_killed", StreamRegressor(), resume="auto", **single)
+        assert_same(losses_by_step(tmp_path / "single_killed"), params, reference, exact=True)
 
 
 # ----- clear errors and the plain (protocol-free) stream: in process, one rank -------------------------------
