@@ -128,6 +128,10 @@ def test_sharded_stream_reads_every_sample_once_and_resumes_exactly(tmp_path, wo
         killed_at_step(tmp_path / "single_killed", single)
         _, params = fit(tmp_path / "single_killed", StreamRegressor(), resume="auto", **single)
         assert_same(losses_by_step(tmp_path / "single_killed"), params, reference, exact=True)
+        # (its last checkpoint is mid-epoch) another num_workers reads the stream otherwise: an error naming both
+        with pytest.raises(ValueError, match="saved with data.num_workers=0, this run has data.num_workers=2"):
+            fit(tmp_path / "single_killed", StreamRegressor(), resume="auto", **dict(single, num_workers=2,
+                                                                                      max_steps=STEPS + 3))
 
 
 # ----- clear errors and the plain (protocol-free) stream: in process, one rank -------------------------------
