@@ -18,4 +18,10 @@ if __name__ == "__main__":
     strategy = spec.get("trainer", {}).get("strategy")
     if isinstance(strategy, dict):  # {"name": "ddp", "zero1": true}
         spec["trainer"]["strategy"] = resolve_strategy(strategy.pop("name"), **strategy)
-    run_trainer(spec["run_dir"], CheckpointedRegressor(**spec.get("module", {})), **spec.get("trainer", {}))
+    module_class = CheckpointedRegressor
+    if "module_class" in spec:  # "stream_modules.StreamRegressor": a module of another test file
+        import importlib
+
+        module_name, class_name = spec["module_class"].rsplit(".", 1)
+        module_class = getattr(importlib.import_module(module_name), class_name)
+    run_trainer(spec["run_dir"], module_class(**spec.get("module", {})), **spec.get("trainer", {}))

@@ -18,10 +18,10 @@ from trainer import Trainer
 pytestmark = pytest.mark.timeout(240)
 
 
-# ----- item 15: an IterableDataset -----------------------------------------------------------------------------
+# ----- item 15: an IterableDataset (a stream: trainer/streaming/, tests/test_streaming.py) -----------------------
 class Stream(IterableDataset):
     def __iter__(self):
-        return iter(torch.randn(4, 6))
+        return iter(labelled_data())
 
 
 class StreamingModule(LoaderModule):
@@ -38,11 +38,21 @@ class StreamingModule(LoaderModule):
     def val_dataset(self):
         return Stream() if self.where == "val_dataset" else None
 
+    def test_dataset(self):
+        return Stream()
+
+    def test_step(self, batch, batch_idx):
+        return self.training_step(batch, batch_idx)
+
 
 @pytest.mark.parametrize("where", ["train_dataset", "train_dataloader", "val_dataset"])
-def test_an_iterable_dataset_gets_a_clear_error(tmp_path, where):
-    with pytest.raises(TypeError, match=rf"{where}\(\) gave Stream, an IterableDataset: the trainer needs a map-style"):
-        run_trainer(tmp_path, StreamingModule(where), max_steps=1)
+def test_an_iterable_dataset_is_read_as_a_stream(tmp_path, where):
+    trainer = Trainer(max_steps=2, loggers=["jsonl"], progress_bar=False, run_dir=str(tmp_path), val_every_n_steps=2)
+    trainer.fit(StreamingModule(where))
+    assert trainer.global_step == 2
+    with pytest.raises(TypeError, match=r"test_dataset\(\) gave Stream, an IterableDataset: streaming datasets are "
+                                        "supported for training and validation, not here yet"):
+        trainer.test(StreamingModule(where))
 
 
 # ----- item 16: a global batch larger than the dataset ----------------------------------------------------------

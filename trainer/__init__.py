@@ -20,7 +20,8 @@ Where things live (one job a file; the subpackages' docstrings list their own fi
   return), ``param_groups.py`` (loading optimizer state without replacing its param-group dicts), ``lr_scheduling.py`` / ``schedules.py``, ``validation.py``, ``sanity_check.py``,
   ``evaluation.py`` (test / predict), ``metrics.py`` (device-side sums reduced on logging steps).
 - Data: ``data.py`` (global-batch plans), ``seeding.py``, ``loaders.py`` (batches loaded under
-  position-keyed seeds), ``validation_shard.py``, ``permutation.py`` (the epoch's order per position), ``user_loader.py`` (the module's data hooks and DataLoaders).
+  position-keyed seeds), ``validation_shard.py``, ``permutation.py`` (the epoch's order per position), ``user_loader.py`` (the module's data hooks and DataLoaders),
+  ``streaming/`` (iterable datasets: the shard protocol, ``data.stream_mode``, the stream's checkpoint position).
 - Processes: ``launch.py`` (torchrun, SLURM, spawning), ``distributed.py`` (process groups, the
   trainer's collectives), ``elastic.py`` (torchrun restarts), ``rank_logging.py``.
 - Model set-up: ``strategies/`` (single, DDP, FSDP, pipeline; the registry; the
@@ -41,7 +42,8 @@ from trainer.data import seed_everything
 from trainer.datamodule import DataModule
 from trainer.distributed import rank_zero_first
 from trainer.module import TrainModule
+from trainer.streaming import ShardedIterable
 from trainer.trainer import Trainer
 
-__all__ = ["DataModule", "Trainer", "TrainModule", "rank_zero_first", "seed_everything"]
+__all__ = ["DataModule", "ShardedIterable", "Trainer", "TrainModule", "rank_zero_first", "seed_everything"]
 __version__ = "0.1.0"

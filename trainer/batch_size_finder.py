@@ -179,6 +179,9 @@ def find_batch_size(run: _Run, plan: GlobalBatchPlan, steps_per_epoch: int, limi
     if run.manual is not None:
         raise ValueError("trainer.auto_batch_size=true with manual optimization (automatic_optimization = False): "
                          "a trial step cannot call your training_step's own optimizer steps; set data.batch_size by hand")
+    if getattr(plan, "is_stream", False):
+        raise ValueError("trainer.auto_batch_size=true with a streaming (iterable) training set: a trial reads samples by "
+                         "index, which a stream has not; set data.batch_size by hand (or find it on a map-style copy)")
     data_parallel, fixed_global = run.data_parallel_size, getattr(trainer, "_global_batch_arg", None) is not None
     start = trainer.batch_size
     largest = settings.max_size or (1 << 62)

@@ -25,7 +25,7 @@ from trainer.redact_files import redact_hydra_files
 log = logging.getLogger(__name__)
 
 # Trainer arguments that live outside the ``trainer`` config node.
-_DATA_KEYS = ("batch_size", "global_batch_size", "num_workers", "pin_memory", "drop_last")
+_DATA_KEYS = ("batch_size", "global_batch_size", "num_workers", "pin_memory", "drop_last", "stream_mode")
 
 
 def build(config: dict, run_dir: str) -> tuple[Any, Any]:

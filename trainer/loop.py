@@ -47,6 +47,7 @@ from trainer.progress import ProgressBar
 from trainer.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.run_state import StopFlag
 from trainer.step_limits import plan_limits
+from trainer.streaming.limits import describe_epoch, epoch_over
 from trainer.sanity_check import run_sanity_check
 from trainer.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.step_accounting import NonfiniteLossWatch
@@ -220,8 +221,8 @@ class _Run:
         if self.rank == 0 and (short := plan.short_of_one_batch()):  # every rank would say it alike
             log.warning(short)
         log.info(
-            "strategy %s, world size %d, global batch %s, %d steps per epoch, %s, run dir %s",
-            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), steps_per_epoch,
+            "strategy %s, world size %d, global batch %s, %s, %s, run dir %s",
+            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), describe_epoch(plan, steps_per_epoch),
             limits.describe_total(), self.run_dir,
         )
         self.restore(plan)
@@ -302,7 +303,7 @@ class _Run:
                         break
                 # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
                 # keeps its position, so a resumed or extended run goes on inside the epoch.
-                if self.preempted or self.callbacks.stopping or self.epoch_step < steps_per_epoch:
+                if self.preempted or self.callbacks.stopping or not epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):
                     break
                 every_epochs = trainer.check_val_every_n_epoch
                 if every_epochs and (self.epoch + 1) % every_epochs == 0 and validated_at != self.step:
@@ -315,7 +316,7 @@ class _Run:
                     progress.note(epoch_logged)
                 self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
                 self.callbacks.on_train_epoch_end(self, self.epoch)
-                if self.epoch_step == steps_per_epoch:  # a finished epoch (not one that max_steps cut short)
+                if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
                     self.lr_scheduling.after_epoch()
                 self.epoch += 1
                 self.epoch_step = 0

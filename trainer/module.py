@@ -212,7 +212,8 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""
 
     def train_dataset(self) -> Dataset:
-        """The map-style training dataset (called when ``train_dataloader()`` returns None). The trainer
+        """The training dataset (called when ``train_dataloader()`` returns None): map-style, or an
+        ``IterableDataset`` read as a stream (``data.stream_mode``; see ``trainer/streaming/``). The trainer
         builds the loader with a sampler that keeps every global batch the same whatever the world size
         and accumulation split. Like every data hook, it runs under the same seed on every rank, so
         data drawn from the global generators (``torch.randn``, an unseeded ``random_split``) is the
@@ -221,8 +222,8 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         raise NotImplementedError(f"{type(self).__name__} must implement train_dataset() or train_dataloader()")
 
     def val_dataset(self) -> Dataset | None:
-        """The map-style validation dataset (called when ``val_dataloader()`` returns None), or None
-        for no validation. Batched by ``data.batch_size``."""
+        """The validation dataset (called when ``val_dataloader()`` returns None; map-style or a stream),
+        or None for no validation. Batched by ``data.batch_size``."""
         return None
 
     def train_dataloader(self) -> DataLoader | None:
@@ -240,7 +241,8 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         state of its own across epochs (rather than drawing from the global generators or from
         ``set_epoch``) gives another stream after a resume. Refused with an error saying what to change: a
         custom ``batch_sampler``, ``batch_size=None``, a ``generator`` on the loader or its sampler,
-        a ``DistributedSampler`` (the trainer shards), ``in_order=False``, an IterableDataset.
+        a ``DistributedSampler`` (the trainer shards), ``in_order=False``; with an ``IterableDataset``
+        (a stream, ``trainer/streaming/``) also ``persistent_workers=True``.
         Where both this and ``train_dataset()`` are defined, this one is used."""
         return None
 

@@ -34,7 +34,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from trainer.rank_logging import rank_zero_warn
-from trainer.run_limits import train_steps_per_epoch, val_interval_steps
 from trainer.schedules import schedule_length
 
 if TYPE_CHECKING:
@@ -47,11 +46,13 @@ log = logging.getLogger("trainer.loop")
 def plan_limits(run: _Run, plan: GlobalBatchPlan) -> tuple[int, StepLimits, int | None]:
     """What follows from fit's plan: ``(optimizer steps per epoch, the StepLimits, the progress bar's
     total)``; also sets ``trainer.val_every_n_steps`` and ``run.total_steps`` (again after auto_batch_size)."""
+    from trainer.streaming.limits import epoch_length, step_limits  # (it builds on StepLimits)
+
     trainer = run.trainer
-    steps_per_epoch = train_steps_per_epoch(trainer, plan.steps_per_epoch)  # limit_train_batches
-    trainer.val_every_n_steps = val_interval_steps(trainer, steps_per_epoch)  # a float val_check_interval
+    # limit_train_batches, a float val_check_interval (a stream: epochs end where it does, trainer/streaming/)
+    steps_per_epoch, trainer.val_every_n_steps = epoch_length(trainer, plan)
     # max_steps counts optimizer steps: under manual optimization not batches
-    limits = StepLimits(trainer, steps_per_epoch, manual=not getattr(run.module, "automatic_optimization", True))
+    limits = step_limits(trainer, plan, steps_per_epoch, manual=not getattr(run.module, "automatic_optimization", True))
     run.total_steps = limits.estimated_stepping_batches(trainer)  # (a str: why it is unknown)
     return steps_per_epoch, limits, limits.progress_total()
 

@@ -24,6 +24,7 @@ from trainer.rank_logging import rank_zero_warn
 from trainer.run_state import TrainerRunState
 from trainer import run_limits
 from trainer.strategies import Strategy, resolve_strategy
+from trainer.streaming.protocol import MODES as STREAM_MODES
 from trainer.trainer_arguments import check_arguments, profile_options
 from trainer.trainer_arguments import is_int as _is_int, require as _require
 from trainer.user_loader import DEFAULT_BATCH_SIZE
@@ -68,6 +69,9 @@ class Trainer(TrainerRunState):
         num_workers / pin_memory: DataLoader settings; None (unset): ``train_dataloader()``'s, else
             0 / False; set and different from the loader's: an error. What else is taken from a
             user's DataLoader, and what is refused: ``trainer/user_loader.py``.
+        stream_mode: for an ``IterableDataset`` (a stream): "invariant" (every rank reads the whole
+            stream; equal to one process on any world size) or "sharded" (each rank reads its own
+            shards; not equal to one process). See ``trainer/streaming/``.
         run_dir: where logs go (Hydra's run directory under ``train.py``; default ``runs/<time>``).
         loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
@@ -151,6 +155,7 @@ class Trainer(TrainerRunState):
         drop_last: bool | None = None,
         num_workers: int | None = None,
         pin_memory: bool | None = None,
+        stream_mode: str = "invariant",
         run_dir: str | None = None,
         loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
         progress_bar: bool | None = None,
@@ -268,6 +273,9 @@ class Trainer(TrainerRunState):
         self.loss_normalization = loss_normalization
         self.num_workers = num_workers or 0
         self.pin_memory = bool(pin_memory)
+        _require(stream_mode in STREAM_MODES, f"data.stream_mode={stream_mode!r}: give one of {', '.join(STREAM_MODES)} "
+                 "(invariant: every rank reads the whole stream; sharded: each rank its own shards)")
+        self.stream_mode = stream_mode
         self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
         self.loggers = resolve_logger_specs(loggers)
         self.progress_bar = progress_bar

@@ -59,14 +59,14 @@ DEFAULT_BATCH_SIZE = 32
 _LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_memory": False}
 
 
-def check_map_style(dataset: Any, where: str) -> None:
-    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``)."""
+def check_map_style(dataset: Any, where: str, stream_ok: bool = False) -> None:
+    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``); an
+    ``IterableDataset`` is a stream (trainer/streaming/), for training and validation (``stream_ok``)."""
     if isinstance(dataset, IterableDataset):
-        raise TypeError(
-            f"{where} gave {type(dataset).__name__}, an IterableDataset: the trainer needs a map-style dataset "
-            "(__getitem__ + __len__) to keep global batches identical across world sizes; streaming datasets "
-            "are not supported yet: wrap your samples in a map-style Dataset"
-        )
+        if stream_ok:
+            return
+        raise TypeError(f"{where} gave {type(dataset).__name__}, an IterableDataset: streaming datasets are supported "
+                        "for training and validation, not here yet; give a map-style dataset (__getitem__ + __len__)")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"{where} gave {type(dataset).__name__}, which is not a map-style dataset "
                         "(it needs __getitem__ and __len__)")
@@ -86,11 +86,11 @@ class UserLoader:
     options: LoaderOptions
 
 
-def read_loader(loader: Any, where: str) -> UserLoader:
+def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
     """Read a DataLoader returned by ``where``; raise for what cannot be honoured."""
     if not isinstance(loader, DataLoader):
         raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
-    check_map_style(loader.dataset, where)
+    check_map_style(loader.dataset, where, stream_ok)
     if loader.batch_size is None:
         if loader.batch_sampler is not None:
             raise ValueError(
@@ -123,7 +123,7 @@ def read_loader(loader: Any, where: str) -> UserLoader:
         )
     plain = getattr(sampler, "data_source", None) is loader.dataset
     shuffle = plain and type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-    if plain and type(sampler) is SequentialSampler or shuffle:
+    if plain and type(sampler) is SequentialSampler or shuffle or isinstance(loader.dataset, IterableDataset):
         sampler = None  # dataset order, or the trainer's own permutation
     workers = loader.num_workers
     options = LoaderOptions(
@@ -181,7 +181,7 @@ class RunData:
         seed = trainer.seed
         with seeded(derive_seed(seed, "data", "train")):
             loader = None if self.evaluating else hooks.train_dataloader()
-        self.train = read_loader(loader, "train_dataloader()") if loader is not None else None
+        self.train = read_loader(loader, "train_dataloader()", stream_ok=True) if loader is not None else None
         given = trainer.data_args  # as the user gave them, None = unset
         where, train = "train_dataloader()", self.train
         trainer.resolve_batch(
@@ -197,7 +197,7 @@ class RunData:
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
         with seeded(derive_seed(seed, "data", "val")):
             val_loader = None if self.evaluating else hooks.val_dataloader()
-            self.val = read_loader(val_loader, "val_dataloader()") if val_loader is not None else None
+            self.val = read_loader(val_loader, "val_dataloader()", stream_ok=True) if val_loader is not None else None
             self.val_set = self.val.dataset if self.val is not None else (None if self.evaluating else hooks.val_dataset())
         if self.val is not None:
             if self.val.drop_last:
@@ -208,23 +208,30 @@ class RunData:
             self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", "val_dataloader()")
                                 if self.val.sampler is not None else None)
         elif self.val_set is not None:
-            check_map_style(self.val_set, "val_dataset()")
+            check_map_style(self.val_set, "val_dataset()", stream_ok=True)
             # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
             self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader] = {}
+        self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
 
     def train_set(self) -> Any:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""
         if self._train_set is None:
             with seeded(derive_seed(self.trainer.seed, "data", "train")):
                 self._train_set = self.hooks.train_dataset()
-            check_map_style(self._train_set, "train_dataset()")
+            check_map_style(self._train_set, "train_dataset()", stream_ok=True)
         return self._train_set
 
     def plan(self, data_parallel_size: int) -> GlobalBatchPlan:
         trainer, train = self.trainer, self.train
         dataset = self.train_set()
+        if isinstance(dataset, IterableDataset):  # a stream: its own plan (trainer/streaming/plan.py)
+            from trainer.streaming.plan import StreamPlan
+
+            self.stream_plan = StreamPlan(dataset, trainer, data_parallel_size, trainer.strategy.data_parallel_rank,
+                                          self.train_collate, self.train_options)
+            return self.stream_plan  # type: ignore[return-value]
         stream = None
         if train is not None and train.sampler is not None:
             stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", "train_dataloader()")
@@ -239,6 +246,10 @@ class RunData:
         validation sampler's stream, exactly once over the ranks; with ``limit``, only the first
         ``limit`` of them (``limit_val_batches``: the same samples on any world size)."""
         assert self.val_set is not None
+        if isinstance(self.val_set, IterableDataset):  # a stream: read now (trainer/streaming/validation.py)
+            from trainer.streaming.validation import StreamValShard
+
+            return StreamValShard(self, epoch, rank, world_size, limit)  # type: ignore[return-value]
         size = len(self.val_set)
         if self.val is None or (self._val_stream is None and not self.val.shuffle):
             return validation_shard(min(size, limit or size), self.val_batch_size, rank, world_size)
@@ -252,6 +263,8 @@ class RunData:
 
     def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
         train = purpose == "train"
+        if getattr(batches, "is_stream", False):
+            return batches  # a stream's micro-batches, already collated (trainer/streaming/)
         loader = build_loader(
             dataset, batches, self.train_collate if train else self.val_collate,
             self.train_options if train else self.val_options, seed, first_batch, reuse=self._loaders.get(purpose),

@@ -20,6 +20,8 @@ from trainer.module import TrainModule
 from trainer.progress import ProgressBar
 from trainer.rank_logging import rank_zero_warn
 from trainer.run_limits import val_sample_limit
+from trainer.streaming.limits import is_stream
+from trainer.streaming.validation import val_length
 from trainer.tensors import move_to_device
 
 if TYPE_CHECKING:
@@ -61,14 +63,16 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     from trainer.callbacks.callback_list import call_hooks
 
     module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
-    limit = val_sample_limit(run.trainer.limit_val_batches if not sanity else sanity_batches,
-                             run.data.val_batch_size, run.data_parallel_size, len(run.val_set))  # the first samples
+    setting = run.trainer.limit_val_batches if not sanity else sanity_batches
+    limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
+                             val_length(run.val_set, setting))  # the first samples
     shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
     real = len(shards)  # batches of this rank before the lockstep padding below
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
-        shards = shards.padded(len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit)))
+        busiest = shards.busiest() if is_stream(shards) else len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit))
+        shards = shards.padded(busiest)
 
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, "validation_step")

@@ -29,6 +29,7 @@ from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
 from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
+from trainer.streaming.checkpoint import save_stream_state
 from trainer.loggers.redact import redact_secrets
 from trainer.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy
@@ -160,6 +161,7 @@ class CheckpointManager:
         state = get_training_state(run.module, run.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
+        written += save_stream_state(run, staging)  # a streaming dataset's position (trainer/streaming/)
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),

@@ -20,6 +20,7 @@ from trainer.checkpoint.integrity import resolve as resolve_checkpoint
 from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_training_state
 from trainer.data import GlobalBatchPlan
 from trainer.rank_logging import rank_zero_warn
+from trainer.streaming.checkpoint import restore_stream_state
 
 if TYPE_CHECKING:
     from trainer.loop import _Run
@@ -135,6 +136,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
         run.optimizer_steps = progress.get("global_step", run.step)  # from before it was saved: the batches)
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
+    restore_stream_state(run, plan, path)  # a streaming dataset's position (trainer/streaming/)
     _check_schedule_length(run, progress)
     log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, run.step, run.epoch, run.epoch_step)
 
