@@ -202,10 +202,12 @@ def test_validation_bits_per_byte_is_exact(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_gpt_recipe_trains_on_token_shards_from_the_command_line(corpus, tmp_path):
+@pytest.mark.parametrize("recipe", ["gpt", "llama"])
+def test_text_recipes_train_on_token_shards_from_the_command_line(corpus, tmp_path, recipe):
     _, out, _ = corpus
+    extra = ["module.kv_heads=1"] if recipe == "llama" else []  # grouped-query attention: 2 query heads share 1
     result = subprocess.run(
-        [sys.executable, "train.py", "recipe=gpt", f"data.tokens={out}", "trainer.max_steps=3",
+        [sys.executable, "train.py", f"recipe={recipe}", *extra, f"data.tokens={out}", "trainer.max_steps=3",
          "trainer.val_every_n_steps=3", "trainer.log_every_n_steps=1", "data.block_size=32", "module.layers=1",
          "module.width=32", "module.heads=2", "data.batch_size=8", "logger=[jsonl]", "trainer.progress_bar=false",
          f"hydra.run.dir={tmp_path}"],
