@@ -214,3 +214,35 @@ def test_quiet_stream_steps_make_no_host_sync_in_invariant_mode(tmp_path, mode, 
     for step in (3, 6, 7):  # quiet steps (see tests/test_hot_path.py)
         assert windows[step]["syncs"] == syncs, (step, windows[step]["where"])
         assert all(w.startswith("plan.py") for w in windows[step]["where"]), windows[step]["where"]
+
+
+class RandomCollate(StreamRegressor):
+    """A collate that draws random numbers (masking-style): its draws come from generators keyed by
+    the micro-batch's position, so the training's own stream and a resumed run are unaffected."""
+
+    drawn: list = []
+
+    def collate_fn(self, samples):
+        RandomCollate.drawn.append(torch.rand(1).item())
+        return super().collate_fn(samples)
+
+
+def test_stream_guards_and_seeded_collate(tmp_path):
+    # A plain IterableDataset is one shard: workers past the first would read nothing (or lose samples).
+    with pytest.raises(ValueError, match="without the shard protocol.*data.num_workers=2"):
+        new_trainer(tmp_path / "a", batch_size=8, num_workers=2).fit(PlainStreamRegressor())
+    # sharded + drop_last would drop whole shards of the ranks that are not short yet.
+    with pytest.raises(ValueError, match="data.drop_last=true with data.stream_mode=sharded"):
+        new_trainer(tmp_path / "b", batch_size=8, stream_mode="sharded", drop_last=True).fit(StreamRegressor())
+    # sharded: no __len__ estimate (the busiest rank decides the epoch's steps).
+    with pytest.raises(RuntimeError, match="a sharded stream"):
+        new_trainer(tmp_path / "c", batch_size=8, stream_mode="sharded", max_steps=-1, max_epochs=1).fit(
+            type("ShardedNeedsLength", (NeedsLength,), {})(with_len=True))
+    # The collate's draws depend on the position only: two runs draw the same, and not the global stream's.
+    runs = []
+    for name in ("d", "e"):
+        RandomCollate.drawn = []
+        torch.manual_seed(123 if name == "d" else 456)  # a different global state before fit
+        new_trainer(tmp_path / name, batch_size=8, max_steps=3).fit(RandomCollate())
+        runs.append(list(RandomCollate.drawn))
+    assert runs[0] == runs[1] and len(set(runs[0])) == len(runs[0])

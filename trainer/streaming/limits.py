@@ -68,6 +68,7 @@ class StreamLimits(StepLimits):
     def __init__(self, trainer: Any, plan: Any, steps_per_epoch: int | float, manual: bool):
         super().__init__(trainer, steps_per_epoch, manual)
         self.max_epochs = trainer.max_epochs
+        self.sharded = getattr(plan, "mode", None) == "sharded"
         per_epoch = min(steps_per_epoch, plan.estimated_steps or math.inf)
         self.estimate = per_epoch * self.max_epochs if self.max_epochs else math.inf
         if self.max_steps != math.inf:
@@ -78,7 +79,9 @@ class StreamLimits(StepLimits):
             return int(self.estimate)
         if self.manual and self.max_steps != math.inf and not self.epoch_bound:
             return int(self.max_steps)
-        return (f"trainer.estimated_stepping_batches: the training data is a stream without __len__, so the steps of "
+        what = ("a sharded stream (uneven shards: the busiest rank decides an epoch's steps)" if self.sharded
+                else "a stream without __len__")
+        return (f"trainer.estimated_stepping_batches: the training data is {what}, so the steps of "
                 f"trainer.max_epochs={self.max_epochs} epoch(s) are unknown up front; set trainer.max_steps (a schedule "
                 "needs its length), or give the dataset __len__")
 

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import torch
 
 from trainer.data import GlobalBatchPlan, MicroBatch, StepPlan
+from trainer.loaders import _loading_generators
 from trainer.seeding import derive_seed
 from trainer.streaming.loader import stream_loader
 from trainer.streaming.protocol import MODES, check_enough_shards, shard_count, shard_order, shard_samples
@@ -77,8 +78,21 @@ class StreamPlan:
             raise ValueError("persistent_workers=True cannot be honoured with a streaming dataset: its loader is built "
                              "again each epoch (the epoch's shard order goes to the workers); remove persistent_workers")
         self.pin_memory = options.pin_memory and torch.cuda.is_available()
+        name = type(dataset).__name__
+        if self.num_workers > 0 and not callable(getattr(dataset, "shard_samples", None)):
+            # One shard is read by one worker: the others get nothing, and a dataset that splits itself by
+            # get_worker_info() (torch's pattern; a raw Hugging Face IterableDataset) would lose their share.
+            raise ValueError(f"{name} is an IterableDataset without the shard protocol (n_shards + shard_samples), "
+                             f"so it is one shard read by one reader; with data.num_workers={self.num_workers} the "
+                             "other workers would read nothing (or, if it splits itself by get_worker_info(), their "
+                             "samples would be lost): give it the protocol (trainer.ShardedIterable) or num_workers=0")
         if mode == "sharded":
-            check_enough_shards(self.num_shards, world, self.num_workers, type(dataset).__name__)
+            check_enough_shards(self.num_shards, world, self.num_workers, name)
+            if self.drop_last:
+                # The first step short on ANY rank would end the epoch and drop the other ranks' remaining shards.
+                raise ValueError("data.drop_last=true with data.stream_mode=sharded cannot be honoured as a last short "
+                                 "batch: the ranks run short at different steps, so whole shards would be dropped; "
+                                 "remove drop_last (the short steps are weighted exactly) or use stream_mode=invariant")
         self.layouts = GlobalBatchPlan(self.global_batch_size, self.micro_batch_size, self.accumulate, world, self.seed)
         self.steps_per_epoch = math.inf  # the epoch ends where the stream does
         self.estimated_steps = self._estimate()
@@ -89,6 +103,8 @@ class StreamPlan:
         self._pad: Any = None  # a sample for padding micro-batches (sharded)
 
     def _estimate(self) -> int | None:
+        if self.mode == "sharded":  # uneven shards: the busiest rank decides the epoch's steps, unknown up front
+            return None
         try:
             length = len(self.dataset)
         except TypeError:
@@ -136,7 +152,8 @@ class StreamPlan:
             # A loader that ran out is not resumed from its state (a finished StatefulDataLoader would
             # start the epoch again): its position is "exhausted".
             exhausted = exhausted or len(samples) < take
-            plan = self._invariant_step(samples) if self.mode == "invariant" else self._sharded_step(samples, epoch)
+            plan = self._invariant_step(samples, (epoch, step)) if self.mode == "invariant" else \
+                self._sharded_step(samples, epoch, step)
             if plan is None:
                 self.ended.add(epoch)
                 if step == 0:
@@ -148,26 +165,30 @@ class StreamPlan:
             self._states.pop((epoch, step - 3), None)  # the loop may ask for the position one step back
             yield plan
 
-    def _collate(self, samples: list) -> None:
-        batch = self.collate_fn(samples)
+    def _collate(self, samples: list, key: tuple) -> None:
+        # Under generators seeded by the micro-batch's position (as the map-style loaders do): a collate
+        # that draws random numbers neither shifts the training's own stream (dropout) nor differs on resume.
+        with _loading_generators(derive_seed(self.seed, "stream-collate", *key)):
+            batch = self.collate_fn(samples)
         if self.pin_memory:  # data.pin_memory: the copy to the GPU is non-blocking (trainer/train_step.py)
             from torch.utils.data._utils.pin_memory import pin_memory
 
             batch = pin_memory(batch)
         self._queue.append(batch)
 
-    def _invariant_step(self, samples: list) -> StepPlan | None:
+    def _invariant_step(self, samples: list, where: tuple[int, int]) -> StepPlan | None:
         if not samples or (len(samples) < self.global_batch_size and self.drop_last):
             return None
         self._queue.clear()
         micro_batches = []
-        for row in self.layouts.layout(range(len(samples))):
+        for m, row in enumerate(self.layouts.layout(range(len(samples)))):
             mine = row[self.rank]
             micro_batches.append(MicroBatch(tuple(mine) if mine else (0,), len(mine)))
-            self._collate([samples[i] for i in (mine or [0])])  # padding: one real sample, weight 0
+            # padding: one real sample, weight 0; keyed by the cell's first stream position (not the rank)
+            self._collate([samples[i] for i in (mine or [0])], (*where, m, mine[0] if mine else -1))
         return StepPlan(tuple(micro_batches), len(samples))
 
-    def _sharded_step(self, samples: list, epoch: int) -> StepPlan | None:
+    def _sharded_step(self, samples: list, epoch: int, step: int) -> StepPlan | None:
         # The one agreement per step (ruling 14, "stream exhausted"): the step's real samples over ranks.
         count = torch.tensor([len(samples)], dtype=torch.int64, device=self.strategy.device)
         total = int(self.strategy.all_reduce_sum(count).item())
@@ -183,7 +204,7 @@ class StreamPlan:
         for m in range(self.accumulate):
             mine = samples[m * size:(m + 1) * size]
             micro_batches.append(MicroBatch(tuple(range(m * size, m * size + len(mine))) or (0,), len(mine)))
-            self._collate(mine or [self._pad])
+            self._collate(mine or [self._pad], (epoch, step, self.rank, m))
         return StepPlan(tuple(micro_batches), total)
 
     # ----- checkpoints -------------------------------------------------------------------------------------
