@@ -31,9 +31,9 @@ from trainer.checkpoint import CheckpointConfig, CheckpointManager  # noqa: E402
 
 
 def worker(width: int, layers: int, saves: int, folder: str) -> dict | None:
-    from trainer import distributed
-    from trainer.comms_log import CollectiveRecorder
-    from trainer.launch import detect_environment
+    from trainer.runtime import distributed
+    from trainer.runtime.comms_log import CollectiveRecorder
+    from trainer.runtime.launch import detect_environment
     from trainer.strategies.fsdp import FSDPStrategy
 
     strategy = FSDPStrategy(accelerator="cpu", wrap=["Linear"])
@@ -87,7 +87,7 @@ def main() -> None:
     folder = args.dir or tempfile.mkdtemp(prefix="ckpt-commit-")
     os.makedirs(folder, exist_ok=True)
     try:
-        from trainer.launch import spawn
+        from trainer.runtime.launch import spawn
 
         result = spawn(worker, (args.width, args.layers, args.saves, folder), nprocs=2, timeout=timedelta(minutes=10))
     finally:

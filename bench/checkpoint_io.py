@@ -47,7 +47,7 @@ def take_a_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    from trainer.memory import training_state_bytes
+    from trainer.runtime.memory import training_state_bytes
 
     counts = training_state_bytes(model, optimizer)
     return counts["parameters"] + counts["optimizer"]
@@ -73,7 +73,7 @@ def timed_save(root: str, model, optimizer, fmt: str, async_save: bool) -> tuple
 
 
 def timed_load(root: str, model, optimizer, fmt: str) -> float:
-    from trainer import distributed
+    from trainer.runtime import distributed
 
     distributed.barrier()
     start = time.perf_counter()
@@ -106,8 +106,8 @@ def one_process(width: int, layers: int, folder: str) -> list[tuple[str, float, 
 
 
 def two_ranks_worker(width: int, layers: int, folder: str) -> list:
-    from trainer import distributed
-    from trainer.launch import detect_environment
+    from trainer.runtime import distributed
+    from trainer.runtime.launch import detect_environment
     from trainer.strategies.fsdp import FSDPStrategy
 
     strategy = FSDPStrategy(accelerator="cpu", wrap=["Linear"])
@@ -137,7 +137,7 @@ def main() -> None:
     os.makedirs(folder, exist_ok=True)
     try:
         rows, size = one_process(args.width, args.layers, folder)
-        from trainer.launch import spawn
+        from trainer.runtime.launch import spawn
 
         fsdp = spawn(two_ranks_worker, (args.width, args.layers, folder), nprocs=2, timeout=timedelta(minutes=10))
         rows += [(name, size / blocked, size / total, size / load) for name, blocked, total, load in fsdp]

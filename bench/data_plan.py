@@ -25,7 +25,8 @@ import json, resource, sys, time
 import torch
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 baseline = peak()
-from trainer.data import GlobalBatchPlan, derive_seed
+from trainer.data.batch_plan import GlobalBatchPlan
+from trainer.runtime.seeding import derive_seed
 n, batch, ranks, steps, method = int(float(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 plan = GlobalBatchPlan(n, batch // ranks, 1, ranks, seed=0)
 started = time.perf_counter()

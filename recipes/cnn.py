@@ -46,7 +46,7 @@ def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
 class DigitsCNN(TrainModule):
     """Conv-BN-ReLU x 2, max-pool to 4x4, conv-BN-ReLU, global average pool, linear; cross-entropy.
 
-    Batch norm makes it the recipe to try ``trainer.sync_batchnorm`` with: under DDP each rank's
+    Batch norm makes it the recipe to try ``trainer.strategies.sync_batchnorm`` with: under DDP each rank's
     statistics come from its own micro-batch unless they are synchronised.
 
     Args:

@@ -1,7 +1,7 @@
 """A small GAN on handwritten digits with manual optimization: ``python train.py recipe=gan``.
 
 Two networks, two optimizers, stepped by ``training_step`` itself (``automatic_optimization =
-False``, Lightning's manual optimization; see trainer/manual_optimization.py). The data are
+False``, Lightning's manual optimization; see trainer/loop/manual_step.py). The data are
 scikit-learn's 8x8 digits (no download). The latent noise comes with the data: each sample carries
 its own ``z``, drawn once from ``noise_seed``, so the run does not depend on the world size (random
 numbers drawn inside ``training_step`` would be each rank's own).

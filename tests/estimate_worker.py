@@ -39,7 +39,7 @@ class MeasuredRegressor(BlockRegressor):
         def measure_then_zero_grad(*args, **kwargs):
             import torch
 
-            from trainer.memory import training_state_bytes
+            from trainer.runtime.memory import training_state_bytes
 
             rank = torch.distributed.get_rank()
             with open(os.path.join(self.trainer.run_dir, f"memory_rank{rank}.json"), "w") as f:
@@ -51,8 +51,8 @@ class MeasuredRegressor(BlockRegressor):
 
 
 def main(run_dir: str) -> None:
-    from trainer import distributed
-    from trainer.launch import detect_environment
+    from trainer.runtime import distributed
+    from trainer.runtime.launch import detect_environment
     from trainer.strategies import resolve_strategy
 
     # Joined here, once: every fit below uses this group and leaves it to us.

@@ -53,7 +53,7 @@ class Regressor(RegressionModule):
                  count_syncs: bool = False):
         factory = partial(torch.optim.SGD, lr=lr, momentum=0.9) if optimizer == "sgd" else partial(torch.optim.AdamW, lr=lr)
         # Only the default configure_optimizers uses the factory; an override builds its own (a factory
-        # it ignored would be an error: trainer/optimizers.py configure_optimizers).
+        # it ignored would be an error: trainer/optim/optimizers.py configure_optimizers).
         super().__init__(optimizer=factory if type(self).configure_optimizers is TrainModule.configure_optimizers else None)
         self.num_samples, self.val_samples, self.count_syncs = num_samples, val_samples, count_syncs
         torch.manual_seed(0)  # the same initial weights however many modules a test built before
@@ -250,7 +250,7 @@ class BlockRegressor(RegressionModule):
     def on_before_optimizer_step(self, optimizer):
         self.steps += 1
         if self.record_memory and self.steps == 3:  # gradients present, optimizer state allocated
-            from trainer.memory import training_state_bytes
+            from trainer.runtime.memory import training_state_bytes
 
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
             with open(os.path.join(self.trainer.run_dir, f"memory_rank{rank}.json"), "w") as f:

@@ -19,7 +19,7 @@ class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
     counter with ``.item()``: no device sync), plus ``.tolist()`` / ``.numpy()`` of tensors and
     ``.cpu()`` of tensors that are not on the CPU. ``where`` names the caller of each (file:line).
 
-    Not counted: ``.tolist()`` in the data plan (``trainer/data.py``, ``trainer/permutation.py``),
+    Not counted: ``.tolist()`` in the data plan (``trainer/data/batch_plan.py``, ``trainer/data/permutation.py``),
     which turns the plan's own CPU index tensors into a loader's sample indices: no tensor the step
     produced, never on a device."""
 
@@ -98,7 +98,7 @@ class HotPathProbe(Callback):
         self._modes: tuple | None = None
 
     def _start(self) -> None:
-        from trainer.comms_log import CollectiveRecorder
+        from trainer.runtime.comms_log import CollectiveRecorder
 
         syncs, collectives = HostSyncCounter(), CollectiveRecorder()
         syncs.__enter__()

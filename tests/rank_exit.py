@@ -1,6 +1,6 @@
 """How a rank's end shows on stderr when it goes wrong (shared by the multi-process tests)."""
 
-#: the gloo abort at interpreter exit, and trainer/distributed.py's warning that a destroyed process
+#: the gloo abort at interpreter exit, and trainer/runtime/distributed.py's warning that a destroyed process
 #: group was still referenced as the rank ended (its threads then live into the finalization)
 PROBLEMS = ("terminate called", "SIGABRT", "still referenced as this rank ends")
 

@@ -196,7 +196,7 @@ def test_checkpoint_hooks_add_to_the_checkpoint_and_get_it_back(tmp_path):
 def test_module_hooks_of_lightnings_shape_without_arguments_are_called(tmp_path):
     # A LightningModule's on_train_epoch_end(self) / on_validation_end(self) take no argument; ours
     # pass the epoch / the metrics. Both shapes are called; a wrong shape still raises.
-    from trainer.module_hooks import call_module_hook
+    from trainer.api.hook_calls import call_module_hook
 
     class LightningShaped(Regressor):
         def __init__(self):

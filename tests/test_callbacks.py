@@ -24,9 +24,9 @@ from omegaconf import OmegaConf
 from helpers import REPO, Regressor, read_metrics, run_trainer
 from trainer import Trainer
 from trainer.callbacks import Callback, EarlyStopping, LearningRateMonitor, Timer, parse_duration, run_of
-from trainer.cli import build
-from trainer.launch import WorkerFailed
-from trainer.schedules import warmup_cosine
+from trainer.cli.hydra_app import build
+from trainer.runtime.launch import WorkerFailed
+from trainer.optim.schedules import warmup_cosine
 
 pytestmark = pytest.mark.timeout(240)
 DDP = dict(strategy="ddp", devices=2, batch_size=4, collective_timeout_s=60)
@@ -178,7 +178,7 @@ def test_missing_monitor_key_is_a_clear_error_on_every_rank(tmp_path):
 
 # ----- hook order ----------------------------------------------------------------------------------------------------
 def module_then_callback(*hooks):
-    """The documented order (trainer/callbacks/base.py): each hook on the module, then on the callbacks."""
+    """The documented order (trainer/api/callback.py): each hook on the module, then on the callbacks."""
     return [(owner, hook, argument) for hook, argument in hooks for owner in ("module", "callback")]
 
 

@@ -322,7 +322,7 @@ def _free_port():
 
 
 def test_restarted_attempt_reuses_first_run_dir(tmp_path, monkeypatch):
-    from trainer import elastic
+    from trainer.runtime import elastic
 
     monkeypatch.chdir(tmp_path)
     first = {"TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "0"}

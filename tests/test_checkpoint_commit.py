@@ -51,7 +51,7 @@ def _worker(rank, port, root):
     import torch.distributed.checkpoint as dcp
 
     from trainer.checkpoint.state import get_training_state
-    from trainer.comms_log import CollectiveRecorder
+    from trainer.runtime.comms_log import CollectiveRecorder
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     report = {}

@@ -13,7 +13,7 @@ import torch
 from helpers import read_metrics
 from recipes.cnn import DigitsCNN, digits_split
 from trainer import Trainer
-from trainer.schedules import warmup_cosine
+from trainer.optim.schedules import warmup_cosine
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers import BlockRegressor, fit
-from trainer.comms_log import GRADIENT_KIND
+from trainer.runtime.comms_log import GRADIENT_KIND
 from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(240)

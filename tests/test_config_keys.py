@@ -1,7 +1,7 @@
 """Every config key a user adds is read, refused with an error, or (top level only) warned about
 once (ruling General, issue 12); warnings that every rank gives alike are logged once, by rank 0.
 
-Most checks build in process with Hydra's compose API (``trainer.cli.build``, nothing trained);
+Most checks build in process with Hydra's compose API (``trainer.cli.hydra_app.build``, nothing trained);
 one short two-process run checks the rank-0 warnings end to end.
 """
 
@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 from helpers import REPO
-from trainer.cli import TOP_LEVEL_KEYS, build
+from trainer.cli.hydra_app import TOP_LEVEL_KEYS, build
 
 CONF_DIR = os.path.join(REPO, "conf")
 

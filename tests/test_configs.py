@@ -3,7 +3,7 @@
 The groups and their options are discovered from the yaml files in ``conf/`` (nothing is listed
 by hand): a new ``conf/<group>/<option>.yaml`` is picked up automatically. Every combination of
 one option per group is composed with Hydra's compose API, resolved once (as ``train.py`` does)
-and instantiated with ``trainer.cli.build``; the optimizer and scheduler factories are then
+and instantiated with ``trainer.cli.hydra_app.build``; the optimizer and scheduler factories are then
 called on the module's real parameters. Nothing is trained and no process is started, so this
 runs in seconds.
 
@@ -26,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import trainer
-from trainer.cli import build
+from trainer.cli.hydra_app import build
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 PRIMARY = "config"
@@ -128,7 +128,7 @@ def test_config_composes_and_builds(overrides, tmp_path):
         scheduler.step()
 
     # The path the trainer itself takes (a list of optimizers under manual optimization: recipe=gan).
-    from trainer.optimizers import configure_optimizers
+    from trainer.optim.optimizers import configure_optimizers
 
     optimizers, _ = configure_optimizers(module)
     for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.data import GlobalBatchPlan, validation_shard
-from trainer.permutation import IndexPermutation
+from trainer.data.batch_plan import GlobalBatchPlan, validation_shard
+from trainer.data.permutation import IndexPermutation
 
 
 def samples_of_step(plan: GlobalBatchPlan, epoch: int, step: int) -> list[int]:
@@ -142,7 +142,8 @@ import json, resource, time
 import torch
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 baseline = peak()  # after import torch
-from trainer.data import GlobalBatchPlan, LoaderOptions, build_loader
+from trainer.data.batch_plan import GlobalBatchPlan
+from trainer.data.loaders import LoaderOptions, build_loader
 class Big(torch.utils.data.Dataset):
     def __len__(self): return 10**8
     def __getitem__(self, i): return torch.tensor([i])

@@ -64,7 +64,7 @@ def trainer(tmp_path, name, **args):
 def test_datamodule_hooks_and_stages_in_one_process(tmp_path, caplog):
     datamodule, module = Regressions(), Steps()
     fitted = trainer(tmp_path, "one", batch_size=16)
-    with caplog.at_level(logging.WARNING, logger="trainer.datamodule"):
+    with caplog.at_level(logging.WARNING, logger="trainer.api.datamodule"):
         fitted.fit(module, datamodule=datamodule)
     # Regressor defines train_dataset(): the datamodule's wins, and the warning says so.
     assert "Steps.train_dataset(), Steps.val_dataset() not called: the datamodule Regressions gives that data" in caplog.text

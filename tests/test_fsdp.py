@@ -13,7 +13,8 @@ import torch
 from helpers import BlockRegressor, fit
 from rank_exit import assert_ranks_ended_cleanly
 from same_training import assert_same_training
-from trainer import Trainer, distributed
+from trainer import Trainer
+from trainer.runtime import distributed
 from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(300)

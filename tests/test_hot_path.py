@@ -9,7 +9,7 @@ import pytest
 
 from helpers import FusedAdamWTokens, HotPathProbe, OverflowAt, PythonCountTokens, VariableLengthTokens, read_hot_path, run_trainer
 from trainer.checkpoint import layout
-from trainer.comms_log import GRADIENT_KIND, OVERFLOW_KIND, TOKEN_COUNT_KIND
+from trainer.runtime.comms_log import GRADIENT_KIND, OVERFLOW_KIND, TOKEN_COUNT_KIND
 from trainer.precision import Precision
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.fsdp import FSDPStrategy

@@ -110,7 +110,7 @@ def test_a_chain_of_inits_keeps_the_most_derived_values():
 
 
 def test_a_value_that_cannot_be_saved_is_skipped_with_a_warning_naming_it(caplog):
-    with caplog.at_level(logging.WARNING, logger="trainer.hparams"):
+    with caplog.at_level(logging.WARNING, logger="trainer.api.hparams"):
         module = WithLayer(lr=0.2, layer=torch.nn.Linear(2, 2))
     assert dict(module.hparams) == {"lr": 0.2}
     assert "'layer' (a Linear) is not saved" in caplog.text and "ignore=['layer']" in caplog.text

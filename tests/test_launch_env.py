@@ -1,6 +1,6 @@
 """Launcher detection from environment variables (no processes started)."""
 
-from trainer.launch import detect_environment, expand_slurm_nodelist, strip_local_rank_argument
+from trainer.runtime.launch import detect_environment, expand_slurm_nodelist, strip_local_rank_argument
 
 
 def test_plain_run_has_no_launcher():

@@ -18,8 +18,8 @@ import torch
 from helpers import REPO, Regressor, read_metrics, run_trainer, train_losses
 from test_config_keys import composed
 from trainer import Trainer
-from trainer.cli import build
-from trainer.lightning_names import resolve_devices
+from trainer.cli.hydra_app import build
+from trainer.api.lightning_names import resolve_devices
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -22,8 +22,8 @@ from same_training import assert_same_training
 from test_launch_cli import TRAIN, run
 from trainer.strategies.fsdp import FSDPStrategy
 from trainer.strategies.pipeline import PipelineStrategy
-from trainer.weight_init import WeightInit, has_meta_tensors
-from trainer.wrap_policy import select_units
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.wrap_policy import select_units
 
 pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -49,7 +49,7 @@ def compose(overrides: list[str]) -> dict:
     ids=["default", "three", "one", "none"],
 )
 def test_logger_group_selects_backends_with_their_options(overrides, expected, tmp_path):
-    from trainer.cli import build
+    from trainer.cli.hydra_app import build
 
     config = compose(["recipe=mlp"] + overrides)
     built, _ = build(config, str(tmp_path))
@@ -59,7 +59,7 @@ def test_logger_group_selects_backends_with_their_options(overrides, expected, t
 
 
 def test_logger_option_override_reaches_the_backend(tmp_path):
-    from trainer.cli import build
+    from trainer.cli.hydra_app import build
 
     config = compose(["recipe=mlp", "logger=[jsonl,wandb]", "logger.wandb.project=demo", "logger.wandb.mode=offline"])
     built, _ = build(config, str(tmp_path))

@@ -30,7 +30,7 @@ from trainer.loggers import (
     build_loggers,
     redact_secrets,
 )
-from trainer.loggers.redact import is_secret_key, redact_argv
+from trainer.runtime.redact import is_secret_key, redact_argv
 from trainer.loggers.wandb_logger import PROXY_VARIABLES, RUN_ID_FILE, adopt_run_id, resolve_mode
 
 pytestmark = pytest.mark.timeout(120)

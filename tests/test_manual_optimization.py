@@ -17,8 +17,8 @@ import torch
 from helpers import REPO, HotPathProbe, read_hot_path, read_metrics, run_trainer
 from manual_modules import CountingGAN, HandAccumulatingGAN, OverflowingGAN, tiny_gan
 from recipes.gan import DigitsGAN
-from trainer.comms_log import GRADIENT_KIND
-from trainer.optimizers import split_manual, split_optimizers
+from trainer.runtime.comms_log import GRADIENT_KIND
+from trainer.optim.optimizers import split_manual, split_optimizers
 from trainer.precision import Precision
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.fsdp import FSDPStrategy
@@ -196,7 +196,7 @@ def test_bf16_and_a_step_that_returns_nothing(tmp_path):
 def test_manual_refusals_of_strategies_and_normalisation():
     from types import SimpleNamespace
 
-    from trainer.manual_optimization import check_manual_setup
+    from trainer.loop.manual_step import check_manual_setup
 
     trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None, loss_normalization="samples")
     plain = SimpleNamespace(owns_step=False, name="ddp", zero1=False)
@@ -264,7 +264,7 @@ def test_global_step_counts_optimizer_steps_and_resumes(tmp_path, caplog):
         losses = [(r["step"], r["train/d_loss"], r["train/g_loss"]) for r in read_metrics(str(run_dir)) if "train/d_loss" in r]
         return trainer, gan, losses
 
-    with caplog.at_level(logging.WARNING, logger="trainer.loop"):
+    with caplog.at_level(logging.WARNING, logger="trainer.loop.rank_run"):
         trainer, straight, straight_losses = fit(tmp_path / "straight", checkpoint=dict(every_n_steps=2, keep_last=None))
     assert trainer.global_step == straight.global_step == 6 and straight.seen == [(0, 2), (2, 4), (4, 6)]
     assert [step for step, *_ in straight_losses] == [1, 2, 3] and straight.estimated == 6

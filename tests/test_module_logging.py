@@ -1,4 +1,4 @@
-"""``self.log`` / ``self.log_dict`` (trainer/module_logging.py): Lightning's names and defaults, values
+"""``self.log`` / ``self.log_dict`` (trainer/loop/log_collector.py): Lightning's names and defaults, values
 against a hand computation, one process == 2 DDP ranks, reduce_fx, sync_dist=False, prog_bar,
 logger=False, monitors on logged names, refusals, and the hot path with a module that logs every step."""
 

@@ -1,5 +1,5 @@
-"""What configure_optimizers may return, and when the schedulers step (trainer/optimizers.py,
-trainer/lr_scheduling.py): Lightning's single-optimizer shapes are accepted, everything else is an
+"""What configure_optimizers may return, and when the schedulers step (trainer/optim/optimizers.py,
+trainer/optim/lr_scheduling.py): Lightning's single-optimizer shapes are accepted, everything else is an
 error naming it; interval / frequency / ReduceLROnPlateau are honoured, and a resumed run steps its
 schedulers exactly as an uninterrupted one.
 
@@ -19,8 +19,8 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau, StepLR
 from helpers import HostSyncCounter, OverflowAt, Regressor, read_metrics, run_trainer
 from trainer.callbacks import LearningRateMonitor
 from trainer.checkpoint import layout
-from trainer.lr_scheduling import LRScheduling
-from trainer.optimizers import split_optimizers
+from trainer.optim.lr_scheduling import LRScheduling
+from trainer.optim.optimizers import split_optimizers
 from trainer.precision import Precision
 
 pytestmark = pytest.mark.timeout(120)

@@ -34,8 +34,8 @@ def assert_same(a, b):
 def test_rank_zero_first_local_uses_the_cluster_environment_under_slurm(monkeypatch):
     # Plain srun sets SLURM_LOCALID, not LOCAL_RANK: the first task on the second node (global
     # rank 2 of 2 nodes x 2 tasks) is that node's local rank 0 and must prepare its data first.
-    from trainer import distributed
-    from trainer.launch import detect_environment
+    from trainer.runtime import distributed
+    from trainer.runtime.launch import detect_environment
 
     env = detect_environment({"SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
                               "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "7"})
@@ -98,7 +98,8 @@ def test_pipeline_init_from_loads_each_stage_from_the_full_file(tmp_path):
 
 # ----- 9: sync batch norm under pipeline is refused before any worker starts ---------------------------------------
 def test_pipeline_sync_batchnorm_is_refused_before_the_workers_start(tmp_path, monkeypatch):
-    from trainer import Trainer, launch
+    from trainer import Trainer
+    from trainer.runtime import launch
 
     monkeypatch.setattr(launch, "spawn", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(ValueError, match=r"trainer.sync_batchnorm=true is not supported with strategy=pipeline: .*"
@@ -165,7 +166,7 @@ def test_pipeline_random_augmentation_equals_one_process(tmp_path, workers):
 def test_loading_without_workers_leaves_the_training_stream_alone():
     # Main-process loading draws from per-batch seeds and puts the generators back: the stream
     # dropout draws from is the same whether or not (and however much) the loader drew.
-    from trainer.data import LoaderOptions, build_loader
+    from trainer.data.loaders import LoaderOptions, build_loader
 
     data = NoisyPairs(torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8, 1)))
     torch.manual_seed(5)
@@ -180,7 +181,7 @@ def test_loading_without_workers_leaves_the_training_stream_alone():
 def _cuda_padding_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from trainer.sync_batchnorm import convert_sync_batchnorm, padding_micro_batch
+    from trainer.strategies.sync_batchnorm import convert_sync_batchnorm, padding_micro_batch
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     torch.manual_seed(0)
@@ -221,7 +222,7 @@ def test_cuda_sync_batchnorm_ignores_padding_micro_batches(tmp_path):
 def test_comms_log_labels_sync_batchnorm_apart_from_gradients(tmp_path):
     import json
 
-    from trainer.comms_log import GRADIENT_KIND, SYNC_BN_KIND
+    from trainer.runtime.comms_log import GRADIENT_KIND, SYNC_BN_KIND
 
     fit(tmp_path, NormedRegressor(num_samples=32), strategy="ddp", devices=2, batch_size=4, max_steps=4,
         accumulate_grad_batches=2, sync_batchnorm=True, log_every_n_steps=100, profile={"comms_steps": [3, 3]})

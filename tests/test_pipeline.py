@@ -113,7 +113,7 @@ def test_pipeline_by_sharded_data_parallel_equals_one_process(single, tmp_path, 
 def test_precision_and_speedups_equal_one_process(tmp_path, options):
     # The reference accumulates 4 micro-batches of 4, as the pipeline's microbatches: low-precision
     # matmuls then round alike (fp16-mixed also skips the same overflowing steps).
-    # The reference runs with a spawned worker's intra-op threads (cores // 2 here, trainer/launch.py):
+    # The reference runs with a spawned worker's intra-op threads (cores // 2 here, trainer/runtime/launch.py):
     # low-precision matmuls sum in another order on another thread count.
     steps, threads = 10, torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))

@@ -109,8 +109,8 @@ def test_nan_loss_can_be_ignored(tmp_path):
 
 # ----- activation checkpointing and compile ------------------------------------------------------------------
 def test_activation_checkpointing_gives_identical_gradients():
-    from trainer.speedups import apply_activation_checkpointing
-    from trainer.wrap_policy import select_units
+    from trainer.strategies.speedups import apply_activation_checkpointing
+    from trainer.strategies.wrap_policy import select_units
 
     def gradients(checkpointed):
         module = small_gpt()

@@ -21,8 +21,8 @@ from torch import nn
 from helpers import REPO, BlockRegressor, CheckpointedRegressor, Regressor, fit, read_metrics, run_trainer
 from trainer import Trainer
 from trainer.checkpoint import layout
-from trainer.data import derive_seed
-from trainer.schedules import warmup_cosine
+from trainer.runtime.seeding import derive_seed
+from trainer.optim.schedules import warmup_cosine
 from trainer.strategies import resolve_strategy
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,6 +1,6 @@
 """No secret typed on the command line or read from the environment reaches a file of the run
 directory: checkpoints (``trainer_state.json``), Hydra's ``.hydra/*.yaml`` and ``multirun.yaml``,
-``train.log``, metrics. Same rules as the loggers (trainer/loggers/redact.py)."""
+``train.log``, metrics. Same rules as the loggers (trainer/runtime/redact.py)."""
 
 from __future__ import annotations
 

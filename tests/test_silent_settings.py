@@ -15,7 +15,7 @@ import torch
 from helpers import Regressor, run_trainer
 from trainer import Trainer
 from trainer.callbacks import EarlyStopping
-from trainer.module import TrainModule
+from trainer.api.module import TrainModule
 from trainer.strategies.single import SingleDeviceStrategy
 
 

@@ -1,4 +1,4 @@
-"""Streaming (iterable) datasets (trainer/streaming/): invariant mode equals one process on any world
+"""Streaming (iterable) datasets (trainer/data/streaming/): invariant mode equals one process on any world
 size and resumes exactly after kill -9, also on another world size; sharded mode reads every sample
 exactly once per epoch over ranks and workers and resumes bitwise on the same world size; clear errors.
 

@@ -1,6 +1,6 @@
 """SyncBatchNorm on 2 CPU ranks (gloo) == one BatchNorm over the concatenated batch in one process.
 
-All multi-rank work runs in one spawn of 2 workers (``trainer.launch.spawn``, 127.0.0.1, gloo,
+All multi-rank work runs in one spawn of 2 workers (``trainer.runtime.launch.spawn``, 127.0.0.1, gloo,
 every collective with a 60 s process-group timeout); the single-process references are computed
 here. Each rank backpropagates what the trainer backpropagates: its local mean loss x
 ``n_local x W / N`` (for equal local batches, just the local mean over 16). The sum over ranks of
@@ -38,8 +38,8 @@ from torch import nn
 from helpers import train_losses
 from recipes.cnn import DigitsCNN
 from trainer import Trainer
-from trainer.launch import spawn
-from trainer.sync_batchnorm import SyncBatchNorm, SyncBatchNorm1d, convert_sync_batchnorm
+from trainer.runtime.launch import spawn
+from trainer.strategies.sync_batchnorm import SyncBatchNorm, SyncBatchNorm1d, convert_sync_batchnorm
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -327,7 +327,7 @@ def test_synced_forward_reads_nothing_back_with_two_or_more_samples(monkeypatch)
     momentum=None and 2+ samples make no host read (a sync per layer on a GPU) and match BatchNorm;
     1 sample in all reads the count and is refused."""
     from helpers import HostSyncCounter
-    from trainer import sync_batchnorm
+    from trainer.strategies import sync_batchnorm
 
     monkeypatch.setattr(sync_batchnorm, "_group_size", lambda group: 2)
     monkeypatch.setattr(sync_batchnorm.dist, "all_reduce", lambda tensor, group=None: None)

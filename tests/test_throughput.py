@@ -8,7 +8,7 @@ import torch
 
 from helpers import BlockRegressor, fit, read_metrics, run_trainer
 from recipes.gpt import GPTModule
-from trainer.throughput import Throughput, peak_tflops
+from trainer.observe.throughput import Throughput, peak_tflops
 
 pytestmark = pytest.mark.timeout(300)
 LAYERS, WIDTH, BLOCK, BATCH = 2, 64, 32, 8

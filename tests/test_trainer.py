@@ -9,7 +9,7 @@ import torch
 from helpers import MismatchedMetrics, PrepareDataRecorder, Regressor, VariableLengthTokens, fit, read_metrics
 from rank_exit import assert_ranks_ended_cleanly
 from trainer import Trainer
-from trainer.launch import WorkerFailed
+from trainer.runtime.launch import WorkerFailed
 from trainer.strategies.pipeline import PipelineStrategy
 
 pytestmark = pytest.mark.timeout(240)
@@ -70,7 +70,7 @@ def test_mismatched_metric_keys_fail_with_a_message_not_a_hang(tmp_path):
 def test_scheduler_steps_once_per_optimizer_step(tmp_path):
     from functools import partial
 
-    from trainer.schedules import warmup_cosine
+    from trainer.optim.schedules import warmup_cosine
 
     module = Regressor()
     module.scheduler_factory = partial(warmup_cosine, warmup_steps=2, total_steps=6, min_lr_ratio=0.1)

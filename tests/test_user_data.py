@@ -275,7 +275,7 @@ def test_worker_settings_are_honoured(tmp_path):
     assert len(seen(tmp_path / "run")["steps"]) == 6
     # worker_init_fn ran in each of the 2 workers, once: they persisted into the second epoch.
     assert len(os.listdir(tmp_path / "workers")) == 2
-    from trainer.data import LoaderOptions, build_loader
+    from trainer.data.loaders import LoaderOptions, build_loader
 
     loader = build_loader(labelled_data(), [[0, 1]], lambda s: s, LoaderOptions(num_workers=2, prefetch_factor=3,
                           pin_memory=True, persistent_workers=True, timeout=5), seed=0)
@@ -300,14 +300,14 @@ class OwnBatches(Sampler):
     (lambda d: DataLoader(d, batch_size=4, num_workers=1, in_order=False), "in_order=False"),
 ])
 def test_loader_settings_that_cannot_be_honoured_are_refused(make, message):
-    from trainer.user_loader import read_loader
+    from trainer.data.user_loader import read_loader
 
     with pytest.raises(ValueError, match=re.escape(message)):
         read_loader(make(labelled_data(8)), "train_dataloader()")
 
 
 def test_honoured_loader_reading():
-    from trainer.user_loader import read_loader
+    from trainer.data.user_loader import read_loader
 
     data = labelled_data(8)
     assert read_loader(DataLoader(data, batch_size=4, shuffle=True), "x").shuffle
@@ -348,7 +348,7 @@ def test_val_dataloader_is_validated_on_with_its_own_batch_size(tmp_path):
 
 
 def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused():
-    from trainer.user_loader import RunData
+    from trainer.data.user_loader import RunData
 
     class WithSampler(LoaderModule):
         def val_dataloader(self):

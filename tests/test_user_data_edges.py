@@ -18,7 +18,7 @@ from trainer import Trainer
 pytestmark = pytest.mark.timeout(240)
 
 
-# ----- item 15: an IterableDataset (a stream: trainer/streaming/, tests/test_streaming.py) -----------------------
+# ----- item 15: an IterableDataset (a stream: trainer/data/streaming/, tests/test_streaming.py) -----------------------
 class Stream(IterableDataset):
     def __iter__(self):
         return iter(labelled_data())
@@ -69,7 +69,7 @@ def test_a_global_batch_larger_than_the_dataset_is_reported_truly(tmp_path, capl
 
 
 def test_global_batch_size_with_the_loader_batch_size():
-    from trainer.user_loader import RunData
+    from trainer.data.user_loader import RunData
 
     # data.batch_size unset: data.global_batch_size is checked against the loader's batch size.
     trainer = Trainer(global_batch_size=48)

@@ -6,8 +6,8 @@ from torch import nn
 
 from helpers import BlockRegressor, ResidualBlock
 from recipes.gpt import Block, GPTModule
-from trainer.weight_init import WeightInit, has_meta_tensors
-from trainer.wrap_policy import describe_units, select_units
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.wrap_policy import describe_units, select_units
 
 
 def built(module):

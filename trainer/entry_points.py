@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer.datamodule import check_datamodule
-from trainer.module import TrainModule
+from trainer.api.datamodule import check_datamodule
+from trainer.api.module import TrainModule
 
 if TYPE_CHECKING:
-    from trainer.datamodule import DataModule
+    from trainer.api.datamodule import DataModule
     from trainer.trainer import Trainer
 
 
 def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataModule | None,
                  mode: str) -> TrainModule:
-    """The module ``mode`` runs, with ``trainer.datamodule`` and ``trainer.stage`` set for the call.
+    """The module ``mode`` runs, with ``trainer.api.datamodule`` and ``trainer.stage`` set for the call.
 
     ``module=None`` (validate / test / predict) reuses the module of this trainer's last ``fit``,
     and then ``datamodule=None`` reuses that fit's datamodule too; a module given explicitly runs

@@ -8,27 +8,27 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
-from trainer.batch_size_finder import AutoBatchSize
+from trainer.loop.batch_size_finder import AutoBatchSize
 from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
-from trainer.checkpoint.resume import resolve_ckpt_path
-from trainer.launch import ClusterEnvironment, detect_environment, spawn
-from trainer.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
-from trainer.lightning_names import unknown_argument_error
+from trainer.loop.resume import resolve_ckpt_path
+from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
+from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
+from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.entry_points import launch_result, remember_fitted, resolve_call
-from trainer.lightning_hooks import refuse_unknown_hooks
-from trainer.module import TrainModule
+from trainer.api.lightning_hooks import refuse_unknown_hooks
+from trainer.api.module import TrainModule
 from trainer.precision import Precision
-from trainer.rank_logging import rank_zero_warn
-from trainer.run_state import TrainerRunState
-from trainer import run_limits
+from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.api.run_state import TrainerRunState
+from trainer.loop import run_limits
 from trainer.strategies import Strategy, resolve_strategy
-from trainer.streaming.protocol import MODES as STREAM_MODES
-from trainer.trainer_arguments import check_arguments, profile_options
-from trainer.trainer_arguments import is_int as _is_int, require as _require
-from trainer.user_loader import DEFAULT_BATCH_SIZE
-from trainer.weights_return import receive_result, refuse_stale_module
+from trainer.data.streaming.protocol import MODES as STREAM_MODES
+from trainer.api.trainer_arguments import check_arguments, profile_options
+from trainer.api.trainer_arguments import is_int as _is_int, require as _require
+from trainer.data.user_loader import DEFAULT_BATCH_SIZE
+from trainer.loop.weights_return import receive_result, refuse_stale_module
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Trainer(TrainerRunState):
         accelerator: "auto" (GPU if present), "cpu" or "cuda".
         max_steps: optimizer steps to run, ``global_step`` (-1: no limit, then ``max_epochs`` decides);
             under manual optimization the module's ``opt.step()`` calls: the run stops after the
-            batch that reaches it (trainer/step_limits.py).
+            batch that reaches it (trainer/loop/step_limits.py).
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
         max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
             :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).
@@ -68,10 +68,10 @@ class Trainer(TrainerRunState):
             different from the loader's: an error.
         num_workers / pin_memory: DataLoader settings; None (unset): ``train_dataloader()``'s, else
             0 / False; set and different from the loader's: an error. What else is taken from a
-            user's DataLoader, and what is refused: ``trainer/user_loader.py``.
+            user's DataLoader, and what is refused: ``trainer/data/user_loader.py``.
         stream_mode: for an ``IterableDataset`` (a stream): "invariant" (every rank reads the whole
             stream; equal to one process on any world size) or "sharded" (each rank reads its own
-            shards; not equal to one process). See ``trainer/streaming/``.
+            shards; not equal to one process). See ``trainer/data/streaming/``.
         run_dir: where logs go (Hydra's run directory under ``train.py``; default ``runs/<time>``).
         loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
@@ -80,7 +80,7 @@ class Trainer(TrainerRunState):
         progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
-            data-parallel ranks (works on CPU / gloo too); see ``trainer/sync_batchnorm.py``.
+            data-parallel ranks (works on CPU / gloo too); see ``trainer/strategies/sync_batchnorm.py``.
         precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
             or a :class:`~trainer.precision.Precision` with the loss-scaler settings. Lightning's
             names mean the same: "32" / "32-true" / 32, "16-mixed" / 16, "bf16-mixed", "bf16-true".
@@ -115,14 +115,14 @@ class Trainer(TrainerRunState):
         auto_batch_size, auto_batch_size_limit_gb, auto_batch_size_margin, auto_batch_size_max: the
             batch-size finder (single, ddp, fsdp): measured trial steps pick the largest micro-batch whose
             peak memory is at most limit (GiB; required on CPU, default the GPU's) x (1 - margin), up to
-            max; ``batch_size`` holds the choice once fit started (``trainer/batch_size_finder.py``).
+            max; ``batch_size`` holds the choice once fit started (``trainer/loop/batch_size_finder.py``).
         fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
         num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
-            (world-size independent) in ``trainer/run_limits.py``'s docstring.
+            (world-size independent) in ``trainer/loop/run_limits.py``'s docstring.
         Another argument (Lightning's ``logger=``, ``enable_checkpointing=``, a typo) is a TypeError
-        naming ours (``trainer/lightning_names.py``).
+        naming ours (``trainer/api/lightning_names.py``).
 
-    Run state during and after a run (``trainer/run_state.py``): ``global_step``, ``current_epoch``,
+    Run state during and after a run (``trainer/api/run_state.py``): ``global_step``, ``current_epoch``,
     ``is_global_zero``, ``logged_metrics``, ``callback_metrics``, ``log_dir``, ``optimizers``,
     ``lr_schedulers``, ``estimated_stepping_batches``, ``should_stop`` (settable).
 
@@ -259,7 +259,7 @@ class Trainer(TrainerRunState):
                  f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
                  f"{self.strategy.sync_batchnorm_refusal}")
         #: data.batch_size / drop_last / num_workers / pin_memory as given (None: unset), resolved at fit
-        #: against train_dataloader() (trainer/user_loader.py, ruling 12.3)
+        #: against train_dataloader() (trainer/data/user_loader.py, ruling 12.3)
         self.data_args = {"batch_size": batch_size, "drop_last": drop_last, "num_workers": num_workers, "pin_memory": pin_memory}
         self._global_batch_arg, self._accumulate_arg = global_batch_size, accumulate_grad_batches
         # Until fit reads the module's loader, the defaults (checked now when the batch size is given).
@@ -385,7 +385,7 @@ class Trainer(TrainerRunState):
         self.strategy.check_world_size(env.world_size, env.local_world_size)
 
     def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
-        from trainer.loop import run_on_rank
+        from trainer.loop.rank_run import run_on_rank
 
         return run_on_rank(self, module, mode, env)
 

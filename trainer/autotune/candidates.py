@@ -118,7 +118,7 @@ def model_has_blocks(module_config: Any) -> bool:
     import torch
     from hydra.utils import instantiate
 
-    from trainer.wrap_policy import select_units
+    from trainer.strategies.wrap_policy import select_units
 
     with torch.device("meta"):
         module = instantiate(module_config)

@@ -3,7 +3,7 @@
 Isolation: a candidate that crashes, runs out of memory or is killed is a row ``failed: <reason>``;
 the autotuner goes on with the next one.
 
-Throughput is read from what the trainer logs (trainer/throughput.py via the jsonl logger): each
+Throughput is read from what the trainer logs (trainer/observe/throughput.py via the jsonl logger): each
 logging step logs ``perf/step_time_s`` and ``perf/samples_per_s`` over the steps since the previous
 one. A trial logs every ``warmup_steps`` steps and runs ``warmup_steps + steps``; the first window
 (the warm-up, with the first step's one-off costs) is dropped and the rest are summed:

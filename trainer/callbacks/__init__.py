@@ -2,7 +2,7 @@
 
 ``Trainer(callbacks=[LearningRateMonitor(), EarlyStopping(monitor="val/loss")])``, or from the
 command line ``python train.py callbacks=[lr_monitor,early_stopping]`` (``conf/callbacks/``).
-The hook order is documented once, in ``trainer/callbacks/base.py``.
+The hook order is documented once, in ``trainer/api/callback.py``.
 
 Files: ``base.py`` (the ``Callback`` interface and the hook order), ``callback_list.py`` (one run's
 callbacks: calling them in order, stop requests, their checkpoint state), ``hook_shapes.py`` (refuses
@@ -10,7 +10,7 @@ a callback whose hooks have the earlier shapes), and one file per built-in callb
 (``LearningRateMonitor``), ``early_stopping.py`` (``EarlyStopping``), ``timer.py`` (``Timer``).
 """
 
-from trainer.callbacks.base import Callback, run_of
+from trainer.api.callback import Callback, run_of
 from trainer.callbacks.callback_list import CallbackList, check_callbacks
 from trainer.callbacks.early_stopping import EarlyStopping
 from trainer.callbacks.lr_monitor import LearningRateMonitor

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Sequence
 
-from trainer import distributed
-from trainer.callbacks.base import Callback
+from trainer.runtime import distributed
+from trainer.api.callback import Callback
 from trainer.callbacks.hook_shapes import check_hook_shapes
-from trainer.lightning_hooks import refuse_unknown_hooks
+from trainer.api.lightning_hooks import refuse_unknown_hooks
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import logging
 import math
 from typing import Any
 
-from trainer.callbacks.base import Callback, run_of
-from trainer.rank_logging import rank_zero_warn
+from trainer.api.callback import Callback, run_of
+from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
 

@@ -45,4 +45,4 @@ def check_hook_shapes(callback: Any, base: type) -> None:
             shape = f"{hook}(self, {', '.join(arguments)})"
             raise TypeError(f"{type(callback).__name__}.{hook} does not take ({', '.join(arguments)}): callback hooks "
                             f"have Lightning's shape {shape}; what the former 'run' argument gave is "
-                            "trainer.callbacks.run_of(trainer) (see trainer/callbacks/base.py)")
+                            "trainer.callbacks.run_of(trainer) (see trainer/api/callback.py)")

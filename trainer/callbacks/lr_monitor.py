@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.callbacks.base import Callback, run_of
+from trainer.api.callback import Callback, run_of
 
 
 class LearningRateMonitor(Callback):

@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping
 
-from trainer.callbacks.base import Callback, run_of
+from trainer.api.callback import Callback, run_of
 
 
 def parse_duration(value: Any) -> float:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainer import distributed
+from trainer.runtime import distributed
 from trainer.checkpoint.state import describe_mismatch, expected_shapes, get_training_state, set_training_state
 from trainer.strategies.base import OptimizerStateIO
 

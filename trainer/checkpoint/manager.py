@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from trainer import distributed
+from trainer.runtime import distributed
 from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
 from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
-from trainer.streaming.checkpoint import save_stream_state
-from trainer.loggers.redact import redact_secrets
-from trainer.rank_logging import rank_zero_warn
+from trainer.checkpoint.stream_position import save_stream_state
+from trainer.runtime.redact import redact_secrets
+from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class CheckpointManager:
         state = get_training_state(run.module, run.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
-        written += save_stream_state(run, staging)  # a streaming dataset's position (trainer/streaming/)
+        written += save_stream_state(run, staging)  # a streaming dataset's position (trainer/data/streaming/)
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),
@@ -178,7 +178,7 @@ class CheckpointManager:
                 json.dump(redact_secrets(run.progress()), handle, indent=1, default=str)
             precision = getattr(run, "precision", None)
             extras = {
-                # The schedulers with their event counters (trainer/lr_scheduling.py).
+                # The schedulers with their event counters (trainer/optim/lr_scheduling.py).
                 "scheduler": run.lr_scheduling.state_dict() if getattr(run, "lr_scheduling", None) is not None else None,
                 "precision": precision.state_dict() if precision is not None else {},  # the loss scaler
                 "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
@@ -309,7 +309,7 @@ class CheckpointManager:
         else:
             # Each rank's generators belong to a rank of the saved world size: seed them afresh from
             # (seed, step, rank), so the streams from here differ from the ones the run started with.
-            from trainer.data import derive_seed, seed_everything
+            from trainer.runtime.seeding import derive_seed, seed_everything
 
             seed = getattr(getattr(run, "trainer", None), "seed", progress.get("seed", 0))
             seed_everything(derive_seed(seed, "resume", progress["step"], distributed.rank()))

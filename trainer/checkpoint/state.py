@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import distributed
-from trainer.param_groups import keep_param_group_dicts
+from trainer.runtime import distributed
+from trainer.optim.param_groups import keep_param_group_dicts
 from trainer.strategies.base import OptimizerStateIO
 
 

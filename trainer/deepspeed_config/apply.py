@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from trainer.deepspeed_config.mapping import Mapped, map_json
 from trainer.deepspeed_config.reading import read_json
-from trainer.rank_logging import rank_zero_warn
+from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
 _CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")

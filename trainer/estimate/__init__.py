@@ -25,7 +25,7 @@ def estimate_config(cfg: Any) -> str:
     from hydra.utils import get_object, instantiate
     from omegaconf import OmegaConf
 
-    from trainer.cli import check_config_keys, merge_precision
+    from trainer.cli.hydra_app import check_config_keys, merge_precision
     from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
     from trainer.estimate.table import comparison_table, configured_table, human

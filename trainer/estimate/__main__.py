@@ -1,7 +1,7 @@
 """``python -m trainer.estimate [train.py's overrides] [estimate.device_memory_gb=80]``: will it fit?
 
 Composes the config as ``train.py`` does (conf/estimate.yaml = conf/config.yaml + the ``estimate``
-block), checks its keys with the same check (trainer/cli.py ``check_config_keys``), builds the
+block), checks its keys with the same check (trainer/cli/hydra_app.py ``check_config_keys``), builds the
 module on fake tensors (no memory) and prints the configured strategy's bytes per rank, then the
 comparison of every strategy. Nothing is trained and no process group is made.
 """

@@ -56,7 +56,7 @@ class ModelShapes:
 
     def fsdp_units(self, module: nn.Module, wrap: Any = "auto", min_num_params: int | None = None) -> list[list[TensorShape]]:
         """Parameters of each FSDP unit, as FSDPStrategy.wrap picks them; the root's remainder last."""
-        from trainer.wrap_policy import select_units
+        from trainer.strategies.wrap_policy import select_units
 
         declared = module.block_classes() if hasattr(module, "block_classes") else ()
         units = select_units(module, wrap, declared, min_num_params)
@@ -101,7 +101,7 @@ def optimizers_of(module: nn.Module, mode: Any) -> tuple[list[list[nn.Parameter]
 
 
 def model_shapes(module: nn.Module, mode: Any) -> ModelShapes:
-    from trainer.wrap_policy import select_units
+    from trainer.strategies.wrap_policy import select_units
 
     groups, factories = optimizers_of(module, mode)
     declared = module.block_classes() if hasattr(module, "block_classes") else ()

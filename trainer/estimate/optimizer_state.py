@@ -2,7 +2,7 @@
 
 Rather than a table per optimizer class, step the optimizer the user configured on tiny CPU
 tensors (a few dozen elements) of the weights' dtype and count its state with
-``trainer.memory.training_state_bytes``: with one tensor of ``k`` and one of ``2k`` elements,
+``trainer.runtime.memory.training_state_bytes``: with one tensor of ``k`` and one of ``2k`` elements,
 the state grows by ``per_element x k`` between them and holds ``per_tensor`` twice. fp32 AdamW
 gives 8 bytes per element (two moments) and 4 per tensor (its ``step`` counter); SGD with
 momentum 4 and 0; plain SGD nothing.
@@ -19,7 +19,7 @@ _SMALL = 16
 
 
 def _state_bytes(factory: Callable[..., torch.optim.Optimizer], numels: list[int], dtype: torch.dtype) -> int:
-    from trainer.memory import training_state_bytes
+    from trainer.runtime.memory import training_state_bytes
 
     params = [nn.Parameter(torch.zeros(n, dtype=dtype)) for n in numels]
     optimizer = factory(params)

@@ -25,7 +25,7 @@ loggers), ``redact.py`` (secrets kept out of everything a logger writes).
 from trainer.loggers.base import Logger
 from trainer.loggers.csv_logger import CSVLogger
 from trainer.loggers.jsonl_logger import JSONLLogger
-from trainer.loggers.redact import redact_secrets
+from trainer.runtime.redact import redact_secrets
 from trainer.loggers.registry import LOGGERS, LoggerSpec, build_loggers, resolve_logger_specs
 from trainer.loggers.tensorboard_logger import TensorBoardLogger
 from trainer.loggers.wandb_logger import WandbLogger, adopt_run_id

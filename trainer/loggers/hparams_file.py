@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from trainer.loggers.redact import redact_secrets
+from trainer.runtime.redact import redact_secrets
 
 FILENAME = "hparams.yaml"
 

@@ -6,7 +6,7 @@ import json
 from typing import Any, Mapping
 
 from trainer.loggers.base import Logger
-from trainer.loggers.redact import redact_secrets
+from trainer.runtime.redact import redact_secrets
 
 
 class TensorBoardLogger(Logger):

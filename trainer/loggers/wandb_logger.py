@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from trainer.loggers.base import Logger
-from trainer.loggers.redact import redact_argv, redact_secrets
+from trainer.runtime.redact import redact_argv, redact_secrets
 
 log = logging.getLogger(__name__)
 

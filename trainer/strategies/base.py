@@ -11,7 +11,7 @@ everything that touches gradient synchronisation. Adding one = one Python file w
   implements them; every other strategy inherits the no-op). ``trainer/checkpoint`` calls these;
   strategies never import ``trainer/checkpoint`` (layering: checkpoint -> strategies, never back).
 - ``OwnedStep``: a strategy that runs each micro-batch's forward and backward itself (pipeline):
-  ``run_micro_batches`` (called by trainer/train_step.py when ``owns_step`` is set; it calls
+  ``run_micro_batches`` (called by trainer/loop/train_step.py when ``owns_step`` is set; it calls
   ``run_step`` and ``complete_metrics``) and ``evaluate`` (validation).
 """
 
@@ -24,9 +24,9 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
-from trainer import distributed
-from trainer.launch import ClusterEnvironment
-from trainer.weight_init import WeightInit, has_meta_tensors
+from trainer.runtime import distributed
+from trainer.runtime.launch import ClusterEnvironment
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 
 
 class TrainingStepForward(nn.Module):
@@ -221,7 +221,7 @@ class Strategy(OptimizerStateIO):
             distributed.destroy_process_group(clean)
             self._owns_process_group = False
         # A destroyed group's gloo threads end only once nothing references it, and a strategy the
-        # user keeps would: drop what holds one (see trainer/distributed.py).
+        # user keeps would: drop what holds one (see trainer/runtime/distributed.py).
         for name in self.group_holders:
             setattr(self, name, None)
 
@@ -237,7 +237,7 @@ class OwnedStep(Strategy):
 
     def run_micro_batches(self, step: Any, plan: Any, batches: Any, sums: Any, local_tokens: Any) -> None:
         """The step's micro-batches in place of the module's ``training_step`` loop (``step``: the
-        run's trainer/train_step.py ``TrainStep``; ``plan``: its ``StepPlan``); adds the metrics to
+        run's trainer/loop/train_step.py ``TrainStep``; ``plan``: its ``StepPlan``); adds the metrics to
         ``sums`` (None off logging steps) and the tokens to ``local_tokens`` (tokens normalisation)."""
         raise NotImplementedError
 

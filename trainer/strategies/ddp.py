@@ -10,10 +10,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import distributed
+from trainer.runtime import distributed
 from trainer.strategies import zero1_state
 from trainer.strategies.base import Strategy
-from trainer.weight_init import WeightInit
+from trainer.strategies.weight_init import WeightInit
 
 
 class DDPStrategy(Strategy):
@@ -66,7 +66,7 @@ class DDPStrategy(Strategy):
             options["forward_sync_buffers"] = self.broadcast_buffers
         else:
             options["broadcast_buffers"] = self.broadcast_buffers
-        return DistributedDataParallel(  # (the comms log sees its reducer's all-reduces: trainer/comms_log.py)
+        return DistributedDataParallel(  # (the comms log sees its reducer's all-reduces: trainer/runtime/comms_log.py)
             step_forward,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             find_unused_parameters=self.find_unused_parameters,

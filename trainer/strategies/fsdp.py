@@ -32,12 +32,12 @@ from typing import Any, ContextManager, Sequence
 import torch
 from torch import nn
 
-from trainer import distributed
-from trainer.launch import ClusterEnvironment
-from trainer.rank_logging import rank_zero_warn
+from trainer.runtime import distributed
+from trainer.runtime.launch import ClusterEnvironment
+from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy, TrainingStepForward
-from trainer.weight_init import WeightInit, has_meta_tensors
-from trainer.wrap_policy import describe_units, select_units
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.wrap_policy import describe_units, select_units
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class FSDPStrategy(Strategy):
             cast the forward's outputs to ``output_dtype``. The sharded master weights stay fp32.
         cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory (needs CUDA).
         meta_init: build the model on the meta device and materialise it unit by unit, so no rank
-            ever holds the full model (see ``trainer/weight_init.py``).
+            ever holds the full model (see ``trainer/strategies/weight_init.py``).
         sync_every_microbatch: with gradient accumulation, reduce-scatter after every micro-batch
             (keeps only sharded gradients: less memory, more communication). Default: sync on the
             last micro-batch only, accumulating unsharded gradients in between.

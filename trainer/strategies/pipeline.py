@@ -18,7 +18,7 @@ walks the model in order, allocating and initialising one submodule at a time, s
 process's build, and keeps only its own stages' tensors (the others go back to the meta device at
 once). The weights equal one process's, and no rank ever holds more than its stages plus one
 layer. This replays ``reset_parameters()`` (or ``TrainModule.init_weights``), as FSDP's meta
-build does (trainer/weight_init.py); ``meta_init=false`` builds the whole model eagerly instead.
+build does (trainer/strategies/weight_init.py); ``meta_init=false`` builds the whole model eagerly instead.
 Either way the other stages' tensors are then deleted from the module, so its parameters, state
 dict and checkpoints are this rank's stages only.
 
@@ -40,9 +40,9 @@ from typing import Any, ContextManager, Sequence
 import torch
 from torch import nn
 
-from trainer import distributed
-from trainer.launch import ClusterEnvironment
-from trainer.metrics import WeightedSums, split_step_output
+from trainer.runtime import distributed
+from trainer.runtime.launch import ClusterEnvironment
+from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.strategies.base import OwnedStep
 from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
 from trainer.strategies.pipeline_build import SCHEDULES, build_stages
@@ -50,8 +50,8 @@ from trainer.strategies.pipeline_gradients import average_over_replicas, pipelin
 from trainer.strategies.pipeline_groups import pipeline_and_replica_groups
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
-from trainer.strategies.pipeline_step import pipeline_micro_batches
-from trainer.weight_init import WeightInit
+from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
+from trainer.strategies.weight_init import WeightInit
 
 DATA_PARALLEL = ("ddp", "fsdp")
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from trainer import distributed
+from trainer.runtime import distributed
 from trainer.strategies.pipeline_partition import Stage, check_layers_cover_parameters, partition_layers
-from trainer.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 
 if TYPE_CHECKING:
     from trainer.strategies.pipeline import PipelineStrategy
@@ -99,8 +99,8 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
 def warn_unused_steps(module: nn.Module) -> None:
     """Under the pipeline ``pipeline_loss`` replaces ``training_step`` / ``validation_step``: a module
     that overrides them is told once that they do not run (they are not silently skipped)."""
-    from trainer.module import TrainModule
-    from trainer.rank_logging import rank_zero_warn
+    from trainer.api.module import TrainModule
+    from trainer.runtime.rank_logging import rank_zero_warn
 
     unused = [name for name in ("training_step", "validation_step")
               if getattr(type(module), name, None) is not getattr(TrainModule, name)]

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from trainer.comms_log import GRADIENT_KIND, labelled
+from trainer.runtime.comms_log import GRADIENT_KIND, labelled
 
 
 def average_over_replicas(parameters: Sequence[nn.Parameter], group: Any, size: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer import distributed
+from trainer.runtime import distributed
 
 
 def gather_full_state_dict(local_names: dict[str, torch.Tensor], full_order: list[str],

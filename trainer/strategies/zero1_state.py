@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import distributed
-from trainer.param_groups import keep_param_group_dicts
+from trainer.runtime import distributed
+from trainer.optim.param_groups import keep_param_group_dicts
 
 STATE, GROUPS, PARAMS = "state", "param_groups", "params"
 

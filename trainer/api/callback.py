@@ -1,0 +1,153 @@
+"""The Callback interface: code that watches (and may stop) a run without being part of the model.
+
+Every hook takes Lightning's leading arguments ``(trainer, module)``: the :class:`~trainer.Trainer`
+running the fit and the user's :class:`~trainer.module.TrainModule`. Where each hook fires, in
+``Trainer.fit`` (the module's hook of the same name always runs first, then the callbacks' in the
+order they were given)::
+
+    restore a checkpoint (trainer.resume): on_load_checkpoint(trainer, module, checkpoint), then
+        callback.load_state_dict(state) for each callback
+    on_fit_start(trainer, module)
+    sanity validation (trainer.num_sanity_val_steps batches; no hooks, nothing logged)
+    for epoch in epochs:
+        on_train_epoch_start(trainer, module)
+        for step in the epoch's optimizer steps:          # step counts from 1
+            for micro_batch in the step's micro-batches:   # per micro-batch, as Lightning
+                on_train_batch_start(trainer, module, batch, batch_idx)
+                forward / backward
+                on_train_batch_end(trainer, module, outputs, batch, batch_idx)   # outputs: training_step's return
+            optimizer step
+            on_train_step_end(trainer, module, step, metrics)     # ours: metrics on logging steps, else None
+            every val_every_n_steps (and at epoch ends with check_val_every_n_epoch): validation pass
+                on_validation_epoch_start(trainer, module)
+                on_validation_batch_end(trainer, module, outputs, batch, batch_idx)   # per batch
+                on_validation_epoch_end(trainer, module)
+                on_validation_end(trainer, module, metrics)     # ours: the val/ metrics (Lightning's has none)
+            checkpoint if due (on rank 0: on_save_checkpoint(trainer, module, checkpoint), state_dict())
+            stop here if a callback asked to stop                  # every rank together
+        on_train_epoch_end(trainer, module)   # not for an epoch a stop cut short
+    final validation (unless this step validated), save_last      # also after a stop
+    on_fit_end(trainer, module)
+
+``Trainer.validate`` calls only the validation hooks. A callback whose hook has the shape of
+before (``on_fit_start(self, run)``, ``on_train_step_end(self, run, step, metrics)``) is refused
+when the Trainer is built, naming the new shape (``trainer/callbacks/hook_shapes.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+    from trainer.api.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class Callback:
+    """Base class of callbacks: every hook is a no-op; override the ones you need.
+
+    Every hook runs on every rank, after the module's hook of the same name (the order is in
+    ``trainer/api/callback.py``'s docstring and in ``trainer/api/module.py``), with ``trainer`` (the
+    Trainer: its settings, e.g. ``trainer.log_every_n_steps``, and progress) and ``module``. While a
+    fit runs, :func:`run_of` gives a callback the rank's run, for what the Trainer object does not
+    carry: ``run.optimizer`` (a list under manual optimization with several optimizers),
+    ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step`` (global batches, as the ``step`` the hooks get; ``trainer.global_step`` counts
+    optimizer steps: more under manual optimization), ``run.epoch``, ``run.rank``, ``run.run_dir``, ``run.val_set``;
+    ``run.log(metrics)`` (record ``{name: float}`` at the current step with the run's loggers, which
+    exist on rank 0 only) and ``run.request_stop(reason)`` (end training at the end of the current
+    step, with a final validation and ``save_last`` as at a normal end; the log names the callback).
+
+    **Stopping on every rank together.** A decision computed from the metrics the hooks receive is
+    already the same on every rank (they are reduced over all ranks). A decision that can differ
+    between ranks (wall-clock time, a file on a local disk) must be taken in ``on_train_step_end``
+    on steps for which :meth:`stop_needs_agreement` returns True: on those steps only, the trainer
+    agrees with one tiny all-reduce and stops every rank if any asked. Other steps make no
+    collective, so a rank-local request on them would stop one rank alone and hang the others.
+
+    **Checkpoints.** :meth:`state_dict` is saved (from rank 0) with every checkpoint and given back to
+    :meth:`load_state_dict` on resume, before ``on_fit_start``. It must hold only what
+    ``torch.load(weights_only=True)`` reads: numbers, strings, None, bools, lists, dicts and tensors.
+
+    **No host sync.** The batch hooks get the tensors as they are (on the device); reading one
+    (``.item()``, ``float()``) there adds a host sync to every micro-batch.
+    """
+
+    @property
+    def state_key(self) -> str:
+        """The name this callback's state is saved under (default: the class name)."""
+        return type(self).__qualname__
+
+    # ----- hooks ---------------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """The model is wrapped, the optimizer built and a checkpoint restored; no step ran yet."""
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before the first step of an epoch (also of the rest of an epoch a resume goes on in)."""
+
+    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+        """Before the forward of each micro-batch; ``batch_idx`` counts micro-batches in the epoch."""
+
+    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """After the backward of each micro-batch; ``outputs`` is what ``training_step`` returned
+        (tensors on the device; None under the pipeline strategy, which runs the steps itself)."""
+
+    def on_train_step_end(self, trainer: Trainer, module: TrainModule, step: int,
+                          metrics: dict[str, float] | None) -> None:
+        """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced training metrics
+        on logging steps (``trainer.log_every_n_steps``) and is None on the others (reading a device
+        value there would add a host sync to the step)."""
+
+    def on_validation_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before the first batch of a validation pass."""
+
+    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+                                batch_idx: int) -> None:
+        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After a validation pass, its metrics reduced and logged (``on_validation_end`` gets them)."""
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
+        """After a validation pass, with ``val/...`` metrics reduced over all ranks (the same on every rank)."""
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the last step of an epoch (its 0-based number: ``run_of(trainer).epoch``)."""
+
+    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After training ended (normally or by a stop request), the final validation and save.
+        Not after a preemption signal: that run saves and exits, to be resumed."""
+
+    def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """While a checkpoint is saved, on rank 0 (which writes its small files; Lightning: every
+        rank). ``checkpoint`` holds ``step`` and ``epoch``; keys added to it are saved (the types
+        :meth:`state_dict` may hold) and given back to :meth:`on_load_checkpoint`."""
+
+    def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """On resume, on every rank, before :meth:`load_state_dict`: the dict ``on_save_checkpoint``
+        filled (empty for a checkpoint saved without it)."""
+
+    # ----- stopping -------------------------------------------------------------------------------------
+    def stop_needs_agreement(self, step: int) -> bool:
+        """True on the steps where this callback may request a stop for a reason that can differ
+        between ranks. It must depend on ``step`` alone (every rank answers the same), and be cheap:
+        it is asked after every step. Default: False (the callback's stop decisions are the same on
+        every rank, or it never stops)."""
+        return False
+
+    # ----- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this callback (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+def run_of(trainer: Trainer) -> _Run:
+    """The rank's run of the fit ``trainer`` is running (for callbacks; see :class:`Callback`)."""
+    run = getattr(trainer, "_run", None)
+    if run is None:
+        raise RuntimeError("this trainer is not running a fit or validate on this process")
+    return run

@@ -1,0 +1,143 @@
+"""DataModule: the data of a run kept apart from the model (Lightning's ``LightningDataModule``).
+
+Passed as ``datamodule=`` to ``Trainer.fit`` / ``validate`` / ``test`` / ``predict`` (or selected
+from Hydra: ``python train.py recipe=mlp datamodule=digits``). Which object's data hooks a run
+calls is decided per stage (train, val, test, predict): where the datamodule defines that stage's
+``<stage>_dataset()`` or ``<stage>_dataloader()``, both come from the datamodule (Lightning's rule:
+the datamodule wins) and the module's hooks of that stage are not called (one warning names
+them); otherwise the module's are used.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from trainer.runtime.seeding import derive_seed, seeded
+from trainer.runtime.rank_logging import rank_zero_warn
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader, Dataset
+
+log = logging.getLogger(__name__)
+
+#: The stage a call runs, as ``DataModule.setup(stage)`` receives it, per entry point.
+STAGES = ("fit", "validate", "test", "predict")
+#: The data hooks of each data stage: a dataset hook and a loader hook (the loader one wins when both return data).
+STAGE_HOOKS = {
+    "train": ("train_dataset", "train_dataloader"),
+    "val": ("val_dataset", "val_dataloader"),
+    "test": ("test_dataset", "test_dataloader"),
+    "predict": ("predict_dataset", "predict_dataloader"),
+}
+
+
+class DataModule:
+    """Base class for a run's data. Override what you have; every hook is optional.
+
+    Every rank calls ``setup(stage)`` and the data hooks under the same seed (derived from
+    ``trainer.seed``; ``setup`` gets one seed for every stage), so an unseeded ``random_split`` gives
+    the same split on every rank, and in ``fit`` and a later ``test``.
+    ``prepare_data()`` runs once per node (local rank 0) before the others go on (download here).
+    The dataset / loader hooks mean what the :class:`~trainer.module.TrainModule` hooks of the same
+    names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
+    """
+
+    def prepare_data(self) -> None:
+        """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""
+
+    def setup(self, stage: str) -> None:
+        """Build the datasets ``stage`` needs: "fit", "validate", "test" or "predict" (every rank)."""
+
+    def train_dataset(self) -> Dataset:
+        """The map-style training dataset (when ``train_dataloader()`` returns None)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement train_dataset() or train_dataloader()")
+
+    def train_dataloader(self) -> DataLoader | None:
+        """A training DataLoader instead of ``train_dataset()``."""
+        return None
+
+    def val_dataset(self) -> Dataset | None:
+        """The validation dataset, or None for no validation."""
+        return None
+
+    def val_dataloader(self) -> DataLoader | None:
+        """A validation DataLoader instead of ``val_dataset()``."""
+        return None
+
+    def test_dataset(self) -> Dataset | None:
+        """The test dataset for ``Trainer.test``."""
+        return None
+
+    def test_dataloader(self) -> DataLoader | None:
+        """A test DataLoader instead of ``test_dataset()``."""
+        return None
+
+    def predict_dataset(self) -> Dataset | None:
+        """The dataset ``Trainer.predict`` runs ``predict_step`` over, in order."""
+        return None
+
+    def predict_dataloader(self) -> DataLoader | None:
+        """A predict DataLoader instead of ``predict_dataset()`` (no shuffling or sampler: dataset order)."""
+        return None
+
+
+def _overrides(obj: Any, base: type, name: str) -> bool:
+    return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+class DataHooks:
+    """The data hooks a run calls: the datamodule's for each stage it defines, the module's otherwise.
+
+    Attributes: ``train_dataset``, ``train_dataloader``, ``val_dataset``, ... (bound methods), and
+    ``source[stage]``: the object that gives the stage's data (its class name goes in errors).
+    """
+
+    def __init__(self, module: Any, datamodule: DataModule | None):
+        from trainer.api.module import TrainModule
+
+        self.source: dict[str, Any] = {}
+        shadowed = []
+        for stage, names in STAGE_HOOKS.items():
+            owner = module
+            if datamodule is not None and any(_overrides(datamodule, DataModule, name) for name in names):
+                owner = datamodule
+                shadowed += [f"{type(module).__name__}.{name}()" for name in names if _overrides(module, TrainModule, name)]
+            self.source[stage] = owner
+            for name in names:
+                setattr(self, name, getattr(owner, name))
+        if shadowed:
+            rank_zero_warn(log, "%s not called: the datamodule %s gives that data (the datamodule's hooks win)",
+                           ", ".join(shadowed), type(datamodule).__name__)
+
+
+#: LightningDataModule hooks this trainer never calls: a datamodule defining one is refused (issue 12).
+UNSUPPORTED_HOOKS = ("teardown", "transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer",
+                     "state_dict", "load_state_dict", "on_exception")
+
+
+def check_datamodule(datamodule: Any) -> None:
+    """A clear error for something passed as ``datamodule=`` that is not a DataModule, or that
+    defines a Lightning hook the trainer never calls."""
+    if datamodule is None:
+        return
+    if not isinstance(datamodule, DataModule):
+        raise TypeError(f"datamodule= expects a trainer.DataModule (or None), got {type(datamodule).__name__}; "
+                        "subclass trainer.DataModule and override its data hooks")
+    unknown = [name for name in UNSUPPORTED_HOOKS if callable(getattr(type(datamodule), name, None))]
+    if unknown:
+        raise TypeError(f"{type(datamodule).__name__} defines {', '.join(n + '()' for n in unknown)}, which the trainer "
+                        "never calls; a DataModule's hooks are prepare_data, setup(stage) and the "
+                        f"{'/'.join(STAGE_HOOKS)} _dataset / _dataloader hooks")
+
+
+def setup_datamodule(datamodule: DataModule | None, stage: str, seed: int) -> None:
+    """``datamodule.setup(stage)`` on this rank, under the seed every rank shares for it. The seed
+    is the same for every stage, so an unseeded split made in ``setup`` is the same split for
+    ``fit`` and a later ``test``."""
+    if datamodule is None:
+        return
+    if stage not in STAGES:
+        raise ValueError(f"DataModule.setup: stage={stage!r} is not one of {STAGES}")
+    with seeded(derive_seed(seed, "data", "setup")):
+        datamodule.setup(stage)

@@ -1,0 +1,64 @@
+"""``self.log`` / ``self.log_dict``: the module's logging methods (argument checks; the values go to the
+run's collector in ``trainer/loop/log_collector.py``, which reduces and writes them).
+
+A mixin of ``TrainModule``; ``module_logging._caller`` skips this file's frames when it names the hook
+that logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ModuleLogMethods:
+    """``log`` and ``log_dict`` of :class:`~trainer.TrainModule` (Lightning's signatures)."""
+
+    def log(self, name: str, value: Any, on_step: bool | None = None, on_epoch: bool | None = None,
+            prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool | None = None,
+            batch_size: int | None = None, rank_zero_only: bool = False, enable_graph: bool = False,
+            add_dataloader_idx: bool = True, sync_dist_group: Any = None, metric_attribute: str | None = None) -> None:
+        """Log ``value`` (a Python number or a one-element tensor) under ``name``, kept as given (no
+        prefix), from ``training_step``, ``validation_step``, ``test_step``, ``on_before_optimizer_step``
+        or ``on_train_epoch_end``. As Lightning's: ``on_step`` (default True in training steps) writes
+        it on logging steps (every ``log_every_n_steps``), ``on_epoch`` (default True elsewhere)
+        aggregates it over the epoch / the evaluation run; both: ``name_step`` and ``name_epoch``.
+        ``reduce_fx``: "mean" (weighted by ``batch_size``, default the batch's real samples), "sum",
+        "max", "min". ``sync_dist`` (default True, Lightning's is False): reduced exactly over the
+        ranks; False: this rank's value (rank 0's is written). ``prog_bar``: shown in the progress
+        bar; ``logger=False``: only in ``trainer.callback_metrics`` (and the hooks' metrics).
+        ``rank_zero_only=True``: logged by rank 0 alone (not synced). ``add_dataloader_idx`` has no
+        effect (one dataloader per stage); ``enable_graph=True``, ``sync_dist_group`` and
+        ``metric_attribute`` are refused (values are detached and reduced over the data-parallel
+        ranks; metric objects are not logged)."""
+        if enable_graph is not False:
+            raise ValueError(f"self.log({name!r}, enable_graph={enable_graph!r}): logged values are detached; "
+                             "remove enable_graph")
+        if sync_dist_group is not None:
+            raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over the data-parallel "
+                             "ranks; remove sync_dist_group")
+        if metric_attribute is not None:
+            raise ValueError(f"self.log({name!r}, metric_attribute={metric_attribute!r}): metric objects are not "
+                             "logged here; log the metric's computed value")
+        if not isinstance(add_dataloader_idx, bool) or not isinstance(rank_zero_only, bool):
+            raise TypeError(f"self.log({name!r}): add_dataloader_idx and rank_zero_only take True or False")
+        if rank_zero_only and sync_dist:
+            raise ValueError(f"self.log({name!r}, rank_zero_only=True, sync_dist=True): a value logged by rank 0 "
+                             "alone cannot be reduced over the ranks; drop sync_dist")
+        collector = getattr(self, "_log_collector", None)
+        if collector is None:
+            raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "
+                               "validated or tested")
+        from trainer.runtime import distributed
+
+        if rank_zero_only and distributed.rank() != 0:
+            return
+        collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
+                      reduce_fx=reduce_fx, sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
+                      batch_size=batch_size)
+
+    def log_dict(self, dictionary: Any, **options: Any) -> None:
+        """``self.log(name, value, **options)`` for each item of ``dictionary``."""
+        if not hasattr(dictionary, "items"):
+            raise TypeError(f"self.log_dict takes a mapping of name -> value, got {type(dictionary).__name__}")
+        for name, value in dictionary.items():
+            self.log(name, value, **options)

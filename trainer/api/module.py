@@ -1,0 +1,389 @@
+"""TrainModule: the hooks a user overrides.
+
+The whole loop, with every hook where it fires (``Trainer.fit``)::
+
+    launcher process:  Trainer(...) validates the config; module.__init__ ran already
+    every rank:
+        seed_everything(seed)
+        module.prepare_data()                 # local rank 0 of each node only; the others wait
+        module.configure_model()              # build layers here (or in __init__); on the meta device
+                                              # with strategy.meta_init=true
+        module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
+        module.train_dataloader(); module.val_dataloader() or module.val_dataset()   # the data hooks run
+                                              # under one seed on every rank (derived from seed)
+        strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
+        seed_everything(per-rank seed)        # dropout, augmentation: a stream per rank from here on
+        module.train_dataset()                # unless train_dataloader() returned a loader; under the
+                                              # same data seed as train_dataloader()
+        optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
+        restore a checkpoint (ckpt_path= or trainer.resume), callbacks' state included
+        module.on_fit_start();                callback.on_fit_start(trainer, module) for each callback
+        sanity validation of trainer.num_sanity_val_steps batches (no hooks, nothing logged, RNG kept)
+        for epoch in epochs:
+            module.on_train_epoch_start()       (callbacks: the same hook with (trainer, module) first)
+            for step in global batches of the epoch:      # one optimizer step each
+                for micro_batch in the step's K micro-batches:   # gradient sync only on the last
+                    module.on_train_batch_start(micro_batch, index)
+                    out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
+                    backward(loss scaled to the global batch)
+                    module.on_train_batch_end(out, micro_batch, index)
+                # (automatic_optimization = False: training_step alone, once per step, steps the
+                #  optimizers itself; none of the lines below up to on_train_step_end: manual_optimization.py)
+                clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
+                optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
+                on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
+                module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(trainer, module, step, ...)
+                every val_every_n_steps (and at epoch ends with check_val_every_n_epoch):
+                    module.on_validation_epoch_start()
+                    module.validation_step(batch, index) over the val set (limit_val_batches);
+                        module.on_validation_batch_end(out, batch, index) after each
+                    ReduceLROnPlateau schedulers monitoring "val/..." metrics
+                    module.on_validation_epoch_end()
+                    module.on_validation_end(metrics);  callback.on_validation_end(trainer, module, metrics)
+                checkpoint if due
+                stop here, on every rank, if a callback called run.request_stop(reason)
+                    (or trainer.should_stop = True was set: on every rank at the next logging step)
+            module.on_train_epoch_end(epoch);     [self.log's on_epoch values logged]
+                                              callback.on_train_epoch_end(trainer, module)   # finished epochs only:
+                                              # not after a stop or max_steps mid-epoch (a resume goes on inside it)
+            interval="epoch" schedulers (every frequency finished epochs)
+        final validation (unless the last step validated); save_last checkpoint
+        module.on_fit_end();                  callback.on_fit_end(trainer, module)
+    launcher process (spawned workers): the trained full weights are loaded into the caller's module
+        (configure_model() first if it builds layers), unless trainer.return_weights=false
+
+``Trainer.validate`` / ``test`` / ``predict`` run the same set-up without the optimizer, then one pass
+of ``validation_step`` / ``test_step`` / ``predict_step`` over the set (``trainer/loop/evaluation.py``). With
+``datamodule=`` (``trainer/api/datamodule.py``), ``datamodule.prepare_data()`` follows ``module.prepare_data()``,
+then ``datamodule.setup(stage)`` runs on every rank, and its data hooks replace the module's per stage.
+
+Callbacks (``Trainer(callbacks=[...])``, see ``trainer/api/callback.py``) run after the module's
+hook of the same name, in the order given.
+
+A user's module never calls ``torch.distributed``: the trainer spreads the data, reduces the
+metrics and syncs the gradients.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+
+from trainer.api.run_state import ModuleRunState
+from trainer.loop.manual_step import ManualOptimizationHooks
+from trainer.api.log_methods import ModuleLogMethods
+from trainer.api.lightning_hooks import LIGHTNING_HOOKS, refuse_unknown_hooks  # noqa: F401  (their old import path)
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader, Dataset
+
+    from trainer.trainer import Trainer
+
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+SchedulerFactory = Callable[..., Any]
+
+
+class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.Module):
+    """Base class for what is trained: a model plus its steps, optimizer and data.
+
+    ``self.automatic_optimization = False`` (in ``__init__``): ``training_step`` steps the optimizers
+    itself with ``self.optimizers()``, ``self.manual_backward(loss)``, ``self.clip_gradients(...)``,
+    ``self.lr_schedulers()`` and ``self.no_backward_sync()`` (Lightning's manual optimization; see
+    trainer/loop/manual_step.py). ``self.log`` / ``self.log_dict``: trainer/api/log_methods.py.
+
+    Args:
+        optimizer: a factory ``params -> Optimizer`` (e.g. ``functools.partial(torch.optim.AdamW, lr=3e-4)``;
+            Hydra builds one from the ``optimizer`` group with ``_partial_: true``). Used by the
+            default ``configure_optimizers``.
+        scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step (for other
+            intervals, override ``configure_optimizers``).
+
+    Run state (Lightning's names; ``trainer/api/run_state.py``): ``self.device``, ``self.global_step``
+    (optimizer steps), ``self.current_epoch``, ``self.global_rank``, ``self.local_rank``,
+    ``self.world_size``, ``self.trainer``; ``self.hparams`` after ``save_hyperparameters()``.
+    """
+
+    def __init__(self, optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None):
+        super().__init__()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self._trainer: Trainer | None = None
+
+    @property
+    def trainer(self) -> Trainer:
+        """The trainer running this module (set by ``Trainer.fit``)."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
+        return self._trainer
+
+    # ----- hyperparameters ---------------------------------------------------------------------------
+    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None) -> None:
+        """Keep the ``__init__`` arguments as ``self.hparams`` (call it in ``__init__``): all of them,
+        the names given (``save_hyperparameters("lr", "width")``) or one dict, minus ``ignore``.
+        They go into every checkpoint (secrets redacted) and to every logger's ``log_hyperparams``,
+        and ``load_from_checkpoint`` rebuilds the module from them. Values other than numbers,
+        strings, bools, None and lists / dicts of them (a module, a dataset, an optimizer factory)
+        are not kept: a warning names each (``ignore=[...]`` silences it)."""
+        import inspect
+
+        from trainer.api.hparams import collect
+
+        frame = inspect.currentframe()
+        try:
+            self._hparams = collect(self, args, ignore, frame.f_back if frame is not None else None)
+        finally:
+            del frame  # a frame referenced from a local is a reference cycle
+
+    @property
+    def hparams(self) -> Any:
+        """The saved hyperparameters (an ``AttributeDict``: ``self.hparams.lr`` or ``self.hparams["lr"]``)."""
+        from trainer.api.hparams import AttributeDict
+
+        return self.__dict__.setdefault("_hparams", AttributeDict())
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str, map_location: Any = None, strict: bool = True, **overrides: Any) -> Any:
+        """A module built from the hyperparameters saved with checkpoint ``path`` (``overrides``
+        win), holding its weights. ``path``: a full-format file, a checkpoint directory (full or
+        sharded, of any strategy) or a directory of checkpoints (the latest committed one); read in
+        this process, without torch.distributed. A hyperparameter redacted as a secret must be passed
+        again, as must the required ``__init__`` arguments of a module saved without hyperparameters
+        (an error names them). ``strict``: the weights must match the module's names exactly.
+        ``map_location``: where the tensors go (as ``torch.load``'s; a device also moves the module)."""
+        from trainer.checkpoint.load_module import load_from_checkpoint
+
+        return load_from_checkpoint(cls, path, map_location=map_location, strict=strict, **overrides)
+
+    def __getstate__(self) -> dict:
+        # Pickled for data-loader workers (a bound collate_fn): without the trainer, whose process
+        # groups (pipeline stages, strategy) cannot be pickled; a worker only loads data.
+        state = super().__getstate__()
+        state["_trainer"] = None
+        state["_log_collector"] = None
+        state.pop("_manual_step", None)  # holds the run's optimizers and process groups
+        return state
+
+    # ----- model -------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """Build the layers here when they should be created on each rank rather than in ``__init__``
+        (the launcher process then never holds the weights). Runs after seeding, so every rank
+        builds identical initial weights."""
+
+    def block_classes(self) -> tuple[type[nn.Module], ...]:
+        """The classes of the model's repeated blocks (e.g. the transformer block). FSDP makes
+        each block its own sharding unit (``strategy.wrap=auto``); () lets the strategy guess."""
+        return ()
+
+    # ----- pipeline parallel (strategy=pipeline) ---------------------------------------------------
+    def pipeline_layers(self) -> list[nn.Module] | None:
+        """The model as an ordered list of layers for pipeline parallelism (like DeepSpeed's
+        LayerSpec list): ``layers[0]`` takes ``pipeline_input(batch)``, each next layer takes the
+        previous one's output (one tensor), the last one's output goes to ``pipeline_loss``. The
+        layers must be this module's own submodules (or thin wrappers holding them), so that
+        parameter names stay those of the whole model. None (the default): no pipeline."""
+        return None
+
+    def pipeline_input(self, batch: Any) -> torch.Tensor:
+        """What the first pipeline layer takes from a batch (default: its first element)."""
+        return batch[0] if isinstance(batch, (list, tuple)) else batch
+
+    def pipeline_loss(self, output: torch.Tensor, batch: Any) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The loss (mean over the micro-batch) from the last layer's ``output`` and the matching
+        slice of the batch, or a dict with "loss" and more metrics, as ``training_step`` returns.
+        Runs on the last pipeline stage; under strategy=pipeline it replaces ``training_step``
+        and ``validation_step`` (during validation the module is in eval mode: ``self.training``
+        is False, so validation-only metrics can be returned then)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement pipeline_loss() for strategy=pipeline")
+
+    def init_weights(self, module: nn.Module) -> None:
+        """Initialise the parameters and buffers that ``module`` (a submodule of this model, or
+        the model itself) holds directly. Called for every submodule in ``modules()`` order:
+        only on models built on the meta device (``strategy.meta_init=true``), unless you override
+        it; an override owns initialisation and runs on every build, eager or meta, seeded
+        the same, so both give identical weights. Default: ``module.reset_parameters()``."""
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+
+    # ----- data ----------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""
+
+    def train_dataset(self) -> Dataset:
+        """The training dataset (called when ``train_dataloader()`` returns None): map-style, or an
+        ``IterableDataset`` read as a stream (``data.stream_mode``; see ``trainer/data/streaming/``). The trainer
+        builds the loader with a sampler that keeps every global batch the same whatever the world size
+        and accumulation split. Like every data hook, it runs under the same seed on every rank, so
+        data drawn from the global generators (``torch.randn``, an unseeded ``random_split``) is the
+        same on every rank; the training hooks and the validation hooks get different seeds, so a
+        split computed in both must pass ``generator=`` (or be computed once, e.g. in ``__init__``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement train_dataset() or train_dataloader()")
+
+    def val_dataset(self) -> Dataset | None:
+        """The validation dataset (called when ``val_dataloader()`` returns None; map-style or a stream),
+        or None for no validation. Batched by ``data.batch_size``."""
+        return None
+
+    def train_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``train_dataset()``: a DataLoader. Taken from it (ruling 12.3):
+        ``dataset``; ``batch_size`` = the per-rank micro-batch and ``drop_last`` (each must equal
+        ``data.batch_size`` / ``data.drop_last`` where those are set; unset, the loader's are used);
+        the order: ``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset
+        order, a generator-free ``sampler`` (``WeightedRandomSampler`` ...) gives each epoch's index
+        stream, drawn under the trainer's seed (after ``sampler.set_epoch(epoch)`` if it has one) and
+        cut into the same global batches on any world size; ``collate_fn`` (an error if this module
+        also overrides ``collate_fn()``); ``num_workers`` and ``pin_memory`` (agreeing with ``data.*``
+        like the batch size), ``persistent_workers``, ``worker_init_fn`` (runs after the trainer
+        seeded the worker), ``prefetch_factor``, ``timeout``, ``multiprocessing_context``,
+        ``pin_memory_device``. Nothing else is read from the loader. A sampler that keeps random
+        state of its own across epochs (rather than drawing from the global generators or from
+        ``set_epoch``) gives another stream after a resume. Refused with an error saying what to change: a
+        custom ``batch_sampler``, ``batch_size=None``, a ``generator`` on the loader or its sampler,
+        a ``DistributedSampler`` (the trainer shards), ``in_order=False``; with an ``IterableDataset``
+        (a stream, ``trainer/data/streaming/``) also ``persistent_workers=True``.
+        Where both this and ``train_dataset()`` are defined, this one is used."""
+        return None
+
+    def val_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``val_dataset()``: a validation DataLoader. Its dataset is sharded over
+        the ranks, every sample exactly once (no padding duplicates); its own ``batch_size`` (not
+        ``data.batch_size``), ``collate_fn`` and worker settings are used. A shuffling or custom
+        sampler is honoured: the samples validated on are its stream for the current epoch (drawn
+        under the trainer's seed), each position once over the ranks. Refused: ``drop_last=True``
+        and what ``train_dataloader`` refuses."""
+        return None
+
+    def test_dataset(self) -> Dataset | None:
+        """The map-style dataset ``Trainer.test`` runs ``test_step`` over (when ``test_dataloader()``
+        returns None), batched by ``data.batch_size``; None: no test data."""
+        return None
+
+    def test_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``test_dataset()``: a test DataLoader, read as ``val_dataloader()`` is
+        (every sample once over the ranks, its own ``batch_size``); ``shuffle=True`` changes nothing
+        (the metrics are means over the whole set); a custom sampler is refused."""
+        return None
+
+    def predict_dataset(self) -> Dataset | None:
+        """The map-style dataset ``Trainer.predict`` runs ``predict_step`` over, in dataset order."""
+        return None
+
+    def predict_dataloader(self) -> DataLoader | None:
+        """Optional, instead of ``predict_dataset()``: a DataLoader whose ``batch_size`` forms the
+        batches (in dataset order: ``shuffle=True`` or a sampler is refused)."""
+        return None
+
+    def collate_fn(self, samples: list) -> Any:
+        """Turn a list of samples into a batch (default: torch's default_collate)."""
+        from torch.utils.data import default_collate
+
+        return default_collate(samples)
+
+    # ----- steps ---------------------------------------------------------------------------------
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Return the mean loss of this micro-batch, or a dict with "loss" and more metrics
+        (means over the micro-batch). With ``loss_normalization="tokens"`` also return
+        "num_tokens", the count the loss is averaged over."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step()")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:
+        """Return the loss or a dict of metrics (means over the batch); the trainer weights them by
+        batch size and reduces them across ranks into exact means over the validation set."""
+        return None
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:
+        """``Trainer.test``'s step: return the loss or a dict of metrics (means over the batch), reduced
+        like validation's into exact means over the test set, logged as ``test/<name>``. ``batch_idx``
+        is the batch's index in the whole set (the same on any world size)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement test_step() for Trainer.test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``).
+        Tensors in it are moved to the CPU and gathered to rank 0."""
+        return self(batch)
+    # ----- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        """The optimizer and its learning-rate schedulers. Return one of (Lightning's single-optimizer shapes):
+
+        - ``optimizer``
+        - ``(optimizer, scheduler)`` (``scheduler`` None: no scheduler)
+        - ``[optimizer]``
+        - ``([optimizer], [scheduler, ...])``
+        - ``{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "val/loss"}`` (``lr_scheduler``
+          and ``monitor`` optional; ``monitor`` is for a bare ``ReduceLROnPlateau``), or ``[that dict]``
+
+        where ``optimizer`` is a ``torch.optim.Optimizer`` and each ``scheduler`` is a torch
+        ``LRScheduler`` / ``ReduceLROnPlateau`` built on it, or a dict (every key but "scheduler" optional)::
+
+            {"scheduler": scheduler,
+             "interval": "step",      # or "epoch": step after every `frequency` optimizer steps / finished epochs
+                                      # (an epoch cut short by max_steps or a stop is none); default "step"
+                                      # (Lightning's is "epoch"); not used by ReduceLROnPlateau (one warning)
+             "frequency": 1,          # an integer >= 1
+             "monitor": "val/loss",   # ReduceLROnPlateau only (and required): a "val/..." metric steps it at
+                                      # validation ends, a "train/..." metric at logging steps, a self.log
+                                      # name where it is reduced; `frequency` counts those events. A monitor
+                                      # missing there is an error ...
+             "strict": True,          # ... or, with False, that event is skipped (one warning); ReduceLROnPlateau only
+             "name": None,            # LearningRateMonitor logs "{name}/group{i}" instead of "lr/group{i}"
+             "reduce_on_plateau": ...}  # True exactly for ReduceLROnPlateau (the default says so)
+
+        A step skipped for an fp16 gradient overflow does not step or count for the schedulers.
+        Several optimizers (a list of them, ``([opt, ...], [sched, ...])`` or a list of optimizer
+        dicts) need ``self.automatic_optimization = False``; the module then steps the schedulers
+        itself. Anything else is an error naming what was given. The default uses the factories
+        given to ``__init__`` (the Hydra ``optimizer`` and ``scheduler`` groups); an override that is given a factory and never uses it
+        (``self.optimizer_factory``) is an error, since the group's settings would be ignored."""
+        if self.optimizer_factory is None:
+            raise ValueError(
+                f"{type(self).__name__} has no optimizer: pass optimizer=... to TrainModule.__init__ "
+                "or override configure_optimizers()"
+            )
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        return optimizer, self.scheduler_factory(optimizer)
+
+    # ----- notification hooks (no-ops unless overridden) ------------------------------------------
+    def on_fit_start(self) -> None:
+        """After the model is wrapped and the optimizer built, before the first step."""
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients are synced, scaled and clipped; the optimizer has not stepped yet."""
+
+    # Lightning's batch and epoch hooks (callbacks get the same after (trainer, module); order: callbacks/base.py)
+    def on_train_epoch_start(self) -> None:
+        """Before the first step of an epoch."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before each micro-batch's forward (per micro-batch, as Lightning; ``batch_idx`` counts them in the epoch)."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each micro-batch's backward; ``outputs`` is what ``training_step`` returned (device tensors)."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Before a validation pass (not the sanity pass of ``num_sanity_val_steps``)."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+
+    def on_validation_epoch_end(self) -> None:
+        """After a validation pass, its metrics reduced and logged (before ``on_validation_end``)."""
+
+    def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
+        """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging
+        steps and None otherwise (no host sync on the other steps)."""
+
+    def on_validation_end(self, metrics: dict[str, float]) -> None:
+        """After a validation pass, with the metrics reduced over all ranks. Lightning's shape
+        ``on_validation_end(self)`` works too (trainer/api/hook_calls.py)."""
+
+    def on_train_epoch_end(self, epoch: int) -> None:
+        """After the last step of an epoch (only of an epoch that finished: a run that stops at
+        ``max_steps`` mid-epoch does not end that epoch). Lightning's shape ``on_train_epoch_end(self)``
+        works too (trainer/api/hook_calls.py)."""
+
+    def on_fit_end(self) -> None:
+        """After training stops, on every rank."""

@@ -1,0 +1,199 @@
+"""Where a run stands, readable from the module and the trainer with Lightning's names.
+
+Every value holds in every strategy. Units: ``global_step`` counts optimizer steps (as Lightning;
+a step of K accumulated micro-batches is one; under manual optimization every ``opt.step()`` of the
+module, e.g. 2 per batch in a GAN: trainer/loop/step_limits.py), ``current_epoch`` counts finished epochs (0-based
+while the first epoch runs). During a run they are live (read from the rank's run); after ``fit``
+returns they hold the final values, also on the caller's object when the trainer spawned its
+workers (each worker trains a pickled copy of the trainer).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.runtime import distributed
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+
+#: the reason the log gives when ``trainer.should_stop = True`` stopped the run
+SHOULD_STOP_REASON = "trainer.should_stop was set to True"
+
+
+class StopFlag:
+    """``trainer.should_stop = True`` from user code on any rank: agreed on every rank at the next
+    logging step (one tiny all-reduce there; none on other steps), then the run stops there."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def agree(self, run: _Run, logging_step: bool) -> None:
+        """At the end of a step, on every rank: on logging steps, whether any rank set the flag."""
+        if logging_step and distributed.any_rank(self.requested):
+            run.callbacks.request_stop(SHOULD_STOP_REASON)
+
+
+class TrainerRunState:
+    """The run-state properties of ``Trainer`` (a mixin: the values live on the rank's run while
+    one is going on)."""
+
+    _run: _Run | None = None
+
+    def __getstate__(self) -> dict:
+        # A spawned worker gets a copy of the trainer: never the caller's finished run.
+        state = dict(self.__dict__)
+        state["_run"] = None
+        return state
+
+    # progress: live during a run, stored after it (set by trainer/loop/weights_return.py)
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (a step over K accumulated micro-batches counts once; under
+        manual optimization each ``opt.step()`` of the module)."""
+        return self._run.global_step if self._run is not None else self._global_step
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self._global_step = value
+        self._batches = value  # (set_progress sets the batches after this when they differ)
+
+    def stored_progress(self) -> tuple[int, int, int]:
+        """(batches, global_step, current_epoch) as the last call left them, even while a new run is
+        set up (the properties read the run then). Batches are the logged step axis; they differ from
+        global_step under manual optimization only."""
+        return getattr(self, "_batches", self._global_step), self._global_step, self._current_epoch
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained (0-based); after fit, the number of finished epochs."""
+        return self._run.epoch if self._run is not None else self._current_epoch
+
+    @current_epoch.setter
+    def current_epoch(self, value: int) -> None:
+        self._current_epoch = value
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """The last logged value of each metric (``train/...`` on logging steps, ``val/...`` after
+        validation), reduced over all ranks."""
+        return self._run.last_metrics if self._run is not None else self._logged_metrics
+
+    @logged_metrics.setter
+    def logged_metrics(self, value: dict[str, float]) -> None:
+        self._logged_metrics = value
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        """What callbacks and monitors see: the last logged value of each metric (as ``logged_metrics``)."""
+        return self._run.last_metrics if self._run is not None else self._callback_metrics
+
+    @callback_metrics.setter
+    def callback_metrics(self, value: dict[str, float]) -> None:
+        self._callback_metrics = value
+
+    @property
+    def is_global_zero(self) -> bool:
+        """True on the process of global rank 0 (and in the caller of a spawned fit)."""
+        if self._run is not None:
+            return self._run.rank == 0
+        return distributed.rank() == 0
+
+    @property
+    def log_dir(self) -> str:
+        """The run directory: loggers, checkpoints (by default) and ``train.log`` go there; the same
+        on every rank during a run (rank 0's)."""
+        return self.run_dir
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The run's optimizers as a list (as the strategy set them up: ZeRO-1's wrapper): one item,
+        or several under manual optimization; [] before ``configure_optimizers`` ran."""
+        optimizer = getattr(self._run, "optimizer", None)
+        if isinstance(optimizer, list):
+            return list(optimizer)
+        return [optimizer] if optimizer is not None else []
+
+    @property
+    def lr_schedulers(self) -> list[Any]:
+        """The run's learning-rate schedulers, in the order ``configure_optimizers`` returned them."""
+        scheduling = getattr(self._run, "lr_scheduling", None)
+        return [config.scheduler for config in getattr(scheduling, "configs", [])]
+
+    @property
+    def estimated_stepping_batches(self) -> int:
+        """Optimizer steps this fit will run (``max_steps`` / ``max_epochs`` x steps per epoch,
+        whichever is smaller): known from ``configure_optimizers`` on (e.g. for ``OneCycleLR``). Under
+        manual optimization ``max_steps`` when it alone bounds the run, else an error saying why it
+        is unknown up front (trainer/loop/step_limits.py)."""
+        total = getattr(self._run, "total_steps", None)
+        if total is None:
+            raise RuntimeError("trainer.estimated_stepping_batches is known once fit has read the data "
+                               "(from configure_optimizers on)")
+        if isinstance(total, str):  # why it cannot be known before the run
+            raise RuntimeError(total)
+        return total
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether training was asked to stop (on this rank, until the ranks agreed). Set it to True
+        from a hook or a callback, on one rank or all: every rank stops together at the next logging
+        step (``log_every_n_steps``, and the last step), with the final validation and ``save_last``
+        as at a normal end. The same step on any world size; no collective on other steps."""
+        run = self._run
+        return run is not None and (run.stop_flag.requested or run.callbacks.stopping)
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"trainer.should_stop must be True or False, got {value!r}")
+        if self._run is None:
+            raise RuntimeError("trainer.should_stop can be set only while fit runs (from a hook or a callback)")
+        if not value and self._run.callbacks.stopping:
+            raise RuntimeError("trainer.should_stop = False: the ranks already agreed to stop at this step")
+        self._run.stop_flag.requested = value
+
+
+class ModuleRunState:
+    """The run-state properties of ``TrainModule`` (a mixin). Without a trainer: the values of an
+    unattached module (step 0, rank 0 of 1, the device of its parameters)."""
+
+    @property
+    def device(self) -> torch.device:
+        """The device this rank trains on during a run; else the device of the first parameter."""
+        trainer = self.__dict__.get("_trainer")
+        run = getattr(trainer, "_run", None)
+        if run is not None and getattr(run, "device", None) is not None:
+            return run.device
+        for tensor in self.parameters():  # type: ignore[attr-defined]
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (``trainer.global_step``; 0 without a trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_step if trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained (``trainer.current_epoch``; 0 without a trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.current_epoch if trainer is not None else 0
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 without torch.distributed)."""
+        return distributed.rank()
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node (``LOCAL_RANK`` / ``SLURM_LOCALID``; 0 in one process)."""
+        return distributed.local_rank()
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes of the run (1 without torch.distributed)."""
+        return distributed.world_size()

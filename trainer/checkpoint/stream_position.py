@@ -1,0 +1,66 @@
+"""The stream position in a checkpoint: one small file per rank, ``stream/rank-NNNNN.pt``.
+
+invariant: every rank reads the same stream, so rank 0's position is loaded on every rank of any
+world size. sharded: each rank loads its own; another world size is an error naming both.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from trainer.runtime import distributed
+from trainer.loop.stream_limits import is_stream
+
+
+def _plan(run: Any) -> Any:
+    plan = getattr(getattr(run, "data", None), "stream_plan", None)
+    return plan if is_stream(plan) else None
+
+
+def save_stream_state(run: Any, staging: str) -> list[str]:
+    """Write this rank's stream position into the checkpoint being staged; the files written."""
+    plan = _plan(run)
+    if plan is None:
+        return []
+    name = f"stream/rank-{distributed.rank():05d}.pt"
+    os.makedirs(os.path.join(staging, "stream"), exist_ok=True)
+    torch.save(plan.checkpoint_state(run.epoch, run.epoch_step), os.path.join(staging, name))
+    return [name]
+
+
+def restore_stream_state(run: Any, plan: Any, path: str) -> None:
+    """Put ``plan`` at the checkpoint's stream position (after ``run.epoch`` / ``epoch_step`` were restored)."""
+    if not is_stream(plan):
+        return
+    from trainer.checkpoint.loading import load_file
+
+    def read(rank: int) -> Any:
+        file = os.path.join(path, "stream", f"rank-{rank:05d}.pt")
+        return load_file(file) if os.path.isfile(file) else None
+
+    state = read(0)  # every rank's position in invariant mode; the checks' facts in both
+    if state is None:
+        if run.epoch_step == 0:
+            return  # at an epoch boundary there is no position to restore
+        raise ValueError(f"{path} has no stream position (stream/): it was not saved by a run on a streaming dataset")
+    if state["mode"] != plan.mode:
+        raise ValueError(f"{path} was saved with data.stream_mode={state['mode']}, this run uses "
+                         f"data.stream_mode={plan.mode}: resume with data.stream_mode={state['mode']}")
+    if plan.mode == "sharded" and state["world"] != plan.world:
+        raise ValueError(f"{path} was saved by a data.stream_mode=sharded run on {state['world']} data-parallel ranks; "
+                         f"this run has {plan.world}: sharded streams resume on the same world size only (each rank's "
+                         f"shards depend on it); resume on {state['world']} ranks, or use data.stream_mode=invariant")
+    if state["num_workers"] != plan.num_workers:
+        raise ValueError(f"{path} was saved with data.num_workers={state['num_workers']}, this run has "
+                         f"data.num_workers={plan.num_workers}: the stream's readers differ; resume with "
+                         f"data.num_workers={state['num_workers']}")
+    if plan.mode == "sharded":
+        state = read(distributed.rank())
+    if (state["epoch"], state["epoch_step"]) != (run.epoch, run.epoch_step):
+        raise ValueError(f"{path}: the stream position is for epoch {state['epoch']} step {state['epoch_step']}, the "
+                         f"checkpoint's progress is epoch {run.epoch} step {run.epoch_step}")
+    if run.epoch_step > 0:
+        plan.resume = (run.epoch, run.epoch_step, state["loader"])

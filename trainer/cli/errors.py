@@ -1,0 +1,77 @@
+"""Config errors as a user of ``python train.py`` sees them: one line, no traceback.
+
+A bad value in the config (``data.batch_size=-4``, ``trainer.devices=0``,
+``strategy.sharding=bogus``) is found while the Trainer, strategy and module are built from the
+config, and raised there as a ``ValueError`` / ``TypeError`` whose message names the key, the value
+and what is allowed. The traceback of our own code that Hydra would print around it says nothing
+more; :func:`config_errors` prints ``error: <message>`` on rank 0 instead (the other ranks stay
+quiet) and the run exits with status 1. ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report.
+Errors raised later, while training (a bug in a user's ``training_step``), are not touched: they
+keep their traceback; only a ``CheckpointError`` from ``fit`` (a damaged or unfitting checkpoint named
+by ``trainer.resume``: the message names the file) is reported the same way (:func:`checkpoint_errors`).
+
+In a multirun (``-m``) the failed job is reported the same way and the sweep goes on with the
+next job; the process exits with status 1 at the end (:func:`exit_status`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Iterator
+
+from trainer.runtime import distributed
+
+_failed_jobs = 0
+
+
+class JobCannotStart(RuntimeError):
+    """Some rank could not build the job (the message names the ranks and their errors)."""
+
+
+def _config_error(error: BaseException) -> BaseException | None:
+    """The error to report in one line, or None if ``error`` is not a config error."""
+    from trainer.checkpoint.manager import CheckpointError
+
+    if isinstance(error, (ValueError, TypeError, JobCannotStart, CheckpointError)):
+        return error
+    try:  # hydra.utils.instantiate wraps what the target's __init__ raised
+        from hydra.errors import InstantiationException
+    except ImportError:  # pragma: no cover
+        return None
+    cause = error.__cause__ if isinstance(error, InstantiationException) else None
+    return cause if isinstance(cause, (ValueError, TypeError)) else None
+
+
+def one_line(error: BaseException) -> str:
+    return "error: " + " ".join(str(error).split())
+
+
+def _checkpoint_error(error: BaseException) -> BaseException | None:
+    from trainer.checkpoint.manager import CheckpointError
+
+    return error if isinstance(error, CheckpointError) else None
+
+
+@contextlib.contextmanager
+def config_errors(multirun: bool = False, only_checkpoint: bool = False) -> Iterator[None]:
+    """Report a config error raised inside as one line and end the job (see the module docstring).
+    ``only_checkpoint``: around ``fit``, where only a ``CheckpointError`` is one."""
+    global _failed_jobs
+    try:
+        yield
+    except Exception as error:
+        reported = (_checkpoint_error if only_checkpoint else _config_error)(error)
+        if reported is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if distributed.rank() == 0:
+            print(one_line(reported), file=sys.stderr, flush=True)
+        if not multirun:
+            raise SystemExit(1) from None
+        _failed_jobs += 1
+
+
+def exit_status() -> int:
+    """1 if a multirun job failed with a config error (each was printed when it happened)."""
+    return 1 if _failed_jobs else 0

@@ -1,0 +1,149 @@
+"""Loaders that load exactly the batches a plan deals out (``build_loader``), each batch loaded and
+collated under a seed keyed by its position in the epoch, with or without worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from trainer.runtime.seeding import _seed_dataloader_worker, derive_seed, seed_everything
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The DataLoader settings that only change how batches are loaded, not which (a user's
+    ``train_dataloader()`` / ``val_dataloader()`` gives them, or ``data.num_workers`` / ``pin_memory``)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    worker_init_fn: Callable[[int], None] | None = None
+    prefetch_factor: int | None = None
+    timeout: float = 0
+    multiprocessing_context: Any = None
+    pin_memory_device: str = ""
+
+
+class _Batches:
+    """The batch sampler of a loader: ``(seed, indices)`` for each batch of one pass, keyed by the
+    batch's position in the epoch and drawn lazily from ``batches`` (a list, or a plan's
+    ``RankBatches``); replaced for the next pass when the loader's workers persist."""
+
+    def __init__(self, batches: Iterable[Sequence[int]], seed: int, first_batch: int):
+        self.batches, self.seed, self.first_batch = batches, seed, first_batch
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        for i, batch in enumerate(self.batches, start=self.first_batch):
+            yield derive_seed(self.seed, "batch", i), list(batch)
+
+    def __len__(self) -> int:
+        return len(self.batches)  # type: ignore[arg-type]
+
+
+def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int) -> None:
+    _seed_dataloader_worker(worker_id)
+    if user_worker_init is not None:  # the user's, after the trainer seeded the worker
+        user_worker_init(worker_id)
+
+
+@contextlib.contextmanager
+def _loading_generators(seed: int) -> Iterator[None]:
+    """In the main process: the CPU generators of torch, ``random`` and NumPy seeded with ``seed``
+    for the body, then put back, so loading never draws from (or shifts) the training's own
+    stream (dropout), and draws what a worker seeded with ``seed`` draws. CUDA's stays untouched."""
+    try:
+        import numpy as np
+    except ImportError:  # NumPy is optional
+        np = None
+    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None)
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        if np is not None:
+            np.random.set_state(saved[2])
+
+
+def _collated(batch: Any) -> Any:
+    return batch  # _SeededBatches collates itself, under its seed
+
+
+class _SeededBatches(Dataset):
+    """Loads and collates ``(seed, indices)`` batches with the generators seeded from ``seed``
+    (in a worker, its own; in the main process, see ``_loading_generators``): a batch's random
+    augmentations depend on its position in the epoch only, not on which worker or process loads
+    it, whether there are workers, what the model drew before, or where a resumed run started."""
+
+    def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
+        self.dataset, self.collate_fn = dataset, collate_fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, key: tuple[int, list[int]]) -> Any:
+        seed, indices = key
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if in_worker:
+            seed_everything(seed)
+        with contextlib.nullcontext() if in_worker else _loading_generators(seed):
+            getitems = getattr(self.dataset, "__getitems__", None)
+            return self.collate_fn(getitems(indices) if getitems is not None else [self.dataset[i] for i in indices])
+
+
+def build_loader(
+    dataset: Dataset,
+    batches: Iterable[Sequence[int]],
+    collate_fn: Callable[[list], Any],
+    options: LoaderOptions,
+    seed: int,
+    first_batch: int = 0,
+    reuse: DataLoader | None = None,
+) -> DataLoader:
+    """A DataLoader that loads exactly ``batches`` (lists of indices, or a lazy ``RankBatches``) in order.
+
+    Batch ``first_batch + i`` is loaded and collated with the generators seeded from
+    ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
+    resumed mid-epoch draws the same augmentations, and loading in the main process leaves the
+    training's random stream (dropout) alone.
+    ``reuse``: the loader this function returned for the previous pass; with persistent workers
+    it is given the new batches and returned, so its workers live on.
+    """
+    if isinstance(dataset, IterableDataset):
+        raise TypeError(
+            f"{type(dataset).__name__} is an IterableDataset; the trainer needs a map-style dataset "
+            "(__getitem__ + __len__) to keep global batches identical across world sizes"
+        )
+    workers = options.num_workers > 0
+    keyed = _Batches(batches, seed, first_batch)
+    if reuse is not None and workers and options.persistent_workers:
+        sampler = reuse.batch_sampler
+        sampler.batches, sampler.seed, sampler.first_batch = batches, seed, first_batch  # type: ignore[union-attr]
+        return reuse
+    return DataLoader(
+        _SeededBatches(dataset, collate_fn),
+        batch_sampler=keyed,
+        collate_fn=_collated,
+        num_workers=options.num_workers,
+        pin_memory=options.pin_memory,
+        worker_init_fn=functools.partial(_init_worker, options.worker_init_fn) if workers else None,
+        generator=torch.Generator().manual_seed(seed),
+        prefetch_factor=options.prefetch_factor if workers else None,
+        persistent_workers=options.persistent_workers and workers,
+        timeout=options.timeout,
+        multiprocessing_context=options.multiprocessing_context if workers else None,
+        pin_memory_device=options.pin_memory_device,
+    )

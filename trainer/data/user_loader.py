@@ -1,0 +1,267 @@
+"""The module's data hooks, read once per run on every rank: what a user's DataLoader says, which of
+it the trainer honours, and which settings it refuses (DESIGN.md #6: nothing is dropped silently).
+
+From ``train_dataloader()`` (ruling 12.3): ``dataset``; ``batch_size`` is the per-rank micro-batch
+and ``drop_last`` drops a short last global batch (each must agree with ``data.batch_size`` /
+``data.drop_last`` when those are set, and is adopted when they are unset); the order: a plain
+``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset order, any other
+generator-free ``sampler`` (``WeightedRandomSampler``, ``SubsetRandomSampler``, your own) gives the
+epoch's index stream, drawn per epoch under the trainer's seed (``set_epoch(epoch)`` first, if it
+has one) and cut into global batches like the trainer's own order; ``collate_fn``; and the worker
+settings ``num_workers``, ``pin_memory`` (agreeing with ``data.*`` like the batch size),
+``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
+``multiprocessing_context``, ``pin_memory_device``. Refused with an error: a custom ``batch_sampler``, ``batch_size=None``,
+a ``generator`` (on the loader or its sampler), a ``DistributedSampler`` and ``in_order=False``.
+
+``val_dataloader()`` gives the same, except that it keeps its own ``batch_size`` and worker settings
+(``data.*`` do not apply), a shuffling or custom sampler is honoured as the set to validate on (its
+stream for the current epoch, each position once over the ranks), and ``drop_last=True`` is refused
+(validation covers every sample).
+
+Every data hook runs under the same seed on every rank (derived from ``trainer.seed``: one for the
+training hooks, another for the validation ones), so data drawn from the global generators or an
+unseeded ``random_split`` is the same on every rank; the rank's own random streams continue after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+)
+from torch.utils.data.distributed import DistributedSampler
+
+from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
+from trainer.data.loaders import LoaderOptions, build_loader
+from trainer.runtime.seeding import derive_seed, seeded
+from trainer.data.validation_shard import ValidationShard
+
+if TYPE_CHECKING:
+    from trainer.api.module import TrainModule
+    from trainer.trainer import Trainer
+
+DEFAULT_BATCH_SIZE = 32
+_LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_memory": False}
+
+
+def check_map_style(dataset: Any, where: str, stream_ok: bool = False) -> None:
+    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``); an
+    ``IterableDataset`` is a stream (trainer/data/streaming/), for training and validation (``stream_ok``)."""
+    if isinstance(dataset, IterableDataset):
+        if stream_ok:
+            return
+        raise TypeError(f"{where} gave {type(dataset).__name__}, an IterableDataset: streaming datasets are supported "
+                        "for training and validation, not here yet; give a map-style dataset (__getitem__ + __len__)")
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise TypeError(f"{where} gave {type(dataset).__name__}, which is not a map-style dataset "
+                        "(it needs __getitem__ and __len__)")
+
+
+@dataclass
+class UserLoader:
+    """What the trainer takes from one of the module's DataLoaders."""
+
+    where: str  # "train_dataloader()" / "val_dataloader()"
+    dataset: Any
+    batch_size: int
+    drop_last: bool
+    shuffle: bool  # the trainer's seeded permutation (else dataset order or ``sampler``)
+    sampler: Any  # a generator-free sampler whose index stream is the epoch's order, or None
+    collate_fn: Callable[[list], Any]
+    options: LoaderOptions
+
+
+def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
+    """Read a DataLoader returned by ``where``; raise for what cannot be honoured."""
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
+    check_map_style(loader.dataset, where, stream_ok)
+    if loader.batch_size is None:
+        if loader.batch_sampler is not None:
+            raise ValueError(
+                f"{where}: a custom batch_sampler ({type(loader.batch_sampler).__name__}) cannot be honoured: the "
+                "trainer forms global batches itself so they are the same on any world size; give the DataLoader "
+                "batch_size=... (the per-rank micro-batch) and, for a custom order, sampler=..."
+            )
+        raise ValueError(f"{where}: DataLoader(batch_size=None) loads unbatched samples; give batch_size=... "
+                         "(the per-rank micro-batch)")
+    if type(loader.batch_sampler) is not BatchSampler:
+        raise ValueError(f"{where}: a custom batch_sampler ({type(loader.batch_sampler).__name__}) cannot be honoured; "
+                         "give batch_size=... and, for a custom order, sampler=...")
+    if loader.generator is not None:
+        raise ValueError(f"{where}: DataLoader(generator=...) cannot be honoured: the trainer draws the order and the "
+                         "workers' seeds from trainer.seed (the same on every rank); remove generator= and set trainer.seed")
+    if not getattr(loader, "in_order", True):
+        raise ValueError(f"{where}: DataLoader(in_order=False) cannot be honoured: each step needs its micro-batches in "
+                         "plan order; remove in_order=False")
+    sampler = loader.sampler
+    if isinstance(sampler, DistributedSampler):
+        raise ValueError(
+            f"{where}: a DistributedSampler cannot be honoured: the trainer deals every global batch to the ranks "
+            "itself (the same samples per step on any world size); use shuffle=True, or the sampler you would wrap"
+        )
+    if getattr(sampler, "generator", None) is not None:
+        raise ValueError(
+            f"{where}: the sampler {type(sampler).__name__} has its own generator, which cannot be honoured: the trainer "
+            "draws the sampler's stream under trainer.seed (the same on every rank, again on resume); build it "
+            "without generator= and set trainer.seed"
+        )
+    plain = getattr(sampler, "data_source", None) is loader.dataset
+    shuffle = plain and type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    if plain and type(sampler) is SequentialSampler or shuffle or isinstance(loader.dataset, IterableDataset):
+        sampler = None  # dataset order, or the trainer's own permutation
+    workers = loader.num_workers
+    options = LoaderOptions(
+        num_workers=workers,
+        pin_memory=loader.pin_memory,
+        persistent_workers=loader.persistent_workers,
+        worker_init_fn=loader.worker_init_fn,
+        prefetch_factor=loader.prefetch_factor if workers > 0 else None,
+        timeout=loader.timeout,
+        multiprocessing_context=loader.multiprocessing_context,
+        pin_memory_device=getattr(loader, "pin_memory_device", ""),
+    )
+    return UserLoader(where, loader.dataset, loader.batch_size, loader.drop_last, shuffle, sampler,
+                      loader.collate_fn, options)
+
+
+def _agree(name: str, given: Any, from_loader: Any, where: str, default: Any) -> Any:
+    """``data.<name>`` as given (None: unset) against the train loader's value (ruling 12.3)."""
+    if from_loader is None:
+        return default if given is None else given
+    if given is None or given == from_loader:
+        return from_loader
+    note = " (DataLoader's default when it is not given)" if from_loader == _LOADER_DEFAULTS[name] else ""
+    raise ValueError(
+        f"data.{name}={given!r} but {where} returns a DataLoader with {name}={from_loader!r}{note}: make them "
+        f"agree: give the DataLoader {name}={given!r}, or leave data.{name} unset (null) to use the loader's"
+    )
+
+
+def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, where: str) -> Callable[[list], Any]:
+    from trainer.api.module import TrainModule
+
+    overridden = type(module).collate_fn is not TrainModule.collate_fn
+    if loader_collate is None or loader_collate is default_collate:
+        return module.collate_fn
+    if overridden:
+        raise ValueError(f"{where} gives collate_fn={getattr(loader_collate, '__name__', loader_collate)!r} and "
+                         f"{type(module).__name__} overrides collate_fn(): keep one of them")
+    return loader_collate
+
+
+class RunData:
+    """The data of one run on one rank, read from the module's hooks once (before the model is wrapped:
+    the strategies may need the resolved ``trainer.batch_size``). Sets the trainer's resolved
+    ``batch_size``, ``drop_last``, ``num_workers``, ``pin_memory`` and global batch."""
+
+    def __init__(self, module: TrainModule, trainer: Trainer):
+        from trainer.api.datamodule import DataHooks
+
+        self.module, self.trainer = module, trainer
+        # The datamodule's hooks where it defines a stage's data; test / predict call only their own
+        # stage's hooks (as Lightning), so a datamodule set up for "test" need not build training data.
+        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None))
+        self.evaluating = getattr(trainer, "stage", "fit") in ("test", "predict")
+        seed = trainer.seed
+        with seeded(derive_seed(seed, "data", "train")):
+            loader = None if self.evaluating else hooks.train_dataloader()
+        self.train = read_loader(loader, "train_dataloader()", stream_ok=True) if loader is not None else None
+        given = trainer.data_args  # as the user gave them, None = unset
+        where, train = "train_dataloader()", self.train
+        trainer.resolve_batch(
+            _agree("batch_size", given["batch_size"], train and train.batch_size, where, DEFAULT_BATCH_SIZE),
+            _agree("drop_last", given["drop_last"], train and train.drop_last, where, False),
+        )
+        num_workers = _agree("num_workers", given["num_workers"], train and train.options.num_workers, where, 0)
+        pin_memory = _agree("pin_memory", given["pin_memory"], train and train.options.pin_memory, where, False)
+        trainer.num_workers, trainer.pin_memory = num_workers, pin_memory
+        base = train.options if train is not None else LoaderOptions()
+        self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
+                                                 prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
+        self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
+        with seeded(derive_seed(seed, "data", "val")):
+            val_loader = None if self.evaluating else hooks.val_dataloader()
+            self.val = read_loader(val_loader, "val_dataloader()", stream_ok=True) if val_loader is not None else None
+            self.val_set = self.val.dataset if self.val is not None else (None if self.evaluating else hooks.val_dataset())
+        if self.val is not None:
+            if self.val.drop_last:
+                raise ValueError("val_dataloader(): drop_last=True cannot be honoured: validation covers every sample "
+                                 "exactly once over the ranks; remove drop_last (or leave the samples out of the dataset)")
+            self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
+            self.val_collate = _collate(module, self.val.collate_fn, "val_dataloader()")
+            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", "val_dataloader()")
+                                if self.val.sampler is not None else None)
+        elif self.val_set is not None:
+            check_map_style(self.val_set, "val_dataset()", stream_ok=True)
+            # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
+            self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
+        self._train_set: Any = train.dataset if train is not None else None
+        self._loaders: dict[str, DataLoader] = {}
+        self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
+
+    def train_set(self) -> Any:
+        """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""
+        if self._train_set is None:
+            with seeded(derive_seed(self.trainer.seed, "data", "train")):
+                self._train_set = self.hooks.train_dataset()
+            check_map_style(self._train_set, "train_dataset()", stream_ok=True)
+        return self._train_set
+
+    def plan(self, data_parallel_size: int) -> GlobalBatchPlan:
+        trainer, train = self.trainer, self.train
+        dataset = self.train_set()
+        if isinstance(dataset, IterableDataset):  # a stream: its own plan (trainer/data/streaming/plan.py)
+            from trainer.data.streaming.plan import StreamPlan
+
+            self.stream_plan = StreamPlan(dataset, trainer, data_parallel_size, trainer.strategy.data_parallel_rank,
+                                          self.train_collate, self.train_options)
+            return self.stream_plan  # type: ignore[return-value]
+        stream = None
+        if train is not None and train.sampler is not None:
+            stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", "train_dataloader()")
+        return GlobalBatchPlan(
+            len(stream) if stream is not None else len(dataset), trainer.batch_size, trainer.accumulate_grad_batches,
+            data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=trainer.drop_last,
+            order=stream,
+        )
+
+    def val_shard(self, epoch: int, rank: int, world_size: int, limit: int | None = None) -> ValidationShard:
+        """Rank ``rank``'s validation batches (sample indices): every sample, or every position of a
+        validation sampler's stream, exactly once over the ranks; with ``limit``, only the first
+        ``limit`` of them (``limit_val_batches``: the same samples on any world size)."""
+        assert self.val_set is not None
+        if isinstance(self.val_set, IterableDataset):  # a stream: read now (trainer/data/streaming/validation.py)
+            from trainer.data.streaming.validation import StreamValShard
+
+            return StreamValShard(self, epoch, rank, world_size, limit)  # type: ignore[return-value]
+        size = len(self.val_set)
+        if self.val is None or (self._val_stream is None and not self.val.shuffle):
+            return validation_shard(min(size, limit or size), self.val_batch_size, rank, world_size)
+        if self._val_stream is not None:
+            order = self._val_stream.epoch_order(epoch)
+        else:
+            generator = torch.Generator().manual_seed(derive_seed(self.trainer.seed, "val", "epoch", epoch))
+            order = torch.randperm(size, generator=generator).tolist()
+        order = order[:limit] if limit is not None else order
+        return ValidationShard(len(order), self.val_batch_size, rank, world_size, order=order)  # batches built lazily
+
+    def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
+        train = purpose == "train"
+        if getattr(batches, "is_stream", False):
+            return batches  # a stream's micro-batches, already collated (trainer/data/streaming/)
+        loader = build_loader(
+            dataset, batches, self.train_collate if train else self.val_collate,
+            self.train_options if train else self.val_options, seed, first_batch, reuse=self._loaders.get(purpose),
+        )
+        self._loaders[purpose] = loader
+        return loader

@@ -1,0 +1,161 @@
+"""``Trainer.test`` and ``Trainer.predict`` on one rank: a pass over the test / predict set.
+
+The set is cut into batches in dataset order (batch b holds samples ``b*B .. (b+1)*B - 1``, the
+last one short), the same batches on any world size; rank r runs batches r, r + W, r + 2W ...
+(every sample exactly once, no padding duplicates). ``test`` reduces the metrics like validation
+(sample-weighted sums, one all-reduce: exact means over the set); ``predict`` gathers every
+batch's output to rank 0 and returns them as a list in batch order. Strategies whose forward is
+a collective (FSDP) run in lockstep: short ranks run extra forwards of batch 0 that count for
+nothing. The pipeline strategy is refused before any worker starts (``Trainer._launch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.runtime import distributed
+from trainer.loop.resume import load_for_evaluation
+from trainer.runtime.seeding import derive_seed, seeded
+from trainer.data.loaders import build_loader
+from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.log_collector import merge_logged
+from trainer.observe.progress import ProgressBar
+from trainer.runtime.tensors import move_to_device
+from trainer.data.user_loader import _collate, check_map_style, read_loader
+from trainer.loop.validation import require_validation_data
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+
+log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
+
+
+def run_evaluation(run: _Run, mode: str) -> Any:
+    """``validate`` / ``test`` / ``predict`` on this rank, after the run's set-up: the weights of
+    ``ckpt_path`` if given (its step too), then the pass."""
+    if mode == "validate":
+        require_validation_data(run)
+    # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
+    # of a ckpt_path's checkpoint replaces it.
+    run.step, global_step, run.epoch = run.trainer.stored_progress()
+    run.optimizer_steps = global_step if global_step != run.step else None  # a manual fit's global_step
+    load_for_evaluation(run)
+    if mode == "validate":
+        return run.validate()
+    return run_test(run) if mode == "test" else run_predict(run)
+
+
+def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) -> list[tuple[int, list[int]]]:
+    """Rank ``rank``'s ``(batch index, sample indices)``: dataset-order batches dealt round robin."""
+    starts = range(rank * batch_size, num_samples, world_size * batch_size)
+    return [(start // batch_size, list(range(start, min(start + batch_size, num_samples)))) for start in starts]
+
+
+class EvalData:
+    """The test or predict data of a run, read from the data hooks (the datamodule's where it has
+    them) under the seed every rank shares for that stage."""
+
+    def __init__(self, run: _Run, stage: str):
+        hooks, module, trainer = run.data.hooks, run.module, run.trainer
+        source = type(hooks.source[stage]).__name__
+        where = f"{stage}_dataloader()"
+        with seeded(derive_seed(trainer.seed, "data", stage)):
+            loader = getattr(hooks, f"{stage}_dataloader")()
+            user = read_loader(loader, where) if loader is not None else None
+            self.dataset = user.dataset if user is not None else getattr(hooks, f"{stage}_dataset")()
+        if self.dataset is None:
+            raise ValueError(f"Trainer.{stage}: {source} has no {stage} data; define {stage}_dataset() or {where} "
+                             "(on the module, or on a DataModule passed as datamodule=)")
+        if user is None:
+            check_map_style(self.dataset, f"{stage}_dataset()")
+            # As the training data is loaded (data.batch_size, the module's collate_fn, data.* workers).
+            self.batch_size, self.options, self.collate = trainer.batch_size, run.data.train_options, module.collate_fn
+            return
+        if user.drop_last:
+            raise ValueError(f"{where}: drop_last=True cannot be honoured: {stage} covers every sample exactly once; "
+                             "remove drop_last (or leave the samples out of the dataset)")
+        if user.sampler is not None or (stage == "predict" and user.shuffle):
+            what = type(user.sampler).__name__ if user.sampler is not None else "shuffle=True"
+            raise ValueError(f"{where}: {what} cannot be honoured: {stage} runs over every sample once in dataset "
+                             "order" + (" (the outputs come back in that order)" if stage == "predict" else "")
+                             + "; remove it (a subset: pass a torch.utils.data.Subset as the dataset)")
+        # test: shuffle=True is accepted and changes nothing, the metrics being means over the whole set.
+        self.batch_size, self.options = user.batch_size, user.options
+        self.collate = _collate(module, user.collate_fn, where)
+
+
+def _pass(run: _Run, stage: str, on_output: Any) -> None:
+    """Run ``<stage>_step`` over this rank's batches; ``on_output(batch_index, weight, output)``
+    for each (weight 0: a lockstep filler whose output counts for nothing)."""
+    module, strategy = run.module, run.strategy
+    data = EvalData(run, stage)
+    mine = eval_batches(len(data.dataset), data.batch_size, run.data_rank, run.data_parallel_size)
+    weights = [len(indices) for _, indices in mine]
+    if strategy.lockstep_forward:
+        # Every rank runs as many forwards as rank 0 (the busiest); the extra ones re-read sample 0.
+        most = len(eval_batches(len(data.dataset), data.batch_size, 0, run.data_parallel_size))
+        mine += [(0, [0])] * (most - len(mine))
+        weights += [0] * (most - len(weights))
+
+        def forward(batch: Any, index: int) -> Any:
+            return run.wrapped(batch, index, f"{stage}_step")
+    else:
+        forward = getattr(module, f"{stage}_step")
+    seed = derive_seed(run.trainer.seed, stage, run.data_rank)
+    loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
+    was_training = module.training
+    module.eval()
+    bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
+                      leave=False)
+    with torch.no_grad():
+        for (index, _), weight, batch in zip(mine, weights, loader):
+            bar.update()
+            batch = run.precision.convert_input(move_to_device(batch, run.device))
+            with run.precision.autocast(run.device), run.module_logs.micro_batch(weight):
+                output = forward(batch, index)
+            on_output(index, weight, output)
+    bar.close()
+    strategy.after_evaluation(run.wrapped)
+    module.train(was_training)
+
+
+def run_test(run: _Run) -> dict[str, float]:
+    """``Trainer.test`` on this rank: the ``test/`` metrics, exact means over the test set (logged)."""
+    sums = WeightedSums(run.device)
+
+    def add(index: int, weight: int, output: Any) -> None:
+        loss, metrics = split_step_output(output, "test_step")
+        if loss is not None:
+            metrics["loss"] = loss
+        sums.add(metrics, weight)
+
+    logs = run.module_logs
+    with logs.stage("test"):  # self.log in test_step: aggregated over the whole test set
+        _pass(run, "test", add)
+        metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
+        merge_logged(metrics, logs.epoch_metrics("test", run.strategy), "test")
+    if metrics:
+        run.log(metrics)
+        log.info("test at step %d  %s", run.step, format_metrics(metrics))
+    return metrics
+
+
+def run_predict(run: _Run) -> list[Any] | None:
+    """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
+    (on the CPU) in batch order; None on the other ranks. Also kept as ``run.predictions``."""
+    outputs: list[tuple[int, Any]] = []
+
+    def keep(index: int, weight: int, output: Any) -> None:
+        if weight:
+            outputs.append((index, move_to_device(output, torch.device("cpu"))))
+
+    _pass(run, "predict", keep)
+    gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
+    run.predictions = None
+    if gathered is not None:
+        merged = sorted((pair for part in gathered for pair in part), key=lambda pair: pair[0])
+        run.predictions = [output for _, output in merged]
+    return run.predictions

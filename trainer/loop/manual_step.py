@@ -1,0 +1,370 @@
+"""Manual optimization (``self.automatic_optimization = False``, Lightning's name): the module steps
+its optimizers itself inside ``training_step``.
+
+The trainer then calls ``training_step(batch, batch_idx)`` once per optimizer step (one micro-batch
+per rank: ``trainer.accumulate_grad_batches > 1`` is refused, as in Lightning; accumulate by hand with
+``self.no_backward_sync()``) and does no backward, step, zero_grad or clipping itself. The module uses:
+
+- ``self.optimizers()``: one :class:`ManualOptimizer` or a list (Lightning's shape); its ``step()``
+  goes through the strategy (ZeRO-1) and the precision (fp16: unscale this optimizer's gradients,
+  skip on an overflow on any rank; the one loss scale is updated once per ``training_step``);
+- ``self.lr_schedulers()``: the schedulers, stepped by the module (the trainer never steps them);
+- ``self.manual_backward(loss)``: ``loss`` is this rank's micro-batch mean. It is multiplied by
+  ``num_real x data-parallel ranks / global count`` (what the automatic path applies), so after the
+  gradient average over ranks the gradient is that of the global-batch mean, exactly as one process
+  on the same global batch, also for a short last batch where ranks hold different real counts
+  (a padding micro-batch, with no real sample, contributes zero); fp16 scales it;
+- ``self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm="norm"|"value")``:
+  clips that optimizer's gradients (the norm over every rank's shards under FSDP);
+- ``with self.no_backward_sync(): ...``: backward passes inside skip the gradient sync (hand
+  accumulation); the first backward outside syncs the accumulated sum.
+
+Gradient sync per strategy: DDP runs the step under ``no_sync()`` and ``manual_backward`` averages the
+gradients itself (one coalesced all-reduce per backward, logged as a gradient round), since a step
+that runs several backward passes on one forward (a GAN) is not what DDP's reducer expects; FSDP
+reduce-scatters in its backward hooks, switched off by ``set_requires_gradient_sync(False)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from trainer.runtime.comms_log import GRADIENT_KIND, OVERFLOW_KIND, labelled
+from trainer.runtime.metric_sums import WeightedSums, split_step_output
+from trainer.loop.log_collector import merge_logged
+from trainer.precision.fp16_step import read_finite
+from trainer.strategies.sync_batchnorm import padding_micro_batch
+from trainer.runtime.tensors import local_tensor, move_to_device
+
+if TYPE_CHECKING:
+    from trainer.data.batch_plan import StepPlan
+
+log = logging.getLogger("trainer.loop.rank_run")
+
+CLIP_ALGORITHMS = ("norm", "value")
+
+
+class ManualOptimizationHooks:
+    """The module side of manual optimization (mixed into ``TrainModule``; Lightning's names)."""
+
+    #: False: ``training_step`` steps the optimizers itself (see trainer/loop/manual_step.py)
+    automatic_optimization: bool = True
+
+    def _manual(self, what: str, inside_step: bool = True) -> ManualStep:
+        step = self.__dict__.get("_manual_step")
+        if not inside_step and step is not None:  # optimizers() / lr_schedulers(): also under automatic
+            return step
+        if getattr(self, "automatic_optimization", True):
+            raise RuntimeError(f"self.{what} is for manual optimization: set self.automatic_optimization = False "
+                               "in the module's __init__ (with automatic optimization the trainer does it)")
+        if step is not None and (step.active or not inside_step):
+            return step
+        where = "inside training_step during Trainer.fit" if inside_step else "during Trainer.fit, after configure_optimizers"
+        raise RuntimeError(f"self.{what} can only be called {where}")
+
+    def optimizers(self) -> Any:
+        """The optimizers of ``configure_optimizers`` (manual optimization: wrapped, ``step()`` goes through
+        the strategy and precision): one, or a list when there are several (Lightning's shape). Under
+        automatic optimization the optimizer itself, to read (the trainer steps it)."""
+        step = self._manual("optimizers()", inside_step=False)
+        return step.optimizers[0] if len(step.optimizers) == 1 else list(step.optimizers)
+
+    def lr_schedulers(self) -> Any:
+        """The schedulers of ``configure_optimizers``: None, one, or a list. Under manual optimization
+        the module steps them (the trainer never does); under automatic, the trainer does."""
+        schedulers = [config.scheduler for config in self._manual("lr_schedulers()", inside_step=False).schedulers]
+        return None if not schedulers else schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor) -> None:
+        """Backward of this rank's micro-batch mean ``loss``, scaled to the global batch (and by fp16's
+        loss scale), with the gradient sync unless inside ``no_backward_sync()``."""
+        self._manual("manual_backward()").backward(loss)
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str = "norm") -> torch.Tensor | None:
+        """Clip ``optimizer``'s gradients: by their global 2-norm ("norm", returns the norm before
+        clipping) or element-wise to ``[-val, val]`` ("value"). ``gradient_clip_val`` None: nothing."""
+        return self._manual("clip_gradients()").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    @contextlib.contextmanager
+    def no_backward_sync(self, enabled: bool = True) -> Iterator[None]:
+        """Backward passes inside do not sync gradients across ranks (Fabric's name); for hand
+        accumulation: the first ``manual_backward`` outside syncs what was accumulated."""
+        step = self._manual("no_backward_sync()")
+        if not enabled:
+            yield
+            return
+        with step.skip_sync():
+            yield
+
+
+class ManualOptimizer:
+    """A user's optimizer as ``self.optimizers()`` gives it: ``step()`` through the trainer."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, owner: ManualStep):
+        self.optimizer = optimizer
+        self._owner = owner
+
+    def step(self, closure: Any = None) -> Any:
+        """Run ``closure`` (if given, Lightning's way: it computes the loss and calls manual_backward),
+        then step (fp16: unless the gradients overflowed on some rank). Returns the closure's value."""
+        result = closure() if closure is not None else None
+        self._owner.optimizer_step(self.optimizer)
+        self._owner.run.optimizer_steps += 1  # global_step: every call counts, an fp16-skipped one too (as Lightning)
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def __getattr__(self, name: str) -> Any:  # state, defaults, state_dict ...
+        return getattr(self.optimizer, name)
+
+
+class _Params:
+    """Duck-types a module for ``Strategy.grad_norm`` / ``clip_grad_norm`` (they call ``parameters()``)."""
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        self._params = params
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return iter(self._params)
+
+
+def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def check_manual_setup(trainer: Any, strategy: Any, optimizers: list) -> None:
+    """What manual optimization refuses, each with what to change (same answer on every rank)."""
+    if trainer.accumulate_grad_batches > 1:
+        raise ValueError(
+            f"manual optimization (automatic_optimization = False) with trainer.accumulate_grad_batches="
+            f"{trainer.accumulate_grad_batches} (or a data.global_batch_size that implies it): the module steps "
+            "its optimizers itself, so accumulate by hand (self.no_backward_sync() on the non-final backward "
+            "passes); set trainer.accumulate_grad_batches=1 (as Lightning requires)")
+    if trainer.gradient_clip_val is not None:
+        raise ValueError(
+            f"trainer.gradient_clip_val={trainer.gradient_clip_val!r} with manual optimization (automatic_optimization "
+            "= False): the trainer does not step, so it cannot clip; call self.clip_gradients(optimizer, "
+            "gradient_clip_val=..., gradient_clip_algorithm='norm') before opt.step() and unset trainer.gradient_clip_val")
+    if strategy.owns_step:
+        raise ValueError(f"strategy={strategy.name} runs each micro-batch's forward and backward itself, which manual "
+                         "optimization (automatic_optimization = False) cannot do; use strategy=ddp or fsdp")
+    if trainer.loss_normalization != "samples":
+        raise ValueError(f"trainer.loss_normalization={trainer.loss_normalization!r} with manual optimization: "
+                         "manual_backward scales the loss by sample counts only; set trainer.loss_normalization=samples "
+                         "(or normalise by tokens inside training_step)")
+    if len(optimizers) > 1 and strategy.zero1:
+        raise ValueError(f"strategy.zero1=true with {len(optimizers)} optimizers: ZeRO-1 shards one optimizer; "
+                         "set strategy.zero1=false or return one optimizer")
+
+
+def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
+    """At fit start, after ``configure_optimizers`` (``run.optimizer``: one, or a list under manual
+    optimization): set the optimizers up with the strategy. Manual optimization: check the settings and
+    return the step, attached to the module (``self.optimizers()`` ...); ``run.optimizer`` becomes the
+    optimizer, or the list of them, that checkpoints save. Automatic: ``self.optimizers()`` and
+    ``self.lr_schedulers()`` give the optimizer and schedulers to read (the trainer steps them)."""
+    if not isinstance(run.optimizer, list):
+        run.optimizer = run.strategy.setup_optimizer(run.optimizer)
+        run.module.__dict__["_manual_step"] = _Configured([run.optimizer], schedulers)
+        return None
+    check_manual_setup(run.trainer, run.strategy, run.optimizer)
+    optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
+    run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
+    step = ManualStep(run, optimizers, schedulers)
+    run.optimizer_steps = 0  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
+    run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
+    return step
+
+
+class _Configured:
+    """Automatic optimization: what ``self.optimizers()`` / ``self.lr_schedulers()`` read (as Lightning
+    allows there); the optimizers are the user's own, stepped by the trainer."""
+
+    active = False
+
+    def __init__(self, optimizers: list, schedulers: list):
+        self.optimizers, self.schedulers = optimizers, schedulers
+
+
+class ManualStep:
+    """The run side: the training step under manual optimization and what the module's calls do."""
+
+    def __init__(self, run: Any, optimizers: list[torch.optim.Optimizer], schedulers: list):
+        self.run = run
+        self.optimizers = [ManualOptimizer(o, self) for o in optimizers]
+        self.schedulers = schedulers
+        self.active = False  # inside training_step
+        self._factor = 1.0
+        self._sync = True
+        # fp16, this step: id(optimizer) -> gradients finite (a bool read to the host), or the device
+        # overflow flag where the optimizer steps sync-free (trainer/precision/fp16_step.py)
+        self._unscaled: dict[int, bool | torch.Tensor] = {}
+        self._found: torch.Tensor | None = None  # fp16: the step's overflow flag, once an optimizer unscaled
+        self._overflow = False
+        from torch.nn.parallel import DistributedDataParallel
+
+        self._ddp = isinstance(run.wrapped, DistributedDataParallel)
+
+    # ----- what the module's calls do ------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor) -> None:
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"manual_backward takes a loss tensor, got {type(loss).__name__}")
+        scaled = loss * self._factor if self._factor != 1.0 else loss
+        self.run.precision.scale_loss(scaled).backward()
+        if self._ddp and self._sync:
+            self._average_gradients()
+
+    def _average_gradients(self) -> None:
+        """DDP: average every gradient over the ranks (the ones synced before are equal on every rank,
+        so averaging them again keeps them). Flat all-reduces per dtype of at most ``bucket_cap_mb``
+        (DDP's default 25 MB) each."""
+        grads = [p.grad for p in self.run.module.parameters() if p.grad is not None]
+        world = torch.distributed.get_world_size()
+        cap = (self.run.strategy.bucket_cap_mb or 25) * 2**20
+        with labelled(GRADIENT_KIND):
+            buckets: list[list[torch.Tensor]] = []
+            open_bucket: dict[torch.dtype, tuple[list[torch.Tensor], int]] = {}  # dtype -> (bucket, bytes)
+            for grad in grads:
+                bucket, size = open_bucket.get(grad.dtype, (None, 0))
+                if bucket is None or size >= cap:
+                    bucket, size = [], 0
+                    buckets.append(bucket)
+                bucket.append(grad)
+                open_bucket[grad.dtype] = (bucket, size + grad.numel() * grad.element_size())
+            for group in buckets:
+                flat = torch._utils._flatten_dense_tensors(group)
+                flat.div_(world)
+                torch.distributed.all_reduce(flat)
+                for grad, synced in zip(group, torch._utils._unflatten_dense_tensors(flat, group)):
+                    grad.copy_(synced)
+
+    @contextlib.contextmanager
+    def skip_sync(self) -> Iterator[None]:
+        strategy, wrapped = self.run.strategy, self.run.wrapped
+        previous, self._sync = self._sync, False
+        try:
+            if self._ddp:  # the step runs under no_sync() already; manual_backward skips its all-reduce
+                yield
+            else:  # FSDP: set_requires_gradient_sync(False) on every unit until the end of the block
+                with strategy.sync_context(wrapped, sync=False):
+                    yield
+        finally:
+            self._sync = previous
+            if not self._ddp and previous:
+                strategy.sync_context(wrapped, sync=True)
+
+    def _unscale(self, optimizer: torch.optim.Optimizer) -> bool | torch.Tensor:
+        """fp16: unscale ``optimizer``'s gradients once per step; True when finite on every rank (one
+        host read), or where the step is sync-free the device overflow flag (no read)."""
+        key = id(optimizer)
+        if key not in self._unscaled:
+            strategy, scaler = self.run.strategy, self.run.precision.scaler
+            grads = [local_tensor(p.grad) for p in _params_of(optimizer) if p.grad is not None]
+            agree = None if strategy.gradients_replicated else strategy.all_reduce_max
+            with labelled(OVERFLOW_KIND):
+                found = scaler.unscale_found_inf(grads, agree)
+            self._found = found if self._found is None else torch.maximum(self._found, found)
+            self._unscaled[key] = found if self.run.fp16.sync_free else read_finite(found)
+            self._overflow |= self._unscaled[key] is False
+        return self._unscaled[key]
+
+    def clip(self, optimizer: Any, value: float | None, algorithm: str) -> torch.Tensor | None:
+        optimizer = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
+        if algorithm not in CLIP_ALGORITHMS:
+            raise ValueError(f"clip_gradients: gradient_clip_algorithm={algorithm!r}; it is one of {list(CLIP_ALGORITHMS)}")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"clip_gradients: gradient_clip_val={value!r}; it must be a number > 0 (or None: no clipping)")
+        if self.run.precision.scaler is not None and self._unscale(optimizer) is False:
+            return None  # overflowed: the step is skipped anyway (sync-free: clipped, then skipped in the kernel)
+        params = _params_of(optimizer)
+        if algorithm == "norm":
+            return self.run.strategy.clip_grad_norm(_Params(params), float(value))
+        with torch.no_grad():  # element-wise: each rank's shard alone is enough
+            for p in params:
+                if p.grad is not None:
+                    local_tensor(p.grad).clamp_(-value, value)
+        return None
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.active:
+            raise RuntimeError("an optimizer of self.optimizers() can only step inside training_step")
+        if self.run.precision.scaler is not None:
+            finite = self._unscale(optimizer)
+            del self._unscaled[id(optimizer)]  # its next step (if any) unscales new gradients
+            if finite is False:
+                log.info("step %d: gradient overflow in %s, its step skipped", self.run.step + 1, type(optimizer).__name__)
+                return
+            if finite is not True:  # sync-free: the device flag; the kernel skips an overflowing step
+                self.run.module.on_before_optimizer_step(optimizer)
+                self.run.fp16.step(optimizer, finite)
+                return
+        self.run.module.on_before_optimizer_step(optimizer)
+        self.run.strategy.optimizer_step(optimizer)
+
+    # ----- the trainer's step -------------------------------------------------------------------------
+    def train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
+        """One optimizer step of the loop: ``training_step`` on this rank's one micro-batch."""
+        run = self.run
+        trainer, strategy, precision, timer = run.trainer, run.strategy, run.precision, run.breakdown
+        (micro_batch,) = plan.micro_batches  # accumulate_grad_batches=1 (check_manual_setup)
+        timer.step_started()
+        with timer.phase("data"):
+            batch = precision.convert_input(move_to_device(next(batches), run.device, non_blocking=trainer.pin_memory))
+        # The automatic path's factor (trainer/loop/rank_run.py): the micro-batch's share of the global-batch mean.
+        self._factor = micro_batch.num_real * run.data_parallel_size / plan.global_count
+        self._unscaled.clear()
+        self._found, self._overflow = None, False
+        padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()
+        no_sync = run.wrapped.no_sync() if self._ddp else contextlib.nullcontext()
+        from trainer.callbacks.callback_list import call_hooks  # (callbacks import trainer.api.module, which imports this)
+
+        run.module_logs.begin_step(log_now)
+        batch_idx = run.batch_idx
+        call_hooks(run, "on_train_batch_start", batch, batch_idx)
+        self.active = True
+        try:
+            with timer.phase("forward"), padding, no_sync, precision.autocast(run.device), \
+                    run.module_logs.micro_batch(micro_batch.num_real):
+                output = run.wrapped(batch, run.batch_idx)
+        finally:
+            self.active = False
+        run.batch_idx += 1
+        call_hooks(run, "on_train_batch_end", output, batch, batch_idx)
+        if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
+            precision.scaler.update(self._found)
+            if self._overflow:
+                log.info("step %d: gradient overflow (loss scale now %g)", run.step + 1, precision.scaler.scale)
+        loss, metrics = split_step_output(output, "training_step")
+        if run.nonfinite is not None:
+            if loss is not None:
+                run.nonfinite.observe(loss)
+            run.nonfinite.end_step(run.step + 1, run.epoch)
+        timer.step_finished()
+        run.throughput.step(plan.global_count)
+        logged = run.module_logs.end_step(strategy)  # the step's self.log values (reduced on logging steps)
+        if not log_now:
+            return None
+        sums = WeightedSums(run.device)
+        sums.add({"loss": loss, **metrics} if loss is not None else metrics, micro_batch.num_real)
+        run.settle_nonfinite(run.step + 1)
+        reduced = sums.reduce("train/", strategy)
+        for index, optimizer in enumerate(self.optimizers):
+            suffix = "" if len(self.optimizers) == 1 else f"/optimizer{index}"
+            reduced[f"train/lr{suffix}"] = float(optimizer.param_groups[0]["lr"])
+        if precision.scaler is not None:
+            run.fp16.on_logging_step(run.step + 1, reduced)
+        reduced.update(run.throughput.metrics(None))
+        reduced.update(timer.metrics())
+        return merge_logged(reduced, logged, "training")

@@ -1,0 +1,398 @@
+"""The loop one rank runs: set-up, then ``fit`` in the order of trainer/api/module.py's pseudocode. One step:
+trainer/loop/train_step.py (manual optimization: manual_optimization.py); validation: trainer/loop/validation.py.
+
+Names: ``module`` is the user's TrainModule, ``wrapped`` what ``strategy.wrap(module)`` returned (what a
+training step calls; Lightning's public ``trainer.model``), ``data_parallel_size`` the ranks that load
+different samples (``strategy.data_parallel_size()``, by which the gradient sync averages).
+
+A non-logging step makes no host sync and no collective but the gradient ones (FSDP's gathers,
+pipeline sends, ZeRO-1's broadcast included), the grad-norm all-reduce when clipping and the token
+count all-reduce with ``loss_normalization=tokens`` (tests/test_hot_path.py counts them). Logging
+steps reduce the metrics (one all-reduce), settle the late non-finite check (trainer/loop/step_accounting.py;
+also before validation and saves) and agree on preemption signals (also every
+``checkpoint.signal_check_every_n_steps``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Iterable
+
+import torch
+
+from trainer.runtime import distributed
+from trainer.loop.batch_size_finder import find_batch_size
+from trainer.callbacks import CallbackList
+from trainer.callbacks.callback_list import call_hooks
+from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
+from trainer.loop.resume import restore_run
+from trainer.runtime.comms_log import CommsLog
+from trainer.data.batch_plan import GlobalBatchPlan
+from trainer.runtime.seeding import derive_seed, seed_everything
+from trainer.api.hparams import checkpoint_record, for_loggers
+from trainer.api.datamodule import setup_datamodule
+from trainer.loop.evaluation import run_evaluation
+from trainer.runtime.launch import ClusterEnvironment
+from trainer.loggers import Logger, build_loggers
+from trainer.optim.lr_scheduling import LRScheduling
+from trainer.loop.manual_step import setup_optimizers
+from trainer.runtime.metric_sums import format_metrics
+from trainer.observe.model_summary import count_local, summarize
+from trainer.api.hook_calls import call_module_hook
+from trainer.loop.log_collector import LogCollector
+from trainer.optim.optimizers import configure_optimizers
+from trainer.precision.fp16_step import Fp16Steps
+from trainer.observe.profiling import TraceWindow, WallClockBreakdown
+from trainer.observe.progress import ProgressBar
+from trainer.runtime.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
+from trainer.api.run_state import StopFlag
+from trainer.loop.step_limits import plan_limits
+from trainer.loop.stream_limits import describe_epoch, epoch_over
+from trainer.loop.sanity_check import run_sanity_check
+from trainer.strategies.speedups import apply_activation_checkpointing, compile_blocks
+from trainer.loop.step_accounting import NonfiniteLossWatch
+from trainer.observe.throughput import Throughput
+from trainer.loop.train_step import TrainStep
+from trainer.data.user_loader import RunData
+from trainer.loop.validation import check_validation_setup, run_validation
+from trainer.loop.weights_return import record_result
+from trainer.strategies.weight_init import WeightInit, has_meta_tensors
+from trainer.strategies.wrap_policy import select_units
+
+if TYPE_CHECKING:
+    from trainer.api.module import TrainModule
+    from trainer.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class _Run:
+    """State of one fit/validate on one rank."""
+
+    def __init__(self, trainer: Trainer, module: TrainModule, env: ClusterEnvironment, own_log_handler: bool):
+        self.trainer = trainer
+        self.own_log_handler = own_log_handler
+        self.module = module
+        self.env = env
+        self.strategy = trainer.strategy
+        self.loggers: list[Logger] = []
+        self.rank = env.rank
+        self.step = 0  # global batches trained (the logged step axis, checkpoint names, the data position)
+        self.optimizer_steps: int | None = None  # manual optimization: the module's opt.step() calls
+        self.epoch = 0
+        self.epoch_step = 0  # optimizer steps done in this epoch
+        self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
+        self.preempted = False
+        self.checkpoints: CheckpointManager | None = None
+        self.optimizer: Any = None  # a list of them under manual optimization with several
+        self.manual: Any = None  # automatic_optimization = False: trainer/loop/manual_step.py
+        self.fp16: Fp16Steps | None = None  # fp16-mixed: the optimizer step's overflow handling
+        self.train_step: Any = None  # one optimizer step: a TrainStep (trainer/loop/train_step.py), or manual's
+        self.lr_scheduling = LRScheduling()  # the schedulers and when they step
+        self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
+        self.last_metrics: dict[str, float] = {}
+        self.callbacks = CallbackList(trainer.callbacks, self)
+        self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/api/run_state.py)
+        self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
+        self.summary = None  # the model summary, counted before the strategy splits the model
+
+    @property
+    def global_step(self) -> int:  # optimizer steps: the batches, or the module's opt.step() calls (manual)
+        return self.step if self.optimizer_steps is None else self.optimizer_steps
+
+    # ----- set-up -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        trainer, module, strategy = self.trainer, self.module, self.strategy
+        strategy.setup_environment(self.env, trainer.collective_timeout)
+        self.device = strategy.device
+        self.rank = distributed.rank()
+        self.data_parallel_size = strategy.data_parallel_size()  # ranks loading different samples
+        self.data_rank = strategy.data_parallel_rank  # which samples this rank loads
+        # Under torchrun every rank built its own Trainer: rank 0's run directory wins.
+        self.run_dir = trainer.run_dir = distributed.broadcast_object(trainer.run_dir)
+        if self.rank == 0:
+            os.makedirs(self.run_dir, exist_ok=True)
+            if self.own_log_handler:
+                log_to_file(os.path.join(self.run_dir, "train.log"))
+        module._trainer = trainer
+        trainer._run = self  # the run-state properties read this run (trainer/api/run_state.py)
+        refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
+        self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
+        with distributed.rank_zero_first(local=True) as first:
+            if first:
+                module.prepare_data()
+                if trainer.datamodule is not None:
+                    trainer.datamodule.prepare_data()
+        setup_datamodule(trainer.datamodule, trainer.stage, trainer.seed)  # every rank, under one seed
+        # Seeded right before the build so every rank builds the same weights (prepare_data ran
+        # on some ranks only and may have drawn random numbers).
+        seed_everything(trainer.seed)
+        with strategy.init_context():
+            module.configure_model()
+        init = WeightInit(module, trainer.seed)
+        if not has_meta_tensors(module):
+            module.to(self.device)
+            init.eager()
+        self.precision = trainer.precision
+        self.precision.convert_module(module)
+        strategy.configure_precision(self.precision)
+        if trainer.activation_checkpointing or trainer.compile:
+            blocks = select_units(module, "auto", module.block_classes())
+            if trainer.activation_checkpointing:
+                apply_activation_checkpointing(module, blocks)
+            if trainer.compile:
+                compile_blocks(module, blocks)
+        if trainer.sync_batchnorm:
+            from trainer.strategies.sync_batchnorm import convert_sync_batchnorm, warn_if_nothing_to_sync
+
+            warn_if_nothing_to_sync(module, self.data_parallel_size)
+
+            # After the build and on its device (CUDA batch norms become torch's nn.SyncBatchNorm),
+            # before wrapping, so DDP / FSDP register the synchronised layers. The default group is
+            # the data-parallel group of DDP and FSDP (hybrid included).
+            convert_sync_batchnorm(module, process_group=None)
+        self.datasets()  # before wrapping: resolves trainer.batch_size (a strategy may need it)
+        if trainer.enable_model_summary:
+            self.summary = summarize(module)
+        self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
+        # Different random streams per rank from here on (dropout; also each pipeline stage's own).
+        # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).
+        seed_everything(derive_seed(trainer.seed, "rank", self.rank))
+        trainer.model = self.wrapped
+        if trainer.init_from is not None:
+            load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
+        if self.rank == 0:
+            source = getattr(trainer, "ckpt_path", None) or trainer.resume  # (fit's ckpt_path= or trainer.resume)
+            if source not in (None, "auto", "last", "best"):
+                # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
+                from trainer.loggers.wandb_logger import adopt_run_of_checkpoint
+
+                adopt_run_of_checkpoint(source, self.run_dir)
+            self.loggers = build_loggers(trainer.loggers, self.run_dir)
+            params = for_loggers(trainer.config, module.hparams)  # the config and save_hyperparameters()'s
+            if params is not None:
+                for logger in self.loggers:
+                    logger.log_hyperparams(params)
+
+    def loader(self, dataset: Any, batches: Iterable, purpose: str, first_batch: int = 0) -> Any:
+        seed = derive_seed(self.trainer.seed, purpose, self.epoch, self.data_rank)  # pipeline stages alike
+        return self.data.loader(dataset, batches, purpose, seed, first_batch)
+
+    def datasets(self) -> None:
+        # The data hooks run under one seed on every rank; the per-rank streams go on after them.
+        self.data = RunData(self.module, self.trainer)
+        self.val_set = self.data.val_set
+        if not self.data.evaluating:  # test / predict read no validation data
+            check_validation_setup(self)
+
+    def log(self, metrics: dict[str, float]) -> None:
+        self.last_metrics.update(metrics)
+        hidden = self.module_logs.hidden  # self.log(..., logger=False): for the hooks and monitors only
+        written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
+        for logger in self.loggers:
+            logger.log_metrics(written, self.step)
+
+    def request_stop(self, reason: str) -> None:
+        """End training at the end of the current step (for callbacks; see ``Callback``)."""
+        self.callbacks.request_stop(reason)
+
+    def teardown(self, clean: bool) -> None:
+        self.module._log_collector = None  # self.log outside a run is an error
+        if self.checkpoints is not None:
+            self.checkpoints.close(clean)
+        for logger in self.loggers:
+            logger.finalize()
+        self.strategy.teardown(clean)
+
+    # ----- training -----------------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        trainer, module = self.trainer, self.module
+        train_set = self.data.train_set()
+        plan = self.data.plan(self.data_parallel_size)
+        steps_per_epoch, limits, total_steps = plan_limits(self, plan)  # limit_train_batches, max_steps (step_limits.py)
+        self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
+        self.lr_scheduling = LRScheduling(schedulers)
+        self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
+        self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
+        self.manual = setup_optimizers(self, schedulers)  # a ManualStep under automatic_optimization = False
+        if trainer.checkpoint is not None and trainer.checkpoint.enabled:
+            self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)
+            self.checkpoints.setup()
+        if self.rank == 0 and (short := plan.short_of_one_batch()):  # every rank would say it alike
+            log.warning(short)
+        log.info(
+            "strategy %s, world size %d, global batch %s, %s, %s, run dir %s",
+            self.strategy.name, distributed.world_size(), plan.describe_global_batch(), describe_epoch(plan, steps_per_epoch),
+            limits.describe_total(), self.run_dir,
+        )
+        self.restore(plan)
+        # trainer.auto_batch_size: trials pick the micro-batch (trainer/loop/batch_size_finder.py); it may change the plan
+        plan, steps_per_epoch, limits, total_steps = find_batch_size(self, plan, steps_per_epoch, limits, total_steps)
+        limits.note_schedules(self)
+        # fp16: sync-free where the optimizer skips on a device flag (after the resume: the scaler's counts).
+        self.fp16 = Fp16Steps(self.precision.scaler, self.strategy, self.optimizer, self.rank) \
+            if self.precision.scaler is not None else None
+        if self.summary is not None:
+            count_local(self.summary, module)  # each rank's share (one gather, at the start only)
+            if self.rank == 0:
+                log.info("model summary:\n%s", self.summary.table())
+        self.throughput = Throughput(self.device, distributed.world_size(), self.precision.compute_dtype != torch.float32)
+        self.breakdown = WallClockBreakdown(trainer.profile["wall_clock_breakdown"], self.device)
+        self.trace = TraceWindow(trainer.profile["trace_steps"], self.run_dir, self.rank, self.device)
+        self.comms = CommsLog(trainer.profile["comms_steps"], self.run_dir, self.rank)
+        if trainer.nonfinite_loss == "error":  # fp16: an inf loss is an overflow (skipped), a NaN one an error
+            self.nonfinite = NonfiniteLossWatch(self.device, nan_only=self.precision.scaler is not None)
+        self.train_step = self.manual.train_step if self.manual is not None else TrainStep(self)  # one step
+        module.train()
+        module.on_fit_start()
+        self.callbacks.on_fit_start(self)
+        run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
+        progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False,
+                               initial=limits.progress_position(self))
+        progress.also_show = self.module_logs.prog_bar  # self.log(..., prog_bar=True) names, as they come
+        self.module_logs.begin("train")
+        validated_at = saved_at = -1
+        try:
+            while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
+                # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
+                # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
+                steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
+                self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
+                call_hooks(self, "on_train_epoch_start")
+                batches = iter(self.loader(
+                    train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
+                ))
+                for step_plan in steps:
+                    if limits.done(self) or self.epoch_step >= steps_per_epoch:
+                        break
+                    last = limits.before_batch(self)  # (also notes global_step before the batch)
+                    log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
+                    self.trace.before_step(self.step + 1)
+                    self.comms.before_step(self.step + 1)
+                    metrics = self.train_step(step_plan, batches, log_now)
+                    self.step += 1
+                    stepped_from = limits.after_batch(self)  # global_step before this batch
+                    self.comms.after_step(self.step)
+                    self.trace.after_step(self.step)
+                    self.epoch_step += 1
+                    if metrics is not None:
+                        metrics["epoch"] = self.epoch
+                        self.log(metrics)
+                        self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
+                        log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
+                    module.on_train_step_end(self.step, metrics)
+                    self.callbacks.on_train_step_end(self, self.step, metrics)
+                    self.stop_flag.agree(self, logging_step=metrics is not None)  # trainer.should_stop
+                    progress.update(metrics, limits.advance(self))
+                    if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
+                        progress.note(self.validate())
+                        validated_at = self.step
+                    if self.checkpoints is not None:
+                        self.checkpoints.poll()
+                        if self.checkpoints.due_after_step(self.global_step, stepped_from):
+                            self.save_checkpoint()
+                            saved_at = self.step
+                        if self.checkpoints.stop_requested(self.step, logging_step=metrics is not None):
+                            rank_zero_warn(log, "preemption signal: saving at step %d and stopping", self.step)
+                            if saved_at != self.step:
+                                self.save_checkpoint()
+                                saved_at = self.step
+                            self.preempted = True
+                            break
+                    if self.callbacks.should_stop(self.step):  # the same answer on every rank
+                        break
+                # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
+                # keeps its position, so a resumed or extended run goes on inside the epoch.
+                if self.preempted or self.callbacks.stopping or not epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):
+                    break
+                every_epochs = trainer.check_val_every_n_epoch
+                if every_epochs and (self.epoch + 1) % every_epochs == 0 and validated_at != self.step:
+                    self.validate()
+                    validated_at = self.step
+                with self.module_logs.epoch_end_hooks():
+                    call_module_hook(module, "on_train_epoch_end", self.epoch)  # or Lightning's on_train_epoch_end()
+                if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
+                    self.log({**epoch_logged, "epoch": self.epoch})
+                    progress.note(epoch_logged)
+                self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
+                self.callbacks.on_train_epoch_end(self, self.epoch)
+                if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
+                    self.lr_scheduling.after_epoch()
+                self.epoch += 1
+                self.epoch_step = 0
+                if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
+                    self.save_checkpoint()
+                    saved_at = self.step
+        finally:
+            progress.close()
+            self.trace.close()
+            self.comms.close()
+        if self.module_logs.pending_epoch_values("train"):
+            rank_zero_warn(log, "self.log(..., on_epoch=True) values of training epoch %d are not logged: the epoch did "
+                           "not finish (max_steps, a stop or preemption), and epoch values are logged at epoch ends",
+                           self.epoch)
+        if self.preempted:
+            return self.last_metrics
+        if validated_at != self.step:
+            self.validate()
+        if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
+            self.save_checkpoint()
+        module.on_fit_end()
+        self.callbacks.on_fit_end(self)
+        return self.last_metrics
+
+    # ----- checkpoints ------------------------------------------------------------------------------------
+    def settle_nonfinite(self, now: int | None = None) -> None:
+        """The late non-finite loss check (one host sync): a NaN state is never validated or saved."""
+        if self.nonfinite is not None:
+            self.nonfinite.settle(self.rank, self.step if now is None else now)
+
+    def save_checkpoint(self) -> None:
+        self.settle_nonfinite()  # a late non-finite check is settled before any checkpoint commits
+        self.checkpoints.save(self)
+
+    def progress(self) -> dict[str, Any]:
+        """Where training stands, as saved in a checkpoint."""
+        trainer = self.trainer
+        return {
+            "step": self.step, "global_step": self.global_step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
+            "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
+            "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
+            "hparams": checkpoint_record(self.module.hparams),  # load_from_checkpoint reads them (redacted ones named)
+        }
+
+    def restore(self, plan: GlobalBatchPlan) -> None:
+        """Resume from ``trainer.resume`` (after the optimizer and scheduler exist)."""
+        restore_run(self, plan)
+
+    # ----- validation -----------------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        self.settle_nonfinite()
+        return run_validation(self)
+
+
+def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
+    """Fit or validate on this rank; rank 0 returns the last logged metrics."""
+    # Hydra's process has root handlers (console + train.log); workers we spawned or torchrun
+    # ranks that did not run Hydra get their own stderr handler.
+    own_log_handler = not logging.getLogger().handlers
+    configure_rank_logging(env.rank, own_handler=own_log_handler)
+    run = _Run(trainer, module, env, own_log_handler)
+    trainer._run = run  # for callbacks: trainer.callbacks.run_of(trainer)
+    clean = False
+    try:
+        run.setup()
+        results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
+        record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
+        clean = True
+    except BaseException as error:
+        if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
+            log.error("rank %d failed: %s", env.rank, error)
+        elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
+            log.exception("rank %d failed", env.rank)
+        raise
+    finally:
+        trainer._run = None
+        run.teardown(clean)
+    return results if run.rank == 0 else None

@@ -1,0 +1,155 @@
+"""Lightning's run-length arguments, checked and resolved: ``fast_dev_run``, ``limit_train_batches``,
+``limit_val_batches``, ``val_check_interval``, ``check_val_every_n_epoch``, ``num_sanity_val_steps``
+and ``default_root_dir``.
+
+Units (world-size independent, ruling 13):
+
+- ``limit_train_batches``: an int counts optimizer steps (global batches) per epoch; a float in
+  (0, 1] is that fraction of the epoch's steps (rounded down, at least 1).
+- ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts global validation batches (the
+  validation batch size x the data-parallel ranks), i.e. the first ``n x val batch size x ranks``
+  samples of the validation order, spread over the ranks: the same samples for the same global
+  batch on any world size; a float in (0, 1] is that fraction of the validation samples (rounded
+  down, at least 1).
+- ``val_check_interval``: an int is ``val_every_n_steps`` (optimizer steps; both given and
+  different: an error); a float in (0, 1] is that fraction of an epoch's steps (rounded down, at least 1).
+- ``check_val_every_n_epoch``: also validate at the end of every N epochs (None: not at epoch ends).
+- ``num_sanity_val_steps``: validation batches run before the first step, so that a broken
+  ``validation_step`` fails at once (-1: all, 0: none; Lightning's default 2). Nothing is logged,
+  no hook runs, and the training stream is unchanged (``trainer/loop/sanity_check.py``).
+- ``fast_dev_run``: True or n: n optimizer steps of one epoch and n validation batches, no sanity
+  pass, no checkpoints, no loggers (as Lightning); False / 0: off.
+- ``default_root_dir``: Lightning's name for ``run_dir`` (logs; ``checkpoints/`` unless
+  ``checkpoint.dir`` is set); both given and different: an error. Not under ``train.py``, where the
+  run directory is Hydra's (``hydra.run.dir=...``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_fraction(value: Any) -> bool:
+    return isinstance(value, float) and 0.0 < value <= 1.0
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def check_limit(name: str, value: Any, unit: str) -> None:
+    """``None``, an int >= 1 or a float in (0, 1]; else an error naming the value and what is allowed."""
+    _require(value is None or (_is_int(value) and value >= 1) or _is_fraction(value),
+             f"trainer.{name}={value!r}: give an integer >= 1 ({unit}), a float in (0, 1] (a fraction) or null (no limit)")
+
+
+def fast_dev_run_steps(value: Any) -> int:
+    """``fast_dev_run`` as a number of steps: True -> 1, False / 0 -> 0 (off), an int n >= 0 -> n."""
+    if isinstance(value, bool):
+        return int(value)
+    _require(_is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: give true, false or an integer >= 0")
+    return value
+
+
+def check_sanity_steps(value: Any) -> None:
+    _require(_is_int(value) and value >= -1,
+             f"trainer.num_sanity_val_steps={value!r}: give an integer >= 0 (validation batches before training; "
+             "0: none) or -1 (the whole validation set)")
+
+
+def check_epoch_interval(value: Any) -> None:
+    _require(value is None or (_is_int(value) and value >= 1),
+             f"trainer.check_val_every_n_epoch={value!r}: give an integer >= 1 or null (no validation at epoch ends)")
+
+
+def merge_val_interval(val_every_n_steps: int | None, val_check_interval: Any) -> tuple[int | None, float | None]:
+    """``(val_every_n_steps, fraction)``: an int ``val_check_interval`` is ``val_every_n_steps`` (giving
+    both, different, is an error); a float is kept as a fraction of the epoch, resolved at fit."""
+    if val_check_interval is None:
+        return val_every_n_steps, None
+    _require((_is_int(val_check_interval) and val_check_interval >= 1) or _is_fraction(val_check_interval),
+             f"trainer.val_check_interval={val_check_interval!r}: give an integer >= 1 (optimizer steps, as "
+             "val_every_n_steps), a float in (0, 1] (a fraction of an epoch) or null")
+    if _is_int(val_check_interval):
+        _require(val_every_n_steps in (None, val_check_interval),
+                 f"trainer.val_check_interval={val_check_interval} and trainer.val_every_n_steps={val_every_n_steps} "
+                 "mean the same (validate every N optimizer steps) but differ: give one")
+        return val_check_interval, None
+    _require(val_every_n_steps is None,
+             f"trainer.val_check_interval={val_check_interval} (a fraction of an epoch) and "
+             f"trainer.val_every_n_steps={val_every_n_steps} both set when to validate: give one")
+    return None, val_check_interval
+
+
+def resolve_run_dir(run_dir: str | None, default_root_dir: str | None) -> str | None:
+    """``default_root_dir`` is Lightning's name for our run directory (logs and, unless
+    ``checkpoint.dir`` is set, ``checkpoints/``); giving both, different, is an error."""
+    _require(default_root_dir is None or isinstance(default_root_dir, (str, bytes)) or hasattr(default_root_dir, "__fspath__"),
+             f"trainer.default_root_dir={default_root_dir!r}: give a directory path or null")
+    if default_root_dir is None:
+        return run_dir
+    default_root_dir = str(default_root_dir)
+    _require(run_dir in (None, default_root_dir),
+             f"trainer.default_root_dir={default_root_dir!r} and run_dir={run_dir!r} name the same directory "
+             "(where logs and checkpoints go) but differ: give one")
+    return default_root_dir
+
+
+def fraction_of(limit: Any, total: int) -> int:
+    """A limit as a count out of ``total``: an int as is (at most ``total``), a float as that fraction
+    of ``total`` (rounded down, at least 1), None: ``total``."""
+    if limit is None:
+        return total
+    if isinstance(limit, float):
+        return max(1, int(limit * total)) if total else 0
+    return min(limit, total)
+
+
+def train_steps_per_epoch(trainer: Any, steps_per_epoch: int) -> int:
+    """Optimizer steps per epoch under ``trainer.limit_train_batches``."""
+    return fraction_of(trainer.limit_train_batches, steps_per_epoch)
+
+
+def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: int) -> int | None:
+    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a
+    fraction); None: all."""
+    if limit is None or limit == -1:
+        return None
+    if isinstance(limit, float):
+        return fraction_of(limit, num_samples)
+    return min(limit * val_batch_size * ranks, num_samples)
+
+
+def val_interval_steps(trainer: Any, steps_per_epoch: int) -> int | None:
+    """``val_every_n_steps`` once the epoch length is known (a float ``val_check_interval``)."""
+    if trainer.val_check_fraction is None:
+        return trainer.val_every_n_steps
+    return fraction_of(trainer.val_check_fraction, steps_per_epoch) or None
+
+
+def apply(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any, val_check_interval: Any,
+          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None) -> None:
+    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings)."""
+    check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
+    check_limit("limit_val_batches", limit_val_batches, "validation batches")
+    check_epoch_interval(check_val_every_n_epoch)
+    check_sanity_steps(num_sanity_val_steps)
+    trainer.val_every_n_steps, trainer.val_check_fraction = merge_val_interval(trainer.val_every_n_steps,
+                                                                               val_check_interval)
+    trainer.run_dir = resolve_run_dir(run_dir, default_root_dir) or trainer.run_dir
+    trainer.limit_train_batches, trainer.limit_val_batches = limit_train_batches, limit_val_batches
+    trainer.check_val_every_n_epoch = check_val_every_n_epoch
+    trainer.num_sanity_val_steps = num_sanity_val_steps
+    trainer.fast_dev_run = n = fast_dev_run_steps(fast_dev_run)
+    if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
+        log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
+        trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
+        trainer.num_sanity_val_steps, trainer.checkpoint, trainer.loggers = 0, None, []

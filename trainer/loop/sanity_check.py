@@ -1,0 +1,63 @@
+"""The sanity validation before training (``trainer.num_sanity_val_steps``, Lightning's default 2):
+a broken ``validation_step`` fails before the first optimizer step instead of at the first
+validation, possibly hours later.
+
+It must not change the training stream: the random states a validation step could draw from
+(Python's, NumPy's, torch's on the CPU and on every CUDA device) are saved before and restored
+after, and the validation data have their own seeds (``derive_seed(seed, "val", ...)``), so the
+sample order and the losses are bitwise those of a run without it. Nothing is logged, no hook
+runs and nothing is reduced across ranks (no collective but the forwards' own under FSDP).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+
+log = logging.getLogger("trainer.loop.rank_run")
+
+
+def random_states() -> dict[str, Any]:
+    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy
+
+        states["numpy"] = numpy.random.get_state()
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_random_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    torch.set_rng_state(states["torch"])
+    if "numpy" in states:
+        import numpy
+
+        numpy.random.set_state(states["numpy"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def run_sanity_check(run: _Run) -> None:
+    """Run ``num_sanity_val_steps`` validation batches (-1: all), leaving every random state as it was.
+    Skipped on a resumed run (it validated before) and without validation data."""
+    batches = run.trainer.num_sanity_val_steps
+    if batches == 0 or run.val_set is None or run.step > 0:
+        return
+    from trainer.loop.validation import run_validation
+
+    states = random_states()
+    try:
+        run_validation(run, sanity_batches=batches)
+    finally:
+        restore_random_states(states)
+    log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

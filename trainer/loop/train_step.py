@@ -1,0 +1,188 @@
+"""One optimizer step under automatic optimization, in the order of the pseudocode in trainer/api/module.py:
+
+1. the micro-batches (:meth:`TrainStep.module_micro_batches`: ``training_step`` + backward each; or
+   the strategy's own loop where it owns the step, ``OwnedStep.run_micro_batches``: pipeline parallel);
+2. gradient normalisation and fp16 unscaling (:meth:`TrainStep.prepare_gradients`; the loss weights:
+   trainer/loop/loss_normalization.py, the overflow decision: trainer/precision/fp16_step.py);
+3. the optimizer step (:meth:`TrainStep.optimizer_step`: clipping, the hook, the step, the schedule);
+4. the metrics, on logging steps only (:meth:`TrainStep.metrics`: the one reduction and the host reads).
+
+A non-logging step makes no host sync and no collective but the gradient ones (see trainer/loop/rank_run.py).
+Manual optimization runs trainer/loop/manual_step.py's step instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from trainer.callbacks.callback_list import call_hooks
+from trainer.runtime.comms_log import OVERFLOW_KIND, labelled
+from trainer.loop.loss_normalization import LossNormalization
+from trainer.runtime.metric_sums import WeightedSums, split_step_output
+from trainer.loop.log_collector import merge_logged
+from trainer.loop.step_accounting import TokenCount, counted
+from trainer.strategies.sync_batchnorm import padding_micro_batch
+from trainer.runtime.tensors import local_tensor, move_to_device
+from trainer.observe.throughput import write_flops_by_module
+
+if TYPE_CHECKING:
+    from trainer.data.batch_plan import StepPlan
+    from trainer.loop.rank_run import _Run
+
+log = logging.getLogger("trainer.loop.rank_run")
+
+
+class TrainStep:
+    """The automatic-optimization step of one run (built by ``_Run.fit`` once its parts exist)."""
+
+    def __init__(self, run: _Run):
+        self.run = run
+        self.normalization = LossNormalization(run.trainer.loss_normalization, run.data_parallel_size, run.device)
+        self.counts_tokens = False  # training_step returns num_tokens: log tokens/s
+        self.tokens_since_log = TokenCount(run.device)  # reduced on logging steps
+        self.strategy_steps = 0  # steps run by a strategy that owns the step (pipeline)
+
+    def __call__(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
+        """Train on one global batch; the metrics on a logging step (``log_now``), else None."""
+        run = self.run
+        sums = WeightedSums(run.device) if log_now else None
+        run.module_logs.begin_step(log_now)
+        local_tokens = self.normalization.begin_step()
+        run.breakdown.step_started()
+        if run.strategy.owns_step:  # the one dispatch point: pipeline parallel runs each micro-batch itself
+            run.strategy.run_micro_batches(self, plan, batches, sums, local_tokens)
+        else:
+            self.module_micro_batches(plan, batches, sums, local_tokens)
+        if run.nonfinite is not None:
+            run.nonfinite.end_step(run.step + 1, run.epoch)
+        stepped, found_inf = self.prepare_gradients(local_tokens)
+        grad_norm = self.optimizer_step(stepped, found_inf, log_now)
+        run.breakdown.step_finished()
+        run.throughput.step(plan.global_count)
+        logged = run.module_logs.end_step(run.strategy)  # the step's self.log values (reduced on logging steps)
+        if sums is None:
+            return None
+        return merge_logged(self.metrics(sums, grad_norm), logged, "training")
+
+    # ----- 1. the micro-batches ----------------------------------------------------------------------------
+    def next_batch(self, batches: Iterator[Any]) -> Any:
+        """The next micro-batch, on the device in the precision's input dtype (timed as "data")."""
+        run = self.run
+        with run.breakdown.phase("data"):
+            return run.precision.convert_input(move_to_device(next(batches), run.device, non_blocking=run.trainer.pin_memory))
+
+    def note_tokens(self, num_tokens: Any) -> None:
+        """Count a micro-batch's tokens for tokens/s (the same on every rank: the same code runs)."""
+        self.counts_tokens = True
+        self.tokens_since_log.add(num_tokens)
+
+    def module_micro_batches(self, plan: StepPlan, batches: Iterator[Any],
+                             sums: WeightedSums | None, local_tokens: TokenCount | None) -> None:
+        """The module's ``training_step`` and the backward of each micro-batch of ``plan``; adds the
+        metrics to ``sums`` (logging steps) and the tokens to ``local_tokens`` (tokens normalisation)."""
+        run, strategy, precision, timer = self.run, self.run.strategy, self.run.precision, self.run.breakdown
+        nonfinite, normalization = run.nonfinite, self.normalization
+        last = len(plan.micro_batches) - 1
+        for index, micro_batch in enumerate(plan.micro_batches):
+            batch = self.next_batch(batches)
+            # FLOPs of one micro-batch's forward + backward, counted once (the first one).
+            counting = run.throughput.flops_per_step is None and index == 0
+            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
+            padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+            batch_idx = run.batch_idx
+            call_hooks(run, "on_train_batch_start", batch, batch_idx)
+            with strategy.sync_context(run.wrapped, sync=index == last), counter, padding:
+                with timer.phase("forward"):  # the step's forward and its bookkeeping
+                    with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
+                        output = run.wrapped(batch, run.batch_idx)
+                    loss, metrics = split_step_output(output, "training_step")
+                    run.batch_idx += 1
+                    if loss is None:
+                        raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                    if nonfinite is not None:
+                        nonfinite.observe(loss)  # tensor ops; read when settled
+                    num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
+                    if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
+                        num_tokens = counted(num_tokens, micro_batch.num_real > 0)
+                        self.note_tokens(num_tokens)
+                    weight = normalization.weight(num_tokens, micro_batch.num_real)
+                    if sums is not None:
+                        sums.add({"loss": loss, **metrics}, weight)
+                with timer.phase("backward"):
+                    precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count,
+                                                                        local_tokens)).backward()
+            call_hooks(run, "on_train_batch_end", output, batch, batch_idx)
+            if counting:
+                run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
+                if run.rank == 0:
+                    write_flops_by_module(counter, os.path.join(run.run_dir, "flops.txt"))
+
+    # ----- 2. gradient normalisation and unscaling ---------------------------------------------------------
+    def prepare_gradients(self, local_tokens: TokenCount | None) -> tuple[bool, torch.Tensor | None]:
+        """Divide by the global token count (``tokens``) and unscale (fp16). Returns (whether the host
+        takes the step, fp16's device overflow flag or None)."""
+        run, strategy, scaler = self.run, self.run.strategy, self.run.precision.scaler
+        stepped, found_inf = True, None
+        with run.breakdown.phase("collectives"):
+            # The local gradients (to_local per parameter), built only when something scales them.
+            grads = ([local_tensor(p.grad) for p in run.module.parameters() if p.grad is not None]
+                     if local_tokens is not None or scaler is not None else [])
+            if local_tokens is not None:
+                self.normalization.divide_by_global_tokens(grads, local_tokens, strategy)
+            if scaler is not None:
+                # Every rank takes the same decision: an overflow on any rank skips the step everywhere.
+                # Where the gradients are already reduced to the same values on every rank (DDP's
+                # all-reduce, ZeRO-1 included), each rank's flag is computed from identical tensors by
+                # the same ops, so it is identical too: agreeing on it would be a collective for nothing.
+                agree = None if strategy.gradients_replicated else strategy.all_reduce_max
+                with labelled(OVERFLOW_KIND):
+                    found_inf = scaler.unscale_found_inf(grads, agree)
+                stepped = run.fp16.decide(found_inf)  # sync-free: True, the kernel skips on found_inf
+        return stepped, found_inf
+
+    # ----- 3. the optimizer step ---------------------------------------------------------------------------
+    def optimizer_step(self, stepped: bool, found_inf: torch.Tensor | None, log_now: bool) -> torch.Tensor | None:
+        """Clip, ``on_before_optimizer_step``, step and advance the schedule (unless fp16 skips on the
+        host), then zero the gradients. Returns the gradient norm where one was computed."""
+        run, strategy, module, trainer = self.run, self.run.strategy, self.run.module, self.run.trainer
+        grad_norm = None
+        with run.breakdown.phase("optimizer"):
+            if stepped:
+                if trainer.gradient_clip_val is not None:
+                    grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+                elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
+                    grad_norm = strategy.grad_norm(module)
+                module.on_before_optimizer_step(run.optimizer)
+                if found_inf is None:
+                    strategy.optimizer_step(run.optimizer)
+                else:
+                    run.fp16.step(run.optimizer, found_inf)
+                run.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
+            else:
+                log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
+                         run.precision.scaler.scale)
+            run.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    # ----- 4. the metrics (logging steps) ------------------------------------------------------------------
+    def metrics(self, sums: WeightedSums, grad_norm: torch.Tensor | None) -> dict[str, float]:
+        """The logging step's metrics: the non-finite check settled, the sums reduced, host reads."""
+        run, strategy = self.run, self.run.strategy
+        run.settle_nonfinite(run.step + 1)
+        metrics = sums.reduce("train/", strategy)
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = float(grad_norm)
+        metrics["train/lr"] = float(run.optimizer.param_groups[0]["lr"])
+        if run.precision.scaler is not None:
+            run.fp16.on_logging_step(run.step + 1, metrics)
+        tokens = float(strategy.all_reduce_sum(self.tokens_since_log.total())) if self.counts_tokens else None
+        self.tokens_since_log.reset()
+        metrics.update(run.throughput.metrics(tokens))
+        metrics.update(run.breakdown.metrics())
+        return metrics

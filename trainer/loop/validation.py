@@ -1,0 +1,134 @@
+"""A validation pass over the whole validation set, on every rank, with exact means.
+
+Each rank takes its share of the set (every sample exactly once, no padding duplicates); the
+metric sums and weights are reduced in one all-reduce. Strategies whose forwards are collectives
+(FSDP, pipeline x FSDP) run in lockstep: short ranks add zero-weight forwards. Under the pipeline
+the strategy runs the forward (``evaluate``) and the last stage reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.api.hook_calls import call_module_hook
+from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.log_collector import merge_logged
+from trainer.api.module import TrainModule
+from trainer.observe.progress import ProgressBar
+from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.loop.run_limits import val_sample_limit
+from trainer.loop.stream_limits import is_stream
+from trainer.data.streaming.validation import val_length
+from trainer.runtime.tensors import move_to_device
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+
+log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
+
+
+def check_validation_setup(run: _Run) -> None:
+    """One warning (rank 0) for a validation setting that would do nothing: validation only shows
+    how a run goes, so it may be skipped, but never silently (ruling General)."""
+    module, every = run.module, run.trainer.val_every_n_steps
+    monitor = run.trainer.checkpoint.monitor if run.trainer.checkpoint is not None else None
+    if run.val_set is None and monitor and monitor.startswith("val/"):
+        raise ValueError(f"checkpoint.monitor={monitor!r}, but {type(module).__name__} has no val_dataset() / "
+                         "val_dataloader(), so it is never logged; return validation data or monitor a train/ metric")
+    if run.val_set is None:
+        if every:
+            rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
+                           "is validated; return validation data, or unset trainer.val_every_n_steps", every,
+                           type(module).__name__)
+        given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
+                 if getattr(run.trainer, name, None) is not None]
+        if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
+            rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
+                           ", ".join(given), type(module).__name__)
+    elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
+        rank_zero_warn(log, "%s has validation data but does not override validation_step(), so validation computes "
+                       "no metrics; override it (return the loss or a dict of metrics), or return no validation data",
+                       type(module).__name__)
+
+
+def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
+    """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics.
+    ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
+    batches (-1: all), no hooks, nothing reduced or logged."""
+    if run.val_set is None:
+        return {}
+    from trainer.callbacks.callback_list import call_hooks
+
+    module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
+    setting = run.trainer.limit_val_batches if not sanity else sanity_batches
+    limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
+                             val_length(run.val_set, setting))  # the first samples
+    shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
+    real = len(shards)  # batches of this rank before the lockstep padding below
+    if strategy.lockstep_forward:
+        # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
+        # sample and count with weight 0, so the metrics stay exact means over the set.
+        busiest = shards.busiest() if is_stream(shards) else len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit))
+        shards = shards.padded(busiest)
+
+        def forward(batch: Any, index: int) -> Any:
+            return run.wrapped(batch, index, "validation_step")
+    else:
+        forward = module.validation_step
+    weights = shards.sizes()  # (lazily: the shard builds each batch only when loaded)
+
+    def step(batch: Any, index: int) -> Any:
+        with run.precision.autocast(run.device):
+            return forward(batch, index)
+    sums = WeightedSums(run.device)
+    was_training = module.training
+    module.eval()
+    enabled = run.trainer.progress_bar if run.rank == 0 else False
+    bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
+    logs = run.module_logs
+    # self.log in validation_step and in the validation epoch hooks: aggregated over this whole pass
+    # (a sanity pass's values are dropped: the next pass begins the stage afresh).
+    with logs.stage("validate"):
+        if not sanity:
+            call_hooks(run, "on_validation_epoch_start")
+        with torch.no_grad():
+            for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
+                bar.update()
+                batch = run.precision.convert_input(move_to_device(batch, run.device))
+                if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
+                    for part_weight, values in strategy.evaluate(batch, run.precision, weight):
+                        sums.add(values, part_weight)
+                    continue
+                with logs.micro_batch(weight):
+                    outputs = step(batch, index)
+                loss, metrics = split_step_output(outputs, "validation_step")
+                if loss is not None:
+                    metrics["loss"] = loss
+                sums.add(metrics, weight)
+                if not sanity and index < real:
+                    call_hooks(run, "on_validation_batch_end", outputs, batch, index)
+        bar.close()
+        strategy.after_evaluation(run.wrapped)
+        module.train(was_training)
+        if sanity:
+            return {}
+        metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+        call_hooks(run, "on_validation_epoch_end")  # what it logs belongs to this pass
+        merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
+    if metrics:
+        run.log(metrics)
+        log.info("validation at step %d  %s", run.step, format_metrics(metrics))
+    run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
+    call_module_hook(module, "on_validation_end", metrics)  # or Lightning's on_validation_end()
+    run.callbacks.on_validation_end(run, metrics)
+    return metrics
+
+
+def require_validation_data(run: _Run) -> None:
+    """``Trainer.validate`` on a module without validation data is an error, not an empty result."""
+    if run.val_set is None:
+        raise ValueError(f"Trainer.validate: {type(run.module).__name__} has no validation data; define "
+                         "val_dataset() or val_dataloader() (and validation_step())")

@@ -1,6 +1,0 @@
-"""Streaming (iterable) training and validation data: the shard protocol (``ShardedIterable``), the
-readers, the steps in ``data.stream_mode=invariant`` / ``sharded``, and their checkpoint position."""
-
-from trainer.streaming.protocol import MODES, ShardedIterable
-
-__all__ = ["MODES", "ShardedIterable"]
