@@ -255,16 +255,18 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     # (the module's weights) into shared memory, and all ranks would then update one copy.
     payload = pickle.dumps((fn, args))
     _refuse_unimportable_main(payload, nprocs)
-    context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "trainer", "trainer.loop.rank_run", "trainer.trainer"])
+    start_method = _start_method()
+    context = mp.get_context(start_method)
+    if start_method == "forkserver":
+        context.set_forkserver_preload(FORK_SERVER_PRELOAD)  # (read once, when the server starts)
     results = context.SimpleQueue()
     failures = context.SimpleQueue()
     processes = mp.start_processes(
         _spawned_entry,
-        args=(payload, nprocs, store.port, results, failures),
+        args=(payload, nprocs, store.port, results, failures, dict(os.environ)),
         nprocs=nprocs,
         join=False,
-        start_method="forkserver",
+        start_method=start_method,
     )
     # Preemption signals sent to the launcher reach the workers, which save and stop cleanly.
     forwarded = _forward_signals([process.pid for process in processes.processes])
