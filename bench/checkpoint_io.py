@@ -19,14 +19,13 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
-from types import SimpleNamespace
 
 import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer.checkpoint import CheckpointConfig, CheckpointManager  # noqa: E402
+from trainer.checkpoint import CheckpointConfig, CheckpointManager, RunStates  # noqa: E402
 from trainer.checkpoint.manager import load_training_state  # noqa: E402
 from trainer.checkpoint.layout import find_latest  # noqa: E402
 
@@ -53,9 +52,8 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return counts["parameters"] + counts["optimizer"]
 
 
-def run_object(model, optimizer) -> SimpleNamespace:
-    return SimpleNamespace(module=model, optimizer=optimizer, step=1, last_metrics={},
-                           progress=lambda: {"step": 1, "epoch": 0, "epoch_step": 1})
+def run_object(model, optimizer) -> RunStates:
+    return RunStates(model=model, optimizer=optimizer, progress=lambda: {"step": 1, "epoch": 0, "epoch_step": 1})
 
 
 def timed_save(root: str, model, optimizer, fmt: str, async_save: bool) -> tuple[float, float]:

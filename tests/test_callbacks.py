@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from helpers import REPO, Regressor, read_metrics, run_trainer
 from trainer import Trainer
+from trainer.api.run_view import RunView
 from trainer.callbacks import Callback, EarlyStopping, LearningRateMonitor, Timer, parse_duration, run_of
 from trainer.cli.hydra_app import build
 from trainer.runtime.launch import WorkerFailed
@@ -39,7 +40,7 @@ class StopRecorder(Callback):
     def on_fit_end(self, trainer, module):
         run = run_of(trainer)
         with open(os.path.join(run.run_dir, f"stopped_rank{run.rank}.json"), "w") as f:
-            json.dump({"step": run.step, "stop": run.callbacks.stop}, f)
+            json.dump({"step": run.step, "stop": run.stop_request}, f)
 
 
 class SkewedTimer(Timer):
@@ -267,15 +268,16 @@ class FakeRun:
 
 class FakeTrainer:
     def __init__(self):
-        self._run = FakeRun()
+        self.run = FakeRun()
+        self._run_view = RunView(self.run)
 
 
 def validations(callback, values):
     trainer = FakeTrainer()
     for step, value in enumerate(values, start=1):
-        trainer._run.step = step
+        trainer.run.step = step
         callback.on_validation_end(trainer, None, {"val/loss": value, "val/acc": value})
-    return trainer._run.stops
+    return trainer.run.stops
 
 
 def test_early_stopping_rules():

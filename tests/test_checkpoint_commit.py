@@ -14,14 +14,13 @@ import json
 import os
 import socket
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.checkpoint import CheckpointConfig, CheckpointError, CheckpointManager, layout
+from trainer.checkpoint import CheckpointConfig, CheckpointError, CheckpointManager, RunStates, layout
 
 pytestmark = pytest.mark.timeout(180)
 BLOCKED_FOR_AT_MOST = 60  # seconds a faked slow deletion waits before giving up (a failure, not a hang)
@@ -39,8 +38,7 @@ def _run(step, epoch=0):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(4, 8)).sum().backward()
     optimizer.step()
-    return SimpleNamespace(module=model, optimizer=optimizer, step=step, last_metrics={},
-                           progress=lambda: {"step": step, "epoch": epoch})
+    return RunStates(model=model, optimizer=optimizer, progress=lambda: {"step": step, "epoch": epoch, "epoch_step": step})
 
 
 def _counts(recorder):
@@ -67,7 +65,7 @@ def _worker(rank, port, root):
             manager.close(clean=True)
             run = _run(step=1)
             with CollectiveRecorder() as recorder:
-                state = get_training_state(run.module, run.optimizer, fmt == "full")
+                state = get_training_state(run.model, run.optimizer, fmt == "full")
                 if fmt == "sharded":
                     dcp.save(state, checkpoint_id=os.path.join(root, "dcp-alone"))
             report[f"{fmt}_state_and_dcp"] = _counts(recorder)

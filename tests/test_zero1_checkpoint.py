@@ -11,7 +11,6 @@ import json
 import os
 import socket
 from functools import partial
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from torch import nn
 
 from helpers import CheckpointedRegressor, fit
 from test_checkpoint import EVERY, STEPS, TOL, checkpointed, per_step_losses
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, layout
+from trainer.checkpoint import CheckpointConfig, CheckpointManager, RunStates, layout
 from trainer.checkpoint.manager import load_training_state
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.fsdp import FSDPStrategy
@@ -90,8 +89,7 @@ def _worker(rank, port, root, fmt):
             optimizer.zero_grad()
         manager = CheckpointManager(CheckpointConfig(dir=root, format=fmt, save_on_signal=False), root, strategy)
         manager.setup()
-        run = SimpleNamespace(module=model, optimizer=optimizer, step=2, epoch=0, epoch_step=2, last_metrics={},
-                              progress=lambda: {"step": 2})
+        run = RunStates(model=model, optimizer=optimizer, progress=lambda: {"step": 2, "epoch": 0, "epoch_step": 2})
         report = {"shard": _state_bytes(zero.optim), "user_optimizer_after_save": 0}
         report["save_peak"] = _peak_allocated(lambda: manager.save(run))
         report["user_optimizer_after_save"] = _state_bytes(optimizer)  # the old hooks left the full state there

@@ -354,7 +354,7 @@ class Trainer(TrainerRunState):
     def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
         module = resolve_call(self, module, datamodule, mode)
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
-        self._run = None  # the previous call's run: the properties read stored values until this one starts
+        self._run_view = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
         if mode != "fit" and self.ckpt_path is None:
             refuse_stale_module(module, mode)

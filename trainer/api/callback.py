@@ -38,10 +38,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainer.api.run_view import RunView
+
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
     from trainer.api.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.trainer import Trainer  # (annotations only: Lightning's hook signature names the Trainer)
 
 
 class Callback:
@@ -50,13 +51,15 @@ class Callback:
     Every hook runs on every rank, after the module's hook of the same name (the order is in
     ``trainer/api/callback.py``'s docstring and in ``trainer/api/module.py``), with ``trainer`` (the
     Trainer: its settings, e.g. ``trainer.log_every_n_steps``, and progress) and ``module``. While a
-    fit runs, :func:`run_of` gives a callback the rank's run, for what the Trainer object does not
-    carry: ``run.optimizer`` (a list under manual optimization with several optimizers),
-    ``run.lr_scheduling`` (its ``configs``: an ``LRSchedulerConfig`` per scheduler), ``run.step`` (global batches, as the ``step`` the hooks get; ``trainer.global_step`` counts
-    optimizer steps: more under manual optimization), ``run.epoch``, ``run.rank``, ``run.run_dir``, ``run.val_set``;
-    ``run.log(metrics)`` (record ``{name: float}`` at the current step with the run's loggers, which
-    exist on rank 0 only) and ``run.request_stop(reason)`` (end training at the end of the current
-    step, with a final validation and ``save_last`` as at a normal end; the log names the callback).
+    fit runs, :func:`run_of` gives a callback the rank's :class:`~trainer.api.run_view.RunView`, a
+    read-only view for what the Trainer object does not carry: ``view.optimizers``,
+    ``view.lr_scheduler_configs`` (an ``LRSchedulerConfig`` per scheduler), ``view.step`` (global
+    batches, as the ``step`` the hooks get; ``view.global_step`` counts optimizer steps: more under
+    manual optimization), ``view.epoch``, ``view.rank``, ``view.run_dir``, ``view.has_validation``,
+    ``view.callback_metrics``; ``view.log(metrics)`` (record ``{name: float}`` at the current step
+    with the run's loggers, which exist on rank 0 only) and ``view.request_stop(reason)`` (end training
+    at the end of the current step, with a final validation and ``save_last`` as at a normal end; the
+    log names the callback).
 
     **Stopping on every rank together.** A decision computed from the metrics the hooks receive is
     already the same on every rank (they are reduced over all ranks). A decision that can differ
@@ -145,9 +148,10 @@ class Callback:
         """Restore what :meth:`state_dict` returned."""
 
 
-def run_of(trainer: Trainer) -> _Run:
-    """The rank's run of the fit ``trainer`` is running (for callbacks; see :class:`Callback`)."""
-    run = getattr(trainer, "_run", None)
-    if run is None:
+def run_of(trainer: Trainer) -> RunView:
+    """The read-only view of the run ``trainer`` is running on this rank (for callbacks; see
+    :class:`Callback` and :class:`~trainer.api.run_view.RunView`)."""
+    view = getattr(trainer, "_run_view", None)
+    if view is None:
         raise RuntimeError("this trainer is not running a fit or validate on this process")
-    return run
+    return view

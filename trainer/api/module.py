@@ -72,7 +72,7 @@ import torch
 from torch import nn
 
 from trainer.api.run_state import ModuleRunState
-from trainer.loop.manual_step import ManualOptimizationHooks
+from trainer.api.manual_optimization import ManualOptimizationHooks
 from trainer.api.log_methods import ModuleLogMethods
 from trainer.api.lightning_hooks import LIGHTNING_HOOKS, refuse_unknown_hooks  # noqa: F401  (their old import path)
 

@@ -10,42 +10,24 @@ workers (each worker trains a pickled copy of the trainer).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from trainer.api.run_view import RunView
 from trainer.runtime import distributed
-
-if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
-
-#: the reason the log gives when ``trainer.should_stop = True`` stopped the run
-SHOULD_STOP_REASON = "trainer.should_stop was set to True"
-
-
-class StopFlag:
-    """``trainer.should_stop = True`` from user code on any rank: agreed on every rank at the next
-    logging step (one tiny all-reduce there; none on other steps), then the run stops there."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def agree(self, run: _Run, logging_step: bool) -> None:
-        """At the end of a step, on every rank: on logging steps, whether any rank set the flag."""
-        if logging_step and distributed.any_rank(self.requested):
-            run.callbacks.request_stop(SHOULD_STOP_REASON)
 
 
 class TrainerRunState:
     """The run-state properties of ``Trainer`` (a mixin: the values live on the rank's run while
     one is going on)."""
 
-    _run: _Run | None = None
+    _run_view: RunView | None = None  # set by the loop while (and after) it runs a call of this trainer
 
     def __getstate__(self) -> dict:
         # A spawned worker gets a copy of the trainer: never the caller's finished run.
         state = dict(self.__dict__)
-        state["_run"] = None
+        state["_run_view"] = None
         return state
 
     # progress: live during a run, stored after it (set by trainer/loop/weights_return.py)
@@ -53,7 +35,7 @@ class TrainerRunState:
     def global_step(self) -> int:
         """Optimizer steps taken so far (a step over K accumulated micro-batches counts once; under
         manual optimization each ``opt.step()`` of the module)."""
-        return self._run.global_step if self._run is not None else self._global_step
+        return self._run_view.global_step if self._run_view is not None else self._global_step
 
     @global_step.setter
     def global_step(self, value: int) -> None:
@@ -69,7 +51,7 @@ class TrainerRunState:
     @property
     def current_epoch(self) -> int:
         """The epoch being trained (0-based); after fit, the number of finished epochs."""
-        return self._run.epoch if self._run is not None else self._current_epoch
+        return self._run_view.epoch if self._run_view is not None else self._current_epoch
 
     @current_epoch.setter
     def current_epoch(self, value: int) -> None:
@@ -79,7 +61,7 @@ class TrainerRunState:
     def logged_metrics(self) -> dict[str, float]:
         """The last logged value of each metric (``train/...`` on logging steps, ``val/...`` after
         validation), reduced over all ranks."""
-        return self._run.last_metrics if self._run is not None else self._logged_metrics
+        return dict(self._run_view.callback_metrics) if self._run_view is not None else self._logged_metrics
 
     @logged_metrics.setter
     def logged_metrics(self, value: dict[str, float]) -> None:
@@ -88,7 +70,7 @@ class TrainerRunState:
     @property
     def callback_metrics(self) -> dict[str, float]:
         """What callbacks and monitors see: the last logged value of each metric (as ``logged_metrics``)."""
-        return self._run.last_metrics if self._run is not None else self._callback_metrics
+        return dict(self._run_view.callback_metrics) if self._run_view is not None else self._callback_metrics
 
     @callback_metrics.setter
     def callback_metrics(self, value: dict[str, float]) -> None:
@@ -97,8 +79,8 @@ class TrainerRunState:
     @property
     def is_global_zero(self) -> bool:
         """True on the process of global rank 0 (and in the caller of a spawned fit)."""
-        if self._run is not None:
-            return self._run.rank == 0
+        if self._run_view is not None:
+            return self._run_view.rank == 0
         return distributed.rank() == 0
 
     @property
@@ -111,16 +93,13 @@ class TrainerRunState:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The run's optimizers as a list (as the strategy set them up: ZeRO-1's wrapper): one item,
         or several under manual optimization; [] before ``configure_optimizers`` ran."""
-        optimizer = getattr(self._run, "optimizer", None)
-        if isinstance(optimizer, list):
-            return list(optimizer)
-        return [optimizer] if optimizer is not None else []
+        return self._run_view.optimizers if self._run_view is not None else []
 
     @property
     def lr_schedulers(self) -> list[Any]:
         """The run's learning-rate schedulers, in the order ``configure_optimizers`` returned them."""
-        scheduling = getattr(self._run, "lr_scheduling", None)
-        return [config.scheduler for config in getattr(scheduling, "configs", [])]
+        configs = self._run_view.lr_scheduler_configs if self._run_view is not None else []
+        return [config.scheduler for config in configs]
 
     @property
     def estimated_stepping_batches(self) -> int:
@@ -128,7 +107,7 @@ class TrainerRunState:
         whichever is smaller): known from ``configure_optimizers`` on (e.g. for ``OneCycleLR``). Under
         manual optimization ``max_steps`` when it alone bounds the run, else an error saying why it
         is unknown up front (trainer/loop/step_limits.py)."""
-        total = getattr(self._run, "total_steps", None)
+        total = self._run_view.estimated_stepping_batches if self._run_view is not None else None
         if total is None:
             raise RuntimeError("trainer.estimated_stepping_batches is known once fit has read the data "
                                "(from configure_optimizers on)")
@@ -142,18 +121,15 @@ class TrainerRunState:
         from a hook or a callback, on one rank or all: every rank stops together at the next logging
         step (``log_every_n_steps``, and the last step), with the final validation and ``save_last``
         as at a normal end. The same step on any world size; no collective on other steps."""
-        run = self._run
-        return run is not None and (run.stop_flag.requested or run.callbacks.stopping)
+        return self._run_view is not None and self._run_view.stop_requested
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"trainer.should_stop must be True or False, got {value!r}")
-        if self._run is None:
+        if self._run_view is None:
             raise RuntimeError("trainer.should_stop can be set only while fit runs (from a hook or a callback)")
-        if not value and self._run.callbacks.stopping:
-            raise RuntimeError("trainer.should_stop = False: the ranks already agreed to stop at this step")
-        self._run.stop_flag.requested = value
+        self._run_view._run.ask_stop_at_next_logging_step(value)  # (the loop refuses False after an agreed stop)
 
 
 class ModuleRunState:
@@ -164,9 +140,9 @@ class ModuleRunState:
     def device(self) -> torch.device:
         """The device this rank trains on during a run; else the device of the first parameter."""
         trainer = self.__dict__.get("_trainer")
-        run = getattr(trainer, "_run", None)
-        if run is not None and getattr(run, "device", None) is not None:
-            return run.device
+        view = getattr(trainer, "_run_view", None)
+        if view is not None and getattr(view._run, "device", None) is not None:
+            return view.device
         for tensor in self.parameters():  # type: ignore[attr-defined]
             return tensor.device
         return torch.device("cpu")

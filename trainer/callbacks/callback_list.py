@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from trainer.runtime import distributed
 from trainer.api.callback import Callback
+from trainer.api.run_view import RunView
 from trainer.callbacks.hook_shapes import check_hook_shapes
 from trainer.api.lightning_hooks import refuse_unknown_hooks
 
@@ -40,9 +41,12 @@ def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Cal
 class CallbackList:
     """The run's callbacks (in the order given) and the run's stop request."""
 
-    def __init__(self, callbacks: Sequence[Callback], run: Any = None):
+    def __init__(self, callbacks: Sequence[Callback], trainer: Any = None, module: Any = None,
+                 view: RunView | None = None):
         self.callbacks = list(callbacks)
-        self.run = run  # the rank's run: its trainer and module for the checkpoint hooks
+        self.trainer = trainer  # the hooks' leading (trainer, module)
+        self.module = module
+        self.view = view  # where the run stands, for the checkpoint hooks' step and epoch
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
@@ -55,20 +59,20 @@ class CallbackList:
             finally:
                 self._calling = None
 
-    def on_fit_start(self, run: Any) -> None:
-        self._call("on_fit_start", run.trainer, run.module)
+    def on_fit_start(self) -> None:
+        self._call("on_fit_start", self.trainer, self.module)
 
-    def on_train_step_end(self, run: Any, step: int, metrics: dict[str, float] | None) -> None:
-        self._call("on_train_step_end", run.trainer, run.module, step, metrics)
+    def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
+        self._call("on_train_step_end", self.trainer, self.module, step, metrics)
 
-    def on_validation_end(self, run: Any, metrics: dict[str, float]) -> None:
-        self._call("on_validation_end", run.trainer, run.module, metrics)
+    def on_validation_end(self, metrics: dict[str, float]) -> None:
+        self._call("on_validation_end", self.trainer, self.module, metrics)
 
-    def on_train_epoch_end(self, run: Any, epoch: int) -> None:
-        self._call("on_train_epoch_end", run.trainer, run.module)
+    def on_train_epoch_end(self) -> None:
+        self._call("on_train_epoch_end", self.trainer, self.module)
 
-    def on_fit_end(self, run: Any) -> None:
-        self._call("on_fit_end", run.trainer, run.module)
+    def on_fit_end(self) -> None:
+        self._call("on_fit_end", self.trainer, self.module)
 
     # ----- stopping --------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -114,17 +118,17 @@ class CallbackList:
         """Each callback's ``state_dict()``, and the dict their ``on_save_checkpoint`` hooks filled
         (called where the checkpoint's small files are written: rank 0)."""
         states = {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
-        if self.run is not None:
-            checkpoint = {"step": self.run.step, "epoch": self.run.epoch}
-            self._call("on_save_checkpoint", self.run.trainer, self.run.module, checkpoint)
+        if self.view is not None:
+            checkpoint = {"step": self.view.step, "epoch": self.view.epoch}
+            self._call("on_save_checkpoint", self.trainer, self.module, checkpoint)
             states[CHECKPOINT_KEY] = checkpoint
         return states
 
     def load_state_dict(self, states: dict[str, Any]) -> None:
         states = dict(states)
         checkpoint = states.pop(CHECKPOINT_KEY, None)
-        if self.run is not None:  # on every rank, before the states (Lightning's order)
-            self._call("on_load_checkpoint", self.run.trainer, self.run.module, checkpoint or {})
+        if self.view is not None:  # on every rank, before the states (Lightning's order)
+            self._call("on_load_checkpoint", self.trainer, self.module, checkpoint or {})
         keys = self._keys()
         for key, callback in zip(keys, self.callbacks):
             if key in states:
@@ -136,8 +140,8 @@ class CallbackList:
             log.info("the checkpoint holds state of callbacks this run does not have: %s", unused)
 
 
-def call_hooks(run: Any, hook: str, *args: Any) -> None:
+def call_hooks(callbacks: CallbackList, hook: str, *args: Any) -> None:
     """The module's ``hook(*args)``, then each callback's ``hook(trainer, module, *args)``."""
-    getattr(run.module, hook)(*args)
-    if run.callbacks.callbacks:
-        run.callbacks._call(hook, run.trainer, run.module, *args)
+    getattr(callbacks.module, hook)(*args)
+    if callbacks.callbacks:
+        callbacks._call(hook, callbacks.trainer, callbacks.module, *args)

@@ -65,7 +65,7 @@ class EarlyStopping(Callback):
         return value < than if self.mode == "min" else value > than
 
     def on_fit_start(self, trainer: Any, module: Any) -> None:
-        if run_of(trainer).val_set is None:  # it could never stop the run it was asked to watch
+        if not run_of(trainer).has_validation:  # it could never stop the run it was asked to watch
             raise ValueError(f"EarlyStopping(monitor={self.monitor!r}) needs validation metrics, but "
                              f"{type(module).__name__} has no val_dataset() / val_dataloader(): return one, or "
                              "remove the callback")
@@ -74,17 +74,17 @@ class EarlyStopping(Callback):
                         "check) runs only once, at the end of training", self.monitor)
 
     def on_validation_end(self, trainer: Any, module: Any, metrics: dict[str, float]) -> None:
-        run = run_of(trainer)
+        view = run_of(trainer)
         if self.monitor not in metrics:
             raise ValueError(
                 f"EarlyStopping(monitor={self.monitor!r}): no such validation metric; "
                 f"the validation metrics are {sorted(metrics)}"
             )
         value = float(metrics[self.monitor])
-        reason = self._reason_to_stop(value, run.step)
+        reason = self._reason_to_stop(value, view.step)
         if reason is not None:
-            self.stopped_step = run.step
-            run.request_stop(reason)
+            self.stopped_step = view.step
+            view.request_stop(reason)
 
     def _reason_to_stop(self, value: float, step: int) -> str | None:
         """Update the best value and the count; why training should stop now, or None."""

@@ -45,13 +45,13 @@ class LearningRateMonitor(Callback):
     def on_train_step_end(self, trainer: Any, module: Any, step: int, metrics: dict[str, float] | None) -> None:
         if metrics is None:  # not a logging step
             return
-        run = run_of(trainer)
-        optimizers = run.optimizer if isinstance(run.optimizer, list) else [run.optimizer]
+        view = run_of(trainer)
+        optimizers = view.optimizers
         values: dict[str, float] = {}
         for index, optimizer in enumerate(optimizers):  # several: manual optimization
-            names = [c.name for c in run.lr_scheduling.configs
+            names = [c.name for c in view.lr_scheduler_configs
                      if c.name is not None and (len(optimizers) == 1 or c.scheduler.optimizer is optimizer)]
             if len(optimizers) > 1 and not names:
                 names = [f"lr/optimizer{index}"]  # "lr/optimizer{i}/group{j}": Lightning's "lr-Adam-1" ...
             values.update(self.values(optimizer, names))
-        run.log(values)
+        view.log(values)

@@ -23,5 +23,7 @@ this package.
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.consolidate import consolidate
 from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_file, load_weights
+from trainer.checkpoint.run_states import RunStates
 
-__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointManager", "consolidate", "load_file", "load_weights"]
+__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointManager", "RunStates", "consolidate", "load_file",
+           "load_weights"]

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 
 from trainer.runtime import distributed
+from trainer.runtime.launch import RankAgreedError
 from trainer.checkpoint.state import describe_mismatch, expected_shapes, get_training_state, set_training_state
 from trainer.strategies.base import OptimizerStateIO
 
 log = logging.getLogger("trainer.checkpoint.manager")  # the logger name these messages always had
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RankAgreedError):
     """A checkpoint cannot be read or does not fit the model; the message names the file."""
 
 

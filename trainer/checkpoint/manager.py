@@ -29,6 +29,7 @@ from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
 from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
+from trainer.checkpoint.run_states import RunStates
 from trainer.checkpoint.stream_position import save_stream_state
 from trainer.runtime.redact import redact_secrets
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -143,13 +144,13 @@ class CheckpointManager:
         return bool(self.config.every_n_epochs) and (epoch + 1) % self.config.every_n_epochs == 0
 
     # ----- saving ----------------------------------------------------------------------------------------------
-    def save(self, run: Any) -> None:
-        """Checkpoint the run's current state (a collective). ``run`` has ``module``, ``optimizer``,
-        ``step``, ``epoch``, ``epoch_step``, ``last_metrics`` and ``progress()`` (and may
-        have ``lr_scheduling``, ``precision`` and ``callbacks``, whose states go into extras.pt)."""
+    def save(self, states: RunStates) -> None:
+        """Checkpoint the run's current state (a collective): ``states`` names its parts; the
+        scheduler, precision and callbacks states go into extras.pt."""
         self.wait()
         started = time.perf_counter()
-        rank, step, full = distributed.rank(), run.step, self.config.format == "full"
+        progress = states.progress()
+        rank, step, full = distributed.rank(), progress["step"], self.config.format == "full"
         # A second save of a step (an epoch end right after a periodic save) gets its own staging
         # folder: the first may still be committing (renamed away by rank 0's thread).
         again = self._saves_of_step[1] if self._saves_of_step[0] == step else 0
@@ -158,30 +159,29 @@ class CheckpointManager:
         # No barrier: every rank makes the folders it writes into (setup() removed stale staging;
         # DCP makes its own folder the same way).
         os.makedirs(os.path.join(staging, "rng"), exist_ok=True)
-        state = get_training_state(run.module, run.optimizer, full, self.strategy)
+        state = get_training_state(states.model, states.optimizer, full, self.strategy)
         torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
         written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
-        written += save_stream_state(run, staging)  # a streaming dataset's position (trainer/data/streaming/)
+        written += save_stream_state(states.data, progress["epoch"], progress["epoch_step"], staging)
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),
-            "metrics": {k: v for k, v in run.last_metrics.items() if k == self.config.monitor},
+            "metrics": {k: v for k, v in states.metrics.items() if k == self.config.monitor},
         }
         if self.config.monitor and not marker["metrics"] and not self._told_no_monitor:
             self._told_no_monitor = True  # this checkpoint cannot be ranked as best: said once
             rank_zero_warn(log, "checkpoint.monitor=%s has no logged value at step %d (logged so far: %s), so this "
                            "checkpoint is kept by keep_last only", self.config.monitor, step,
-                           sorted(run.last_metrics) or "nothing")
+                           sorted(states.metrics) or "nothing")
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
                 # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
-                json.dump(redact_secrets(run.progress()), handle, indent=1, default=str)
-            precision = getattr(run, "precision", None)
+                json.dump(redact_secrets(progress), handle, indent=1, default=str)
             extras = {
                 # The schedulers with their event counters (trainer/optim/lr_scheduling.py).
-                "scheduler": run.lr_scheduling.state_dict() if getattr(run, "lr_scheduling", None) is not None else None,
-                "precision": precision.state_dict() if precision is not None else {},  # the loss scaler
-                "callbacks": run.callbacks.state_dict() if getattr(run, "callbacks", None) is not None else {},
+                "scheduler": states.scheduler.state_dict() if states.scheduler is not None else None,
+                "precision": states.precision.state_dict() if states.precision is not None else {},  # the loss scaler
+                "callbacks": states.callbacks.state_dict() if states.callbacks is not None else {},
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
             written += ["trainer_state.json", "extras.pt"]
@@ -286,21 +286,22 @@ class CheckpointManager:
         log.info("checkpoint committed: %s%s", final, f" (removed {len(deleted)} old)" if deleted else "")
 
     # ----- loading -------------------------------------------------------------------------------------------
-    def load(self, path: str, run: Any) -> dict[str, Any]:
-        """Restore model, optimizer, scheduler and (same world size) RNG states from the checkpoint
-        at ``path``; returns the saved progress. A collective."""
+    def load(self, path: str, states: RunStates) -> dict[str, Any]:
+        """Restore model, optimizer, scheduler, precision, callbacks and (same world size) RNG states
+        from the checkpoint at ``path`` into ``states``; returns the saved progress (the caller puts
+        the run there). A collective."""
         self.finish()  # a save of this run still committing (rank 0)
         marker = layout.read_marker(path)
         integrity.verify(path, marker)  # every file there, with the size it was written with
-        load_training_state(path, run.module, run.optimizer, marker["format"],
+        load_training_state(path, states.model, states.optimizer, marker["format"],
                             part_of_model=self.strategy.owns_step, strategy=self.strategy)
         extras = load_file(os.path.join(path, "extras.pt"))
-        if getattr(run, "lr_scheduling", None) is not None:
-            run.lr_scheduling.load_state_dict(extras.get("scheduler"))
-        if getattr(run, "precision", None) is not None:
-            run.precision.load_state_dict(extras.get("precision") or {})
-        if getattr(run, "callbacks", None) is not None:
-            run.callbacks.load_state_dict(extras.get("callbacks") or {})
+        if states.scheduler is not None:
+            states.scheduler.load_state_dict(extras.get("scheduler"))
+        if states.precision is not None:
+            states.precision.load_state_dict(extras.get("precision") or {})
+        if states.callbacks is not None:
+            states.callbacks.load_state_dict(extras.get("callbacks") or {})
         with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
             progress = json.load(handle)
         rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")
@@ -311,7 +312,7 @@ class CheckpointManager:
             # (seed, step, rank), so the streams from here differ from the ones the run started with.
             from trainer.runtime.seeding import derive_seed, seed_everything
 
-            seed = getattr(getattr(run, "trainer", None), "seed", progress.get("seed", 0))
+            seed = states.seed
             seed_everything(derive_seed(seed, "resume", progress["step"], distributed.rank()))
             log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
                      "rank), not restored", marker["world_size"], distributed.world_size(), seed, progress["step"])

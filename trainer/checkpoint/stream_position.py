@@ -11,31 +11,27 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint.loading import load_file
+from trainer.data.streaming.plan import is_stream
 from trainer.runtime import distributed
-from trainer.loop.stream_limits import is_stream
 
 
-def _plan(run: Any) -> Any:
-    plan = getattr(getattr(run, "data", None), "stream_plan", None)
-    return plan if is_stream(plan) else None
-
-
-def save_stream_state(run: Any, staging: str) -> list[str]:
-    """Write this rank's stream position into the checkpoint being staged; the files written."""
-    plan = _plan(run)
-    if plan is None:
+def save_stream_state(plan: Any, epoch: int, epoch_step: int, staging: str) -> list[str]:
+    """Write this rank's stream position into the checkpoint being staged; the files written (none
+    when ``plan`` is not a stream plan)."""
+    if not is_stream(plan):
         return []
     name = f"stream/rank-{distributed.rank():05d}.pt"
     os.makedirs(os.path.join(staging, "stream"), exist_ok=True)
-    torch.save(plan.checkpoint_state(run.epoch, run.epoch_step), os.path.join(staging, name))
+    torch.save(plan.checkpoint_state(epoch, epoch_step), os.path.join(staging, name))
     return [name]
 
 
-def restore_stream_state(run: Any, plan: Any, path: str) -> None:
-    """Put ``plan`` at the checkpoint's stream position (after ``run.epoch`` / ``epoch_step`` were restored)."""
+def restore_stream_state(plan: Any, path: str, epoch: int, epoch_step: int) -> None:
+    """Put ``plan`` at the checkpoint's stream position (``epoch`` / ``epoch_step``: the progress the
+    checkpoint restored)."""
     if not is_stream(plan):
         return
-    from trainer.checkpoint.loading import load_file
 
     def read(rank: int) -> Any:
         file = os.path.join(path, "stream", f"rank-{rank:05d}.pt")
@@ -43,7 +39,7 @@ def restore_stream_state(run: Any, plan: Any, path: str) -> None:
 
     state = read(0)  # every rank's position in invariant mode; the checks' facts in both
     if state is None:
-        if run.epoch_step == 0:
+        if epoch_step == 0:
             return  # at an epoch boundary there is no position to restore
         raise ValueError(f"{path} has no stream position (stream/): it was not saved by a run on a streaming dataset")
     if state["mode"] != plan.mode:
@@ -59,8 +55,8 @@ def restore_stream_state(run: Any, plan: Any, path: str) -> None:
                          f"data.num_workers={state['num_workers']}")
     if plan.mode == "sharded":
         state = read(distributed.rank())
-    if (state["epoch"], state["epoch_step"]) != (run.epoch, run.epoch_step):
+    if (state["epoch"], state["epoch_step"]) != (epoch, epoch_step):
         raise ValueError(f"{path}: the stream position is for epoch {state['epoch']} step {state['epoch_step']}, the "
-                         f"checkpoint's progress is epoch {run.epoch} step {run.epoch_step}")
-    if run.epoch_step > 0:
-        plan.resume = (run.epoch, run.epoch_step, state["loader"])
+                         f"checkpoint's progress is epoch {epoch} step {epoch_step}")
+    if epoch_step > 0:
+        plan.resume = (epoch, epoch_step, state["loader"])

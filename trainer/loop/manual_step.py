@@ -48,60 +48,6 @@ log = logging.getLogger("trainer.loop.rank_run")
 CLIP_ALGORITHMS = ("norm", "value")
 
 
-class ManualOptimizationHooks:
-    """The module side of manual optimization (mixed into ``TrainModule``; Lightning's names)."""
-
-    #: False: ``training_step`` steps the optimizers itself (see trainer/loop/manual_step.py)
-    automatic_optimization: bool = True
-
-    def _manual(self, what: str, inside_step: bool = True) -> ManualStep:
-        step = self.__dict__.get("_manual_step")
-        if not inside_step and step is not None:  # optimizers() / lr_schedulers(): also under automatic
-            return step
-        if getattr(self, "automatic_optimization", True):
-            raise RuntimeError(f"self.{what} is for manual optimization: set self.automatic_optimization = False "
-                               "in the module's __init__ (with automatic optimization the trainer does it)")
-        if step is not None and (step.active or not inside_step):
-            return step
-        where = "inside training_step during Trainer.fit" if inside_step else "during Trainer.fit, after configure_optimizers"
-        raise RuntimeError(f"self.{what} can only be called {where}")
-
-    def optimizers(self) -> Any:
-        """The optimizers of ``configure_optimizers`` (manual optimization: wrapped, ``step()`` goes through
-        the strategy and precision): one, or a list when there are several (Lightning's shape). Under
-        automatic optimization the optimizer itself, to read (the trainer steps it)."""
-        step = self._manual("optimizers()", inside_step=False)
-        return step.optimizers[0] if len(step.optimizers) == 1 else list(step.optimizers)
-
-    def lr_schedulers(self) -> Any:
-        """The schedulers of ``configure_optimizers``: None, one, or a list. Under manual optimization
-        the module steps them (the trainer never does); under automatic, the trainer does."""
-        schedulers = [config.scheduler for config in self._manual("lr_schedulers()", inside_step=False).schedulers]
-        return None if not schedulers else schedulers[0] if len(schedulers) == 1 else schedulers
-
-    def manual_backward(self, loss: torch.Tensor) -> None:
-        """Backward of this rank's micro-batch mean ``loss``, scaled to the global batch (and by fp16's
-        loss scale), with the gradient sync unless inside ``no_backward_sync()``."""
-        self._manual("manual_backward()").backward(loss)
-
-    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
-                       gradient_clip_algorithm: str = "norm") -> torch.Tensor | None:
-        """Clip ``optimizer``'s gradients: by their global 2-norm ("norm", returns the norm before
-        clipping) or element-wise to ``[-val, val]`` ("value"). ``gradient_clip_val`` None: nothing."""
-        return self._manual("clip_gradients()").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
-
-    @contextlib.contextmanager
-    def no_backward_sync(self, enabled: bool = True) -> Iterator[None]:
-        """Backward passes inside do not sync gradients across ranks (Fabric's name); for hand
-        accumulation: the first ``manual_backward`` outside syncs what was accumulated."""
-        step = self._manual("no_backward_sync()")
-        if not enabled:
-            yield
-            return
-        with step.skip_sync():
-            yield
-
-
 class ManualOptimizer:
     """A user's optimizer as ``self.optimizers()`` gives it: ``step()`` through the trainer."""
 
@@ -332,7 +278,7 @@ class ManualStep:
 
         run.module_logs.begin_step(log_now)
         batch_idx = run.batch_idx
-        call_hooks(run, "on_train_batch_start", batch, batch_idx)
+        call_hooks(run.callbacks, "on_train_batch_start", batch, batch_idx)
         self.active = True
         try:
             with timer.phase("forward"), padding, no_sync, precision.autocast(run.device), \
@@ -341,7 +287,7 @@ class ManualStep:
         finally:
             self.active = False
         run.batch_idx += 1
-        call_hooks(run, "on_train_batch_end", output, batch, batch_idx)
+        call_hooks(run.callbacks, "on_train_batch_end", output, batch, batch_idx)
         if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
             precision.scaler.update(self._found)
             if self._overflow:

@@ -1,7 +1,7 @@
-"""The pipeline's micro-batch loop: ``PipelineStrategy.run_micro_batches`` (the ``OwnedStep`` interface).
+"""The training step's micro-batch loop where the strategy owns the step (pipeline parallel).
 
 The training step (trainer/loop/train_step.py) calls it in place of the module's ``training_step`` loop;
-each of the step's micro-batches goes through the pipeline schedule (``PipelineStrategy.run_step``),
+the loop hands each of the step's micro-batches to the pipeline schedule (``OwnedStep.run_step``),
 which splits it into the schedule's microbatches. The rest of the step (gradient normalisation,
 unscaling, the optimizer step, the metrics) is the generic one.
 """
@@ -36,7 +36,7 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
         # collective and a host read: on a logging step only).
         counting = run.throughput.flops_per_step is None and index == 0 and step.strategy_steps >= 1 and sums is not None
         counter = FlopSum() if counting else contextlib.nullcontext()
-        call_hooks(run, "on_train_batch_start", batch, run.batch_idx)
+        call_hooks(run.callbacks, "on_train_batch_start", batch, run.batch_idx)
         with run.breakdown.phase("forward"), counter:
             tokens, losses = strategy.run_step(batch, micro_batch.num_real, step.normalization.sample_factor(plan.global_count),
                                                index == last, sums, run.precision, local_tokens is not None)
@@ -50,7 +50,7 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
         if run.nonfinite is not None:
             for loss in losses:
                 run.nonfinite.observe(loss)
-        call_hooks(run, "on_train_batch_end", None, batch, run.batch_idx)  # the strategy ran the steps
+        call_hooks(run.callbacks, "on_train_batch_end", None, batch, run.batch_idx)  # the strategy ran the steps
         run.batch_idx += 1
     if sums is not None:
         strategy.complete_metrics(sums)

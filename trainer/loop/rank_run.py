@@ -26,6 +26,7 @@ from trainer.loop.batch_size_finder import find_batch_size
 from trainer.callbacks import CallbackList
 from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
+from trainer.checkpoint.run_states import RunStates
 from trainer.loop.resume import restore_run
 from trainer.runtime.comms_log import CommsLog
 from trainer.data.batch_plan import GlobalBatchPlan
@@ -46,7 +47,8 @@ from trainer.precision.fp16_step import Fp16Steps
 from trainer.observe.profiling import TraceWindow, WallClockBreakdown
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
-from trainer.api.run_state import StopFlag
+from trainer.api.run_view import RunView
+from trainer.loop.stop_flag import StopFlag
 from trainer.loop.step_limits import plan_limits
 from trainer.loop.stream_limits import describe_epoch, epoch_over
 from trainer.loop.sanity_check import run_sanity_check
@@ -92,7 +94,8 @@ class _Run:
         self.lr_scheduling = LRScheduling()  # the schedulers and when they step
         self.nonfinite: NonfiniteLossWatch | None = None  # trainer.nonfinite_loss=error: settled late
         self.last_metrics: dict[str, float] = {}
-        self.callbacks = CallbackList(trainer.callbacks, self)
+        self.view = RunView(self)  # what callbacks, the Trainer's properties and tools read
+        self.callbacks = CallbackList(trainer.callbacks, trainer, module, self.view)
         self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/api/run_state.py)
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
@@ -116,7 +119,7 @@ class _Run:
             if self.own_log_handler:
                 log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
-        trainer._run = self  # the run-state properties read this run (trainer/api/run_state.py)
+        trainer._run_view = self.view  # the run-state properties read this run (trainer/api/run_state.py)
         refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
         self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
         with distributed.rank_zero_first(local=True) as first:
@@ -197,6 +200,18 @@ class _Run:
         """End training at the end of the current step (for callbacks; see ``Callback``)."""
         self.callbacks.request_stop(reason)
 
+    def stop_requested(self) -> bool:
+        """A stop was asked for: by a callback, or by ``trainer.should_stop`` on this rank."""
+        return self.stop_flag.requested or self.callbacks.stopping
+
+    def stop_request(self) -> tuple[str, str] | None:
+        """(who asked, why) of a callback's stop request, or None."""
+        return self.callbacks.stop
+
+    def ask_stop_at_next_logging_step(self, value: bool) -> None:
+        """``trainer.should_stop = value`` (agreed by every rank at the next logging step)."""
+        self.stop_flag.set(value, agreed_stop=self.callbacks.stopping)
+
     def teardown(self, clean: bool) -> None:
         self.module._log_collector = None  # self.log outside a run is an error
         if self.checkpoints is not None:
@@ -246,7 +261,7 @@ class _Run:
         self.train_step = self.manual.train_step if self.manual is not None else TrainStep(self)  # one step
         module.train()
         module.on_fit_start()
-        self.callbacks.on_fit_start(self)
+        self.callbacks.on_fit_start()
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False,
                                initial=limits.progress_position(self))
@@ -259,7 +274,7 @@ class _Run:
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
                 self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
-                call_hooks(self, "on_train_epoch_start")
+                call_hooks(self.callbacks, "on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
                 ))
@@ -282,8 +297,8 @@ class _Run:
                         self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
                         log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
-                    self.callbacks.on_train_step_end(self, self.step, metrics)
-                    self.stop_flag.agree(self, logging_step=metrics is not None)  # trainer.should_stop
+                    self.callbacks.on_train_step_end(self.step, metrics)
+                    self.stop_flag.agree(self.callbacks, logging_step=metrics is not None)  # trainer.should_stop
                     progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())
@@ -316,7 +331,7 @@ class _Run:
                     self.log({**epoch_logged, "epoch": self.epoch})
                     progress.note(epoch_logged)
                 self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
-                self.callbacks.on_train_epoch_end(self, self.epoch)
+                self.callbacks.on_train_epoch_end()
                 if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
                     self.lr_scheduling.after_epoch()
                 self.epoch += 1
@@ -339,7 +354,7 @@ class _Run:
         if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
             self.save_checkpoint()
         module.on_fit_end()
-        self.callbacks.on_fit_end(self)
+        self.callbacks.on_fit_end()
         return self.last_metrics
 
     # ----- checkpoints ------------------------------------------------------------------------------------
@@ -350,7 +365,14 @@ class _Run:
 
     def save_checkpoint(self) -> None:
         self.settle_nonfinite()  # a late non-finite check is settled before any checkpoint commits
-        self.checkpoints.save(self)
+        self.checkpoints.save(self.checkpoint_states())
+
+    def checkpoint_states(self) -> RunStates:
+        """The parts of this run a checkpoint saves and restores, by name."""
+        return RunStates(model=self.module, optimizer=self.optimizer, progress=self.progress, metrics=self.last_metrics,
+                         scheduler=self.lr_scheduling, precision=getattr(self, "precision", None),
+                         callbacks=self.callbacks, data=getattr(getattr(self, "data", None), "stream_plan", None),
+                         seed=self.trainer.seed)
 
     def progress(self) -> dict[str, Any]:
         """Where training stands, as saved in a checkpoint."""
@@ -379,7 +401,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     own_log_handler = not logging.getLogger().handlers
     configure_rank_logging(env.rank, own_handler=own_log_handler)
     run = _Run(trainer, module, env, own_log_handler)
-    trainer._run = run  # for callbacks: trainer.callbacks.run_of(trainer)
+    trainer._run_view = run.view  # for callbacks: trainer.callbacks.run_of(trainer)
     clean = False
     try:
         run.setup()
@@ -393,6 +415,6 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
             log.exception("rank %d failed", env.rank)
         raise
     finally:
-        trainer._run = None
+        trainer._run_view = None
         run.teardown(clean)
     return results if run.rank == 0 else None

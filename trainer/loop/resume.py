@@ -125,7 +125,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
     manager = run.checkpoints or CheckpointManager(
         CheckpointConfig(save_last=False, save_on_signal=False), run.run_dir, run.strategy
     )
-    progress = manager.load(path, run)
+    progress = manager.load(path, run.checkpoint_states())
     if progress["global_batch_size"] != trainer.global_batch_size:
         rank_zero_warn(  # every rank would say it alike
             log, "the checkpoint was trained with global batch %d, this run uses %d: the sample order from here "
@@ -137,7 +137,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
         run.optimizer_steps = progress.get("global_step", run.step)  # from before it was saved: the batches)
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
-    restore_stream_state(run, plan, path)  # a streaming dataset's position (trainer/data/streaming/)
+    restore_stream_state(plan, path, run.epoch, run.epoch_step)  # a streaming dataset's position
     _check_schedule_length(run, progress)
     log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, run.step, run.epoch, run.epoch_step)
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainer.data.streaming.plan import is_stream
 from trainer.loop.run_limits import fraction_of, train_steps_per_epoch, val_interval_steps
 from trainer.loop.step_limits import StepLimits
-
-
-def is_stream(plan: Any) -> bool:
-    return getattr(plan, "is_stream", False)
 
 
 def _no_length(setting: str, value: Any) -> ValueError:

@@ -1,7 +1,8 @@
 """One optimizer step under automatic optimization, in the order of the pseudocode in trainer/api/module.py:
 
 1. the micro-batches (:meth:`TrainStep.module_micro_batches`: ``training_step`` + backward each; or
-   the strategy's own loop where it owns the step, ``OwnedStep.run_micro_batches``: pipeline parallel);
+   where the strategy owns the step (pipeline parallel), each micro-batch handed to its ``run_step``:
+   trainer/loop/pipeline_micro_batches.py);
 2. gradient normalisation and fp16 unscaling (:meth:`TrainStep.prepare_gradients`; the loss weights:
    trainer/loop/loss_normalization.py, the overflow decision: trainer/precision/fp16_step.py);
 3. the optimizer step (:meth:`TrainStep.optimizer_step`: clipping, the hook, the step, the schedule);
@@ -26,6 +27,7 @@ from trainer.runtime.comms_log import OVERFLOW_KIND, labelled
 from trainer.loop.loss_normalization import LossNormalization
 from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.loop.log_collector import merge_logged
+from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
 from trainer.loop.step_accounting import TokenCount, counted
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor, move_to_device
@@ -56,7 +58,7 @@ class TrainStep:
         local_tokens = self.normalization.begin_step()
         run.breakdown.step_started()
         if run.strategy.owns_step:  # the one dispatch point: pipeline parallel runs each micro-batch itself
-            run.strategy.run_micro_batches(self, plan, batches, sums, local_tokens)
+            pipeline_micro_batches(run.strategy, self, plan, batches, sums, local_tokens)
         else:
             self.module_micro_batches(plan, batches, sums, local_tokens)
         if run.nonfinite is not None:
@@ -96,7 +98,7 @@ class TrainStep:
             counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
             padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
             batch_idx = run.batch_idx
-            call_hooks(run, "on_train_batch_start", batch, batch_idx)
+            call_hooks(run.callbacks, "on_train_batch_start", batch, batch_idx)
             with strategy.sync_context(run.wrapped, sync=index == last), counter, padding:
                 with timer.phase("forward"):  # the step's forward and its bookkeeping
                     with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
@@ -117,7 +119,7 @@ class TrainStep:
                 with timer.phase("backward"):
                     precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count,
                                                                         local_tokens)).backward()
-            call_hooks(run, "on_train_batch_end", output, batch, batch_idx)
+            call_hooks(run.callbacks, "on_train_batch_end", output, batch, batch_idx)
             if counting:
                 run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
                 if run.rank == 0:

@@ -93,7 +93,7 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     # (a sanity pass's values are dropped: the next pass begins the stage afresh).
     with logs.stage("validate"):
         if not sanity:
-            call_hooks(run, "on_validation_epoch_start")
+            call_hooks(run.callbacks, "on_validation_epoch_start")
         with torch.no_grad():
             for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
                 bar.update()
@@ -109,21 +109,21 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
                     metrics["loss"] = loss
                 sums.add(metrics, weight)
                 if not sanity and index < real:
-                    call_hooks(run, "on_validation_batch_end", outputs, batch, index)
+                    call_hooks(run.callbacks, "on_validation_batch_end", outputs, batch, index)
         bar.close()
         strategy.after_evaluation(run.wrapped)
         module.train(was_training)
         if sanity:
             return {}
         metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
-        call_hooks(run, "on_validation_epoch_end")  # what it logs belongs to this pass
+        call_hooks(run.callbacks, "on_validation_epoch_end")  # what it logs belongs to this pass
         merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
     run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
     call_module_hook(module, "on_validation_end", metrics)  # or Lightning's on_validation_end()
-    run.callbacks.on_validation_end(run, metrics)
+    run.callbacks.on_validation_end(metrics)
     return metrics
 
 

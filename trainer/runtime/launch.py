@@ -121,6 +121,11 @@ def detect_environment(environ: dict[str, str] | None = None) -> ClusterEnvironm
     return ClusterEnvironment(launcher="none")
 
 
+class RankAgreedError(RuntimeError):
+    """An error every rank raises alike (a damaged checkpoint): a spawned fit's caller gets it as it
+    is, one message instead of a worker's traceback."""
+
+
 class WorkerFailed(RuntimeError):
     """A spawned worker died or raised; the message names its rank."""
 
@@ -172,12 +177,10 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         TRAINER_SPAWNED="1",
     )
     share_cpu_threads(world_size)
-    from trainer.checkpoint.manager import CheckpointError
-
     fn, args = pickle.loads(payload)
     try:
         result = fn(*args)
-    except CheckpointError as error:  # every rank stops with the same error (a damaged checkpoint):
+    except RankAgreedError as error:  # every rank stops with the same error (a damaged checkpoint):
         result = error  # the launcher raises it as it is, one message instead of a worker's traceback
     except Exception as error:
         # Reported by the launcher, once, with its rank: the first rank to fail is the cause, the

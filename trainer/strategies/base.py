@@ -11,8 +11,8 @@ everything that touches gradient synchronisation. Adding one = one Python file w
   implements them; every other strategy inherits the no-op). ``trainer/checkpoint`` calls these;
   strategies never import ``trainer/checkpoint`` (layering: checkpoint -> strategies, never back).
 - ``OwnedStep``: a strategy that runs each micro-batch's forward and backward itself (pipeline):
-  ``run_micro_batches`` (called by trainer/loop/train_step.py when ``owns_step`` is set; it calls
-  ``run_step`` and ``complete_metrics``) and ``evaluate`` (validation).
+  ``run_step`` (the loop hands it each micro-batch: trainer/loop/pipeline_micro_batches.py, when
+  ``owns_step`` is set), ``complete_metrics`` and ``evaluate`` (validation).
 """
 
 from __future__ import annotations
@@ -234,12 +234,6 @@ class OwnedStep(Strategy):
     loop calls these instead of the module's ``training_step`` / ``validation_step``."""
 
     owns_step = True
-
-    def run_micro_batches(self, step: Any, plan: Any, batches: Any, sums: Any, local_tokens: Any) -> None:
-        """The step's micro-batches in place of the module's ``training_step`` loop (``step``: the
-        run's trainer/loop/train_step.py ``TrainStep``; ``plan``: its ``StepPlan``); adds the metrics to
-        ``sums`` (None off logging steps) and the tokens to ``local_tokens`` (tokens normalisation)."""
-        raise NotImplementedError
 
     def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: Any,
                  precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:

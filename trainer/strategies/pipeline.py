@@ -23,7 +23,7 @@ Either way the other stages' tensors are then deleted from the module, so its pa
 dict and checkpoints are this rank's stages only.
 
 Files: this one holds the strategy and its step (loss scaling, the microbatch records, metrics);
-``pipeline_step.py`` the training step's micro-batch loop (``run_micro_batches``),
+the loop's trainer/loop/pipeline_micro_batches.py feeds it each micro-batch (``run_step``),
 ``pipeline_groups.py`` the mesh's process groups, ``pipeline_partition.py`` the stage cutting,
 ``pipeline_build.py`` the build and module surgery (and ``SCHEDULES``), ``pipeline_batches.py``
 slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and the norms,
@@ -50,7 +50,6 @@ from trainer.strategies.pipeline_gradients import average_over_replicas, pipelin
 from trainer.strategies.pipeline_groups import pipeline_and_replica_groups
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
-from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
 from trainer.strategies.weight_init import WeightInit
 
 DATA_PARALLEL = ("ddp", "fsdp")
@@ -254,11 +253,6 @@ class PipelineStrategy(OwnedStep):
         if sync and self._data_parallel_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
             average_over_replicas(self.stage_parameters, self.dp_group, self._data_parallel_size)
         return (tokens if self._counts_tokens else None), losses
-
-    def run_micro_batches(self, step: Any, plan: Any, batches: Any, sums: WeightedSums | None,
-                          local_tokens: Any) -> None:
-        """The step's micro-batches through the schedule (pipeline_step.py)."""
-        pipeline_micro_batches(self, step, plan, batches, sums, local_tokens)
 
     def complete_metrics(self, sums: WeightedSums) -> None:
         """Stages without the loss add zero-weight zeros under the last stage's metric names, so

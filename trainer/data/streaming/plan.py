@@ -38,6 +38,12 @@ log = logging.getLogger("trainer.loop.rank_run")
 EXHAUSTED = {"exhausted": True}  # the position of a rank's stream that has ended in this epoch
 
 
+
+def is_stream(plan: Any) -> bool:
+    """Whether ``plan`` is a stream's plan (a :class:`StreamPlan`), not a map-style dataset's."""
+    return getattr(plan, "is_stream", False)
+
+
 class StreamBatches:
     """The collated micro-batches of the step the plan handed out last (the loop's batch iterator)."""
 
