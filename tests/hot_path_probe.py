@@ -24,9 +24,9 @@ class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
     produced, never on a device."""
 
     #: callers (path endings) whose ``.tolist()`` reads CPU-only index tensors (see above)
-    DATA_PLAN = (os.path.join("trainer", "data.py"), os.path.join("trainer", "permutation.py"))
+    DATA_PLAN = (os.path.join("trainer", "data", "batch_plan.py"), os.path.join("trainer", "data", "permutation.py"))
     #: frames skipped when naming the caller
-    PLUMBING = (os.sep + "torch" + os.sep, os.path.join("tests", "hot_path_probe.py"), os.path.join("trainer", "comms_log.py"))
+    PLUMBING = (os.sep + "torch" + os.sep, os.path.join("tests", "hot_path_probe.py"), os.path.join("trainer", "runtime", "comms_log.py"))
 
     def __init__(self):
         super().__init__()

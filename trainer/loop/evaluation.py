@@ -40,8 +40,8 @@ def run_evaluation(run: _Run, mode: str) -> Any:
         require_validation_data(run)
     # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
     # of a ckpt_path's checkpoint replaces it.
-    run.step, global_step, run.epoch = run.trainer.stored_progress()
-    run.optimizer_steps = global_step if global_step != run.step else None  # a manual fit's global_step
+    step, global_step, epoch = run.trainer.stored_progress()
+    run.counters.show(step, global_step, epoch)  # (a manual fit's global_step differs)
     load_for_evaluation(run)
     if mode == "validate":
         return run.validate()

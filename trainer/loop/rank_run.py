@@ -48,6 +48,7 @@ from trainer.observe.profiling import TraceWindow, WallClockBreakdown
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
 from trainer.api.run_view import RunView
+from trainer.loop.counters import RunCounters
 from trainer.loop.stop_flag import StopFlag
 from trainer.loop.step_limits import plan_limits
 from trainer.loop.stream_limits import describe_epoch, epoch_over
@@ -80,11 +81,7 @@ class _Run:
         self.strategy = trainer.strategy
         self.loggers: list[Logger] = []
         self.rank = env.rank
-        self.step = 0  # global batches trained (the logged step axis, checkpoint names, the data position)
-        self.optimizer_steps: int | None = None  # manual optimization: the module's opt.step() calls
-        self.epoch = 0
-        self.epoch_step = 0  # optimizer steps done in this epoch
-        self.batch_idx = 0  # micro-batches run in this epoch, passed to training_step
+        self.counters = RunCounters()  # step, epoch, epoch_step, batch_idx, global_step: changed there only
         self.preempted = False
         self.checkpoints: CheckpointManager | None = None
         self.optimizer: Any = None  # a list of them under manual optimization with several
@@ -100,9 +97,30 @@ class _Run:
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
 
+    # The counters, read-only here (trainer/loop/counters.py has their units and their only writers).
+    @property
+    def step(self) -> int:
+        return self.counters.step
+
+    @property
+    def epoch(self) -> int:
+        return self.counters.epoch
+
+    @property
+    def epoch_step(self) -> int:
+        return self.counters.epoch_step
+
+    @property
+    def batch_idx(self) -> int:
+        return self.counters.batch_idx
+
+    @property
+    def optimizer_steps(self) -> int | None:
+        return self.counters.optimizer_steps
+
     @property
     def global_step(self) -> int:  # optimizer steps: the batches, or the module's opt.step() calls (manual)
-        return self.step if self.optimizer_steps is None else self.optimizer_steps
+        return self.counters.global_step
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -273,7 +291,7 @@ class _Run:
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
-                self.batch_idx = self.epoch_step * trainer.accumulate_grad_batches
+                self.counters.start_epoch(trainer.accumulate_grad_batches)
                 call_hooks(self.callbacks, "on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
@@ -286,11 +304,11 @@ class _Run:
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
                     metrics = self.train_step(step_plan, batches, log_now)
-                    self.step += 1
+                    self.counters.batch_done()
                     stepped_from = limits.after_batch(self)  # global_step before this batch
                     self.comms.after_step(self.step)
                     self.trace.after_step(self.step)
-                    self.epoch_step += 1
+                    self.counters.epoch_step_done()
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
@@ -334,8 +352,7 @@ class _Run:
                 self.callbacks.on_train_epoch_end()
                 if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
                     self.lr_scheduling.after_epoch()
-                self.epoch += 1
-                self.epoch_step = 0
+                self.counters.epoch_done()
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
                     self.save_checkpoint()
                     saved_at = self.step
