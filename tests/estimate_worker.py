@@ -26,7 +26,7 @@ MODULE = dict(width=13, depth=3)
 
 
 class MeasuredRegressor(BlockRegressor):
-    """Measures at the ruling's point: after the first optimizer step, before ``zero_grad``
+    """Measures at the agreed point: after the first optimizer step, before ``zero_grad``
     (gradients and optimizer state both held), by wrapping that one ``zero_grad`` call."""
 
     def on_before_optimizer_step(self, optimizer):

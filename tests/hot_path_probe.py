@@ -14,7 +14,7 @@ import torch.utils._python_dispatch
 from trainer.callbacks import Callback, run_of
 
 class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts host syncs as the rulings define them: ``aten._local_scalar_dense`` calls (``.item()``,
+    """Counts host syncs: ``aten._local_scalar_dense`` calls (``.item()``,
     ``bool(t)``, ``float(t)``, ``int(t)``) made outside ``torch.optim`` (a stock AdamW reads its CPU step
     counter with ``.item()``: no device sync), plus ``.tolist()`` / ``.numpy()`` of tensors and
     ``.cpu()`` of tensors that are not on the CPU. ``where`` names the caller of each (file:line).

@@ -6,7 +6,7 @@
     -class LitRegressor(L.LightningModule):
     +class LitRegressor(TrainModule):
 
-Everything else below is plain Lightning code (issue 13's acceptance test: tests/test_lightning_port.py).
+Everything else below is plain Lightning code (tests/test_lightning_port.py runs it).
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""The autotuner (issue 15): candidates, the budget, one trial's isolation, the config writer, and
+"""The autotuner: candidates, the budget, one trial's isolation, the config writer, and
 one whole search on the mlp recipe whose best config then runs through train.py."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Callback hooks in Lightning's shape: ``(trainer, module, ...)`` with the Trainer object and the
-user's module, in order, the batch hooks once per micro-batch (ruling 13), the module's hook of the
+user's module, in order, the batch hooks once per micro-batch (as Lightning), the module's hook of the
 same name first; hooks of the former shape are refused when the Trainer is built."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A save's cost to the training ranks: its collectives (no barrier), and the commit and retention
 done by rank 0 in a background thread while every rank trains on.
 
-Before (issue 14): per sync sharded save, 2 monitored barriers (staging folder made by rank 0;
+Before: per sync sharded save, 2 monitored barriers (staging folder made by rank 0;
 everything written) + one object gather (the small files' sizes) + DCP's own; rank 0 fsynced every
 file, committed and deleted old checkpoints while the other ranks waited at the next collective.
 Now: one object gather (2 all_gathers: sizes, then payload) + DCP's own collectives, nothing else.

@@ -1,5 +1,5 @@
 """Every config key a user adds is read, refused with an error, or (top level only) warned about
-once (ruling General, issue 12); warnings that every rank gives alike are logged once, by rank 0.
+once; warnings that every rank gives alike are logged once, by rank 0.
 
 Most checks build in process with Hydra's compose API (``trainer.cli.hydra_app.build``, nothing trained);
 one short two-process run checks the rank-0 warnings end to end.

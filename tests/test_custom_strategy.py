@@ -1,4 +1,4 @@
-"""Adding a strategy is one Python file plus one yaml (issue 17): ``tests/custom_strategy/`` holds
+"""Adding a strategy is one Python file plus one yaml: ``tests/custom_strategy/`` holds
 both, outside the package, and is registered like any other through its config directory, on the
 command line (``hydra.searchpath``) and in the Python API (``add_config_dir``)."""
 

@@ -93,7 +93,7 @@ def test_a_validation_shard_of_1e8_samples_is_built_lazily():
     assert shard[-1] == [99_999_993, 99_999_995, 99_999_997, 99_999_999]
 
 
-# ----- the permutation and the lazy plan (issue 14: O(global batch) per step, O(1) per rank in the dataset size)
+# ----- the permutation and the lazy plan (O(global batch) per step, O(1) per rank in the dataset size)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 17, 100, 1000, 1025])

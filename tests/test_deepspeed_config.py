@@ -1,4 +1,4 @@
-"""DeepSpeed JSON import (issue 15, ruling 15): every mapped key, DeepSpeed 0.19's defaults, the
+"""DeepSpeed JSON import: every mapped key, DeepSpeed 0.19's defaults, the
 precedence (JSON over the composed config, typed overrides over the JSON), the warning and the errors;
 and the shared configs (../shared/deepspeed) through ``train.py`` on 2 CPU ranks. The schedulers against
 DeepSpeed's formulas: test_deepspeed_schedulers.py."""

@@ -1,6 +1,6 @@
 """The memory estimator (trainer/estimate) against what training holds, and its formulas and command.
 
-Acceptance (issue 15, ruling 15): the estimated parameter + gradient + optimizer bytes of every rank
+The estimated parameter + gradient + optimizer bytes of every rank
 match ``training_state_bytes(..., allocated=True)`` measured on 2 CPU ranks, after the first
 optimizer step and before ``zero_grad``, for DDP, ZeRO-1, FSDP grad_op, FSDP full and each pipeline
 stage, within 5% (max and sum over ranks). The module has uneven sizes (13-row weights, a 1-row

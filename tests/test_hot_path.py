@@ -1,5 +1,5 @@
 """The hot path: a step that is not a logging step makes no host sync and no collective besides the
-allowed ones (rulings, issue 14), under every strategy, with token normalisation, fp16 and
+allowed ones, under every strategy, with token normalisation, fp16 and
 checkpointing (save_on_signal on, its default) all on. A NaN loss still stops the run, naming its
 step, and no checkpoint of a NaN state is committed."""
 

@@ -1,4 +1,4 @@
-"""Lightning's Trainer names (issue 13, ruling 13): aliases that mean the same, run limits with our
+"""Lightning's Trainer names: aliases that mean the same, run limits with our
 world-size independent units, the sanity validation, and errors naming ours for the rest.
 
 Most tests build a Trainer (nothing runs) or fit a Regressor for a few steps in one process; one

@@ -1,4 +1,4 @@
-"""Issue 13's acceptance: "At home for a Lightning user". A Lightning-style module
+"""At home for a Lightning user: A Lightning-style module
 (tests/lightning_port.py: ``self.log``, ``save_hyperparameters``, val / test / predict dataloaders,
 a scheduler dict, Lightning's no-argument epoch hooks) runs with only its import and base class
 changed, through fit / validate / test / predict and ``load_from_checkpoint``; one process and 2 DDP

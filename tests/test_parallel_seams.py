@@ -1,4 +1,4 @@
-"""Seams between parallelism and the rest of the trainer (issue 12, items 8-14): pipeline
+"""Seams between parallelism and the rest of the trainer: pipeline
 randomness, sync batch norm under pipeline and with padding micro-batches, the node-local rank
 under SLURM, ``init_from`` into pipeline stages, the collective recorder under every strategy and
 pipeline's token weighting.

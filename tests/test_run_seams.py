@@ -1,4 +1,4 @@
-"""Issue 12, the seams between runs and calls: extending a finished run, validating a checkpoint,
+"""The seams between runs and calls: extending a finished run, validating a checkpoint,
 what the caller of a spawned fit gets back, re-seeding on another world size, and how a worker's
 error reaches the user.
 

@@ -67,7 +67,7 @@ def test_no_secret_in_a_multirun_sweep(tmp_path, monkeypatch):
 
 
 def test_a_refused_secret_override_is_not_echoed(tmp_path, monkeypatch):
-    # A +data key that nothing reads is refused (ruling General); the error names the key, not its value.
+    # A +data key that nothing reads is refused; the error names the key, not its value.
     result = run_with_secrets(TRAIN + OVERRIDES[:5] + [f"+data.hf_token={SECRETS['typed']}", f"hydra.run.dir={tmp_path}"],
                               monkeypatch)
     assert result.returncode != 0 and "data.hf_token" in result.stderr, result.describe()

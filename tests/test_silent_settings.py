@@ -1,4 +1,4 @@
-"""Settings that used to be dropped without a word (issue 12, ruling General): each is now honoured,
+"""Settings that used to be dropped without a word: each is now honoured,
 refused with an error naming it, or (when it only changes what is shown) warned about once.
 
 One process, two steps each: a second or so per test.

@@ -205,7 +205,7 @@ def test_settings_that_need_the_epoch_length_are_errors_without_len(tmp_path):
 @pytest.mark.parametrize("mode, syncs", [("invariant", 0), ("sharded", 1)])
 def test_quiet_stream_steps_make_no_host_sync_in_invariant_mode(tmp_path, mode, syncs):
     # One process, no workers: invariant mode reads no tensor on a quiet step; sharded mode makes its
-    # one agreement per step (the step's sample count, ruling 14), read on the host.
+    # one agreement per step (the step's sample count), read on the host.
     from helpers import HotPathProbe, read_hot_path
 
     new_trainer(tmp_path, batch_size=2, accumulate_grad_batches=2, max_steps=8, log_every_n_steps=4,

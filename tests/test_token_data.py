@@ -1,4 +1,4 @@
-"""Token shards (issue 16): ``python -m recipes.prepare_text`` on a slice of the standard library's
+"""Token shards: ``python -m recipes.prepare_text`` on a slice of the standard library's
 text, the memmap datasets over its shards, the text recipes' source choice, and ``recipe=gpt
 data.tokens=DIR`` training with bits per byte."""
 

@@ -1,4 +1,4 @@
-"""The module's own data, honoured or refused (issue 12: items 2, 3, 4, 15, 16).
+"""The module's own data, honoured or refused.
 
 Data drawn in the data hooks is the same on every rank; a user's DataLoader keeps its batch size,
 sampler, order and worker settings (or is refused with an error naming the value); a

@@ -1,4 +1,4 @@
-"""The module's own data at the edges (issue 12: items 15, 16): an IterableDataset and a global batch
+"""The module's own data at the edges: an IterableDataset and a global batch
 larger than the dataset get a clear message; the loader's batch size with ``data.global_batch_size``;
 the loader's batch size reaches a strategy before it wraps. Modules from test_user_data.py.
 """

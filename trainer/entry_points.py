@@ -40,7 +40,7 @@ def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataM
 
 def _check_evaluation(trainer: Trainer, module: TrainModule, mode: str) -> None:
     if trainer.strategy.owns_step:
-        # Ruling 13: refused rather than run the pipeline's loss-only forward under test_step's name.
+        # Refused rather than run the pipeline's loss-only forward under test_step's name.
         raise ValueError(
             f"Trainer.{mode} is not supported with strategy={trainer.strategy.name}: the pipeline runs only "
             f"pipeline_loss(), not {mode}_step(); run {mode} with strategy=single, ddp or fsdp on the trained "

@@ -259,7 +259,7 @@ class Trainer(TrainerRunState):
                  f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
                  f"{self.strategy.sync_batchnorm_refusal}")
         #: data.batch_size / drop_last / num_workers / pin_memory as given (None: unset), resolved at fit
-        #: against train_dataloader() (trainer/data/user_loader.py, ruling 12.3)
+        #: against train_dataloader() (trainer/data/user_loader.py)
         self.data_args = {"batch_size": batch_size, "drop_last": drop_last, "num_workers": num_workers, "pin_memory": pin_memory}
         self._global_batch_arg, self._accumulate_arg = global_batch_size, accumulate_grad_batches
         # Until fit reads the module's loader, the defaults (checked now when the batch size is given).

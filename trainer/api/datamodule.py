@@ -111,7 +111,7 @@ class DataHooks:
                            ", ".join(shadowed), type(datamodule).__name__)
 
 
-#: LightningDataModule hooks this trainer never calls: a datamodule defining one is refused (issue 12).
+#: LightningDataModule hooks this trainer never calls: a datamodule defining one is refused.
 UNSUPPORTED_HOOKS = ("teardown", "transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer",
                      "state_dict", "load_state_dict", "on_exception")
 

@@ -9,7 +9,7 @@ names the key and says how to silence it (``ignore=[...]``), as Lightning does.
 
 Secrets (keys such as ``api_key``, credentials in URLs; see ``trainer/runtime/redact.py``) are
 redacted on disk and in loggers; the checkpoint records which keys were redacted, so that
-``load_from_checkpoint`` asks for them again instead of restoring ``"***"`` (ruling 12.19).
+``load_from_checkpoint`` asks for them again instead of restoring ``"***"``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Lightning's hooks (LightningModule and Callback) that this trainer does not call. A subclass that
-#: defines one expects it to run: ``refuse_unknown_hooks`` makes that an error (issue 12: no hook is
-#: silently ignored). A name stops being refused as soon as the base class defines it.
+#: defines one expects it to run: ``refuse_unknown_hooks`` makes that an error. A name stops being refused as soon as the base class defines it.
 LIGHTNING_HOOKS = (
     "setup", "teardown", "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_batch_start",
     "on_train_batch_end", "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end",

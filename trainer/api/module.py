@@ -227,7 +227,7 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         return None
 
     def train_dataloader(self) -> DataLoader | None:
-        """Optional, instead of ``train_dataset()``: a DataLoader. Taken from it (ruling 12.3):
+        """Optional, instead of ``train_dataset()``: a DataLoader. Taken from it:
         ``dataset``; ``batch_size`` = the per-rank micro-batch and ``drop_last`` (each must equal
         ``data.batch_size`` / ``data.drop_last`` where those are set; unset, the loader's are used);
         the order: ``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset

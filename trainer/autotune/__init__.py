@@ -1,4 +1,4 @@
-"""The autotuner (issue 15): which strategy, micro-batch and activation checkpointing is fastest here.
+"""The autotuner: which strategy, micro-batch and activation checkpointing is fastest here.
 
 ``python -m trainer.autotune recipe=mlp trainer.devices=2 autotune.budget_s=300`` runs every
 candidate as its own ``python train.py`` process for a few steps, prints a table (samples/s, peak

@@ -73,7 +73,7 @@ _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
 def check_config_keys(cfg: Any) -> None:
-    """Every key a user adds is read by something, or said not to be (ruling General / issue 12).
+    """Every key a user adds is read by something, or said not to be.
 
     An unknown top-level key: one warning naming it. An unknown key under ``trainer``, or under a
     node built from ``_target_`` (module, strategy, optimizer, scheduler, datamodule, callbacks.*) whose target

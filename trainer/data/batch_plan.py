@@ -1,6 +1,6 @@
 """Which samples each rank loads: the global-batch-invariant plan (seeding: ``seeding.py``; loaders: ``loaders.py``).
 
-Invariant (DESIGN.md #1): the samples of global step k depend only on the seed, the epoch and k.
+The invariant: the samples of global step k depend only on the seed, the epoch and k.
 The epoch's order is one permutation keyed by ``(seed, epoch)`` (``trainer.data.permutation``: computed per
 position, never built whole, so a step costs O(global batch) and a rank's memory does not grow with
 the dataset); global step k takes the next ``global_batch_size`` positions of it, and only then are
@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from trainer.data.permutation import IndexPermutation
-from trainer.runtime.seeding import derive_seed
+from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 
 

@@ -1,7 +1,7 @@
 """The module's data hooks, read once per run on every rank: what a user's DataLoader says, which of
-it the trainer honours, and which settings it refuses (DESIGN.md #6: nothing is dropped silently).
+it the trainer honours, and which settings it refuses (nothing is dropped silently).
 
-From ``train_dataloader()`` (ruling 12.3): ``dataset``; ``batch_size`` is the per-rank micro-batch
+From ``train_dataloader()``: ``dataset``; ``batch_size`` is the per-rank micro-batch
 and ``drop_last`` drops a short last global batch (each must agree with ``data.batch_size`` /
 ``data.drop_last`` when those are set, and is adopted when they are unset); the order: a plain
 ``shuffle=True`` is the trainer's seeded permutation, ``shuffle=False`` dataset order, any other
@@ -135,7 +135,7 @@ def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
 
 
 def _agree(name: str, given: Any, from_loader: Any, where: str, default: Any) -> Any:
-    """``data.<name>`` as given (None: unset) against the train loader's value (ruling 12.3)."""
+    """``data.<name>`` as given (None: unset) against the train loader's value."""
     if from_loader is None:
         return default if given is None else given
     if given is None or given == from_loader:

@@ -1,4 +1,4 @@
-"""Putting a DeepSpeed JSON's settings into the composed config, with the precedence of ruling 15:
+"""Putting a DeepSpeed JSON's settings into the composed config, with this precedence:
 the JSON's values replace the composed ones (config defaults and the recipe); only overrides typed on
 the command line win over the JSON."""
 

@@ -1,7 +1,7 @@
 """The batch-size finder (``trainer.auto_batch_size=true``): the largest per-rank micro-batch whose
 measured training step fits a memory limit, agreed by every rank.
 
-Rules (issue 15, ruling 15):
+Rules:
 
 - Measured, never predicted: each candidate runs two real training steps (trainer/loop/batch_size_trial.py)
   whose peak memory is measured (trainer/runtime/peak_memory.py): on CPU the live tensor bytes against

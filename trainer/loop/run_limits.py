@@ -2,7 +2,7 @@
 ``limit_val_batches``, ``val_check_interval``, ``check_val_every_n_epoch``, ``num_sanity_val_steps``
 and ``default_root_dir``.
 
-Units (world-size independent, ruling 13):
+Units (world-size independent):
 
 - ``limit_train_batches``: an int counts optimizer steps (global batches) per epoch; a float in
   (0, 1] is that fraction of the epoch's steps (rounded down, at least 1).

@@ -1,6 +1,6 @@
 """When ``fit`` stops, and what counts toward it, in Lightning's units.
 
-``trainer.global_step`` counts optimizer steps (ruling 13, as Lightning). Under automatic
+``trainer.global_step`` counts optimizer steps (as Lightning). Under automatic
 optimization one global batch is one optimizer step, so batches and ``global_step`` are the same
 number. Under manual optimization (``automatic_optimization = False``) every ``opt.step()`` the
 module makes through ``self.optimizers()`` adds one (an fp16 step skipped for an overflow too, as

@@ -32,7 +32,7 @@ log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the train
 
 def check_validation_setup(run: _Run) -> None:
     """One warning (rank 0) for a validation setting that would do nothing: validation only shows
-    how a run goes, so it may be skipped, but never silently (ruling General)."""
+    how a run goes, so it may be skipped, but never silently."""
     module, every = run.module, run.trainer.val_every_n_steps
     monitor = run.trainer.checkpoint.monitor if run.trainer.checkpoint is not None else None
     if run.val_set is None and monitor and monitor.startswith("val/"):

@@ -2,7 +2,7 @@
 
 A warning that every rank would give alike (a config or wrapping warning) goes through
 ``rank_zero_warn``: logged once, by rank 0. One that only some ranks hit uses ``log.warning`` and
-keeps its rank tag (ruling General).
+keeps its rank tag.
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ class StreamPlan:
         return StepPlan(tuple(micro_batches), len(samples))
 
     def _sharded_step(self, samples: list, epoch: int, step: int) -> StepPlan | None:
-        # The one agreement per step (ruling 14, "stream exhausted"): the step's real samples over ranks.
+        # The one agreement per step ("stream exhausted"): the step's real samples over ranks.
         count = torch.tensor([len(samples)], dtype=torch.int64, device=self.strategy.device)
         total = int(self.strategy.all_reduce_sum(count).item())
         if total == 0 or (total < self.global_batch_size and self.drop_last):
