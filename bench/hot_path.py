@@ -2,9 +2,9 @@
 
     python bench/hot_path.py [--layouts single ddp fsdp_full fsdp_grad_op pipeline] [--precisions fp32 fp16-mixed]
 
-Each layout runs tests/test_hot_path.py's probe run (the same module, 8 steps logged every 4,
+Each layout runs the hot-path tests' kind of run (a tiny token model, 8 steps logged every 4,
 ``loss_normalization=tokens``, checkpoints every 4 steps with ``save_on_signal`` on, 2 micro-batches
-per step, 2 ranks except ``single``) with tests/hot_path_probe.py's ``HotPathProbe``, which counts host
+per step, 2 ranks except ``single``) with trainer/observe/host_syncs.py's ``HotPathProbe``, which counts host
 syncs (``aten._local_scalar_dense`` and ``.tolist()`` / ``.numpy()`` / device ``.cpu()``) and
 collectives by kind between consecutive step ends. It prints, for rank 0, the largest count over
 the quiet steps (3, 6, 7: neither logging steps nor right after one) and the counts of logging
@@ -21,7 +21,40 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # (spawned workers inherit sys.path: they unpickle helpers' classes)
+sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]  # (spawned workers unpickle _token_modules' class)
+
+LOG_EVERY = 4
+STEPS = 8
+QUIET = [k for k in range(3, STEPS + 1) if k % LOG_EVERY not in (0, 1)]  # not a logging step, nor right after one
+LAYOUTS = {  # name: (strategy, devices)
+    "single": ("single", 1),
+    "ddp": ("ddp", 2),
+    "fsdp_full": ({"name": "fsdp", "sharding": "full"}, 2),
+    "fsdp_grad_op": ({"name": "fsdp", "sharding": "grad_op"}, 2),
+    "pipeline": ({"name": "pipeline", "microbatches": 2}, 2),
+}
+
+
+def probe(run_dir: str, layout: str, precision: str, fused: bool) -> list[dict[int, dict]]:
+    """One run of ``layout``; every rank's per-step windows."""
+    from _token_modules import TokenCounts
+
+    from trainer import Trainer
+    from trainer.observe.host_syncs import HotPathProbe, read_hot_path
+    from trainer.precision import Precision
+    from trainer.strategies import resolve_strategy
+
+    strategy, devices = LAYOUTS[layout]
+    if isinstance(strategy, dict):
+        options = dict(strategy)
+        strategy = resolve_strategy(options.pop("name"), **options)
+    if precision == "fp16-mixed":  # 2**16 overflows at first here: a skipped step costs the same
+        precision = Precision("fp16-mixed", initial_scale_power=8)
+    Trainer(strategy=strategy, devices=devices, accumulate_grad_batches=2, batch_size=4, max_steps=STEPS,
+            log_every_n_steps=LOG_EVERY, loss_normalization="tokens", precision=precision, callbacks=[HotPathProbe()],
+            checkpoint=dict(every_n_steps=LOG_EVERY), loggers=[], progress_bar=False, enable_model_summary=False,
+            run_dir=run_dir).fit(TokenCounts(fused=fused))
+    return read_hot_path(run_dir, devices)
 
 
 def _summary(windows: dict[int, dict], steps: list[int]) -> tuple[int, dict[str, int], list[str]]:
@@ -41,9 +74,6 @@ def _kinds(kinds: dict[str, int]) -> str:
 
 
 def main() -> None:
-    from helpers import FusedAdamWTokens, PythonCountTokens
-    from test_hot_path import LAYOUTS, LOG_EVERY, QUIET, probe
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
     # fp16-mixed: with a fused AdamW (sync-free step); fp16-sgd: fp16 with a plain SGD (one host read)
@@ -59,9 +89,8 @@ def main() -> None:
     for layout in args.layouts:
         for precision in args.precisions:
             with tempfile.TemporaryDirectory() as run_dir:
-                module = FusedAdamWTokens() if precision == "fp16-mixed" else PythonCountTokens()
-                ranks, _ = probe(run_dir, layout, module, precision="fp16-mixed" if precision == "fp16-sgd" else precision,
-                                 enable_model_summary=False)
+                ranks = probe(run_dir, layout, "fp16-mixed" if precision == "fp16-sgd" else precision,
+                              fused=precision == "fp16-mixed")
             windows = ranks[0]
             quiet_syncs, quiet_kinds, quiet_where = _summary(windows, QUIET)
             log_syncs, log_kinds, _ = _summary(windows, [LOG_EVERY])

@@ -308,6 +308,7 @@ class CheckpointedRegressor(BlockRegressor):
         kwargs.setdefault("dropout", 0.1)
         super().__init__(**kwargs)
         self.kill_at_step, self.signal_at_step, self.signal_launcher = kill_at_step, signal_at_step, signal_launcher
+        self.launcher_pid = os.getpid()  # built in the launcher; its workers train pickled copies
         self.augment = augment
 
     def train_dataset(self):
@@ -327,7 +328,7 @@ class CheckpointedRegressor(BlockRegressor):
             os.kill(os.getpid(), signal.SIGKILL)  # on a torchrun restart, the job goes on
         if step == self.signal_at_step and rank == 0:
             # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
-            os.kill(os.getppid() if self.signal_launcher else os.getpid(), signal.SIGTERM)
+            os.kill(self.launcher_pid if self.signal_launcher else os.getpid(), signal.SIGTERM)
 
 
 class NoisyInputs(torch.utils.data.Dataset):
@@ -376,7 +377,7 @@ class OverflowAt(BlockRegressor):
 
 
 # The hot-path probe lives in its own file; imported here, where the tests have found it.
-from hot_path_probe import HostSyncCounter, HotPathProbe, read_hot_path  # noqa: E402,F401
+from trainer.observe.host_syncs import HostSyncCounter, HotPathProbe, read_hot_path  # noqa: E402,F401
 
 
 class BatchSizeReporter(Regressor):

@@ -142,9 +142,12 @@ def share_cpu_threads(local_world_size: int) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
 
 
+#: signals meant for the job, which the fork server ignores (trainer/runtime/fork_server.py)
+JOB_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGHUP") if hasattr(signal, name))
+
 #: what the fork server imports once, before it forks any worker: torch, the modules DDP and FSDP
 #: import on first use (torch._dynamo alone is ~2 s per process here), and the trainer's loop.
-FORK_SERVER_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "trainer.loop.rank_run"]
+FORK_SERVER_PRELOAD = ["trainer.runtime.fork_server", "torch", "torch.distributed", "torch._dynamo", "trainer.loop.rank_run"]
 
 
 def _start_method() -> str:
@@ -165,7 +168,9 @@ def _adopt_caller_environment(environ: dict[str, str]) -> None:
 
 def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port: int, results: Any,
                    failures: Any = None, environ: dict[str, str] | None = None) -> None:
-    if environ is not None:
+    if environ is not None:  # forked by the fork server: its signal dispositions and environment are not ours
+        for number in JOB_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
         _adopt_caller_environment(environ)
     os.environ.update(
         RANK=str(local_rank),

@@ -1,5 +1,6 @@
-"""The hot-path probe: counting host syncs and collectives per training step (tests/test_hot_path.py,
-bench/hot_path.py). Importable by spawned workers."""
+"""Counting what a training step costs besides its math: host syncs (``HostSyncCounter``) and
+collectives by kind (``HotPathProbe``, a callback writing per-step windows), on any device (a CPU
+run counts the syncs a GPU run would make). Used by the hot-path tests and ``bench/hot_path.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from typing import Any
 import torch
 import torch.utils._python_dispatch
 
-from trainer.callbacks import Callback, run_of
+from trainer.api.callback import Callback, run_of
+from trainer.runtime.comms_log import CollectiveRecorder
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # trainer/
 
 class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
     """Counts host syncs: ``aten._local_scalar_dense`` calls (``.item()``,
@@ -24,9 +28,9 @@ class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
     produced, never on a device."""
 
     #: callers (path endings) whose ``.tolist()`` reads CPU-only index tensors (see above)
-    DATA_PLAN = (os.path.join("trainer", "data", "batch_plan.py"), os.path.join("trainer", "data", "permutation.py"))
+    DATA_PLAN = (os.path.join(_PACKAGE, "data", "batch_plan.py"), os.path.join(_PACKAGE, "data", "permutation.py"))
     #: frames skipped when naming the caller
-    PLUMBING = (os.sep + "torch" + os.sep, os.path.join("tests", "hot_path_probe.py"), os.path.join("trainer", "runtime", "comms_log.py"))
+    PLUMBING = (os.sep + "torch" + os.sep, os.path.abspath(__file__), os.path.join(_PACKAGE, "runtime", "comms_log.py"))
 
     def __init__(self):
         super().__init__()
@@ -98,8 +102,6 @@ class HotPathProbe(Callback):
         self._modes: tuple | None = None
 
     def _start(self) -> None:
-        from trainer.runtime.comms_log import CollectiveRecorder
-
         syncs, collectives = HostSyncCounter(), CollectiveRecorder()
         syncs.__enter__()
         collectives.__enter__()
