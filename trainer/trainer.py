@@ -385,7 +385,9 @@ class Trainer(TrainerRunState):
         self.strategy.check_world_size(env.world_size, env.local_world_size)
 
     def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
-        from trainer.loop.rank_run import run_on_rank
+        # Imported when a run starts (not a cycle: the loop never imports this module at run time), so
+        # `import trainer` and the launcher's checks do not pay for the loop's imports.
+        from trainer.loop.entry import run_on_rank
 
         return run_on_rank(self, module, mode, env)
 

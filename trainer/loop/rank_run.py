@@ -25,7 +25,7 @@ from trainer.runtime import distributed
 from trainer.loop.batch_size_finder import find_batch_size
 from trainer.callbacks import CallbackList
 from trainer.callbacks.callback_list import call_hooks
-from trainer.checkpoint import CheckpointError, CheckpointManager, load_weights
+from trainer.checkpoint import CheckpointManager, load_weights
 from trainer.checkpoint.run_states import RunStates
 from trainer.loop.resume import restore_run
 from trainer.runtime.comms_log import CommsLog
@@ -33,7 +33,6 @@ from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.runtime.seeding import derive_seed, seed_everything
 from trainer.api.hparams import checkpoint_record, for_loggers
 from trainer.api.datamodule import setup_datamodule
-from trainer.loop.evaluation import run_evaluation
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.optim.lr_scheduling import LRScheduling
@@ -46,7 +45,7 @@ from trainer.optim.optimizers import configure_optimizers
 from trainer.precision.fp16_step import Fp16Steps
 from trainer.observe.profiling import TraceWindow, WallClockBreakdown
 from trainer.observe.progress import ProgressBar
-from trainer.runtime.rank_logging import configure_rank_logging, log_to_file, rank_zero_warn
+from trainer.runtime.rank_logging import log_to_file, rank_zero_warn
 from trainer.api.run_view import RunView
 from trainer.loop.counters import RunCounters
 from trainer.loop.stop_flag import StopFlag
@@ -59,7 +58,6 @@ from trainer.observe.throughput import Throughput
 from trainer.loop.train_step import TrainStep
 from trainer.data.user_loader import RunData
 from trainer.loop.validation import check_validation_setup, run_validation
-from trainer.loop.weights_return import record_result
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 from trainer.strategies.wrap_policy import select_units
 
@@ -410,28 +408,3 @@ class _Run:
         self.settle_nonfinite()
         return run_validation(self)
 
-
-def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
-    """Fit or validate on this rank; rank 0 returns the last logged metrics."""
-    # Hydra's process has root handlers (console + train.log); workers we spawned or torchrun
-    # ranks that did not run Hydra get their own stderr handler.
-    own_log_handler = not logging.getLogger().handlers
-    configure_rank_logging(env.rank, own_handler=own_log_handler)
-    run = _Run(trainer, module, env, own_log_handler)
-    trainer._run_view = run.view  # for callbacks: trainer.callbacks.run_of(trainer)
-    clean = False
-    try:
-        run.setup()
-        results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
-        record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
-        clean = True
-    except BaseException as error:
-        if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
-            log.error("rank %d failed: %s", env.rank, error)
-        elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
-            log.exception("rank %d failed", env.rank)
-        raise
-    finally:
-        trainer._run_view = None
-        run.teardown(clean)
-    return results if run.rank == 0 else None

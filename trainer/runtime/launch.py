@@ -147,7 +147,7 @@ JOB_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SI
 
 #: what the fork server imports once, before it forks any worker: torch, the modules DDP and FSDP
 #: import on first use (torch._dynamo alone is ~2 s per process here), and the trainer's loop.
-FORK_SERVER_PRELOAD = ["trainer.runtime.fork_server", "torch", "torch.distributed", "torch._dynamo", "trainer.loop.rank_run"]
+FORK_SERVER_PRELOAD = ["trainer.runtime.fork_server", "torch", "torch.distributed", "torch._dynamo", "trainer.loop.entry"]
 
 
 def _start_method() -> str:
