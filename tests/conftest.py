@@ -17,3 +17,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ----- which tests start processes ------------------------------------------------------------------
+# TRAINER_TEST_PROCESS_LOG=path: every test's count of processes started (subprocess.Popen and
+# multiprocessing's Process.start, the trainer's own workers included), one JSON line per test.
+_started = [0]
+
+
+def pytest_configure(config):
+    if not os.environ.get("TRAINER_TEST_PROCESS_LOG"):
+        return
+    import multiprocessing.process
+    import subprocess
+
+    popen_init, process_start = subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start
+
+    def counted_popen(self, *args, **kwargs):
+        _started[0] += 1
+        return popen_init(self, *args, **kwargs)
+
+    def counted_start(self):
+        _started[0] += 1
+        return process_start(self)
+
+    subprocess.Popen.__init__ = counted_popen
+    multiprocessing.process.BaseProcess.start = counted_start
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    path = os.environ.get("TRAINER_TEST_PROCESS_LOG")
+    if path:
+        import json
+
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": nodeid, "processes": _started[0]}) + "\n")

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 
 class RunCounters:
-    """The run's counters (read freely; changed only by these methods)."""
-
-    __slots__ = ("step", "epoch", "epoch_step", "batch_idx", "optimizer_steps")
+    """The run's counters (read freely; changed only by these methods). The loop's run is one
+    (``_Run`` subclasses it), so reading a counter costs an attribute lookup, not a call."""
 
     def __init__(self) -> None:
         self.step = 0
@@ -46,11 +45,9 @@ class RunCounters:
         """The module called ``opt.step()`` (manual optimization; an fp16-skipped step counts too)."""
         self.optimizer_steps += 1
 
-    def batch_done(self) -> None:
+    def step_done(self) -> None:
         """A global batch (one optimizer step under automatic optimization) was trained."""
         self.step += 1
-
-    def epoch_step_done(self) -> None:
         self.epoch_step += 1
 
     def epoch_done(self) -> None:

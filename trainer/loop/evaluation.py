@@ -41,7 +41,7 @@ def run_evaluation(run: _Run, mode: str) -> Any:
     # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
     # of a ckpt_path's checkpoint replaces it.
     step, global_step, epoch = run.trainer.stored_progress()
-    run.counters.show(step, global_step, epoch)  # (a manual fit's global_step differs)
+    run.show(step, global_step, epoch)  # (a manual fit's global_step differs)
     load_for_evaluation(run)
     if mode == "validate":
         return run.validate()

@@ -60,7 +60,7 @@ class ManualOptimizer:
         then step (fp16: unless the gradients overflowed on some rank). Returns the closure's value."""
         result = closure() if closure is not None else None
         self._owner.optimizer_step(self.optimizer)
-        self._owner.run.counters.optimizer_called()  # global_step: every call counts, an fp16-skipped one too (as Lightning)
+        self._owner.run.optimizer_called()  # global_step: every call counts, an fp16-skipped one too (as Lightning)
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -127,7 +127,7 @@ def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
     optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
     run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
     step = ManualStep(run, optimizers, schedulers)
-    run.counters.count_optimizer_calls()  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
+    run.count_optimizer_calls()  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
     run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
     return step
 
@@ -286,7 +286,7 @@ class ManualStep:
                 output = run.wrapped(batch, run.batch_idx)
         finally:
             self.active = False
-        run.counters.micro_batch_done()
+        run.micro_batch_done()
         call_hooks(run.callbacks, "on_train_batch_end", output, batch, batch_idx)
         if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
             precision.scaler.update(self._found)

@@ -51,7 +51,7 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
             for loss in losses:
                 run.nonfinite.observe(loss)
         call_hooks(run.callbacks, "on_train_batch_end", None, batch, run.batch_idx)  # the strategy ran the steps
-        run.counters.micro_batch_done()
+        run.micro_batch_done()
     if sums is not None:
         strategy.complete_metrics(sums)
     step.strategy_steps += 1

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class _Run:
+class _Run(RunCounters):
     """State of one fit/validate on one rank."""
 
     def __init__(self, trainer: Trainer, module: TrainModule, env: ClusterEnvironment, own_log_handler: bool):
@@ -79,7 +79,7 @@ class _Run:
         self.strategy = trainer.strategy
         self.loggers: list[Logger] = []
         self.rank = env.rank
-        self.counters = RunCounters()  # step, epoch, epoch_step, batch_idx, global_step: changed there only
+        RunCounters.__init__(self)  # step, epoch, epoch_step, batch_idx, global_step: changed there only
         self.preempted = False
         self.checkpoints: CheckpointManager | None = None
         self.optimizer: Any = None  # a list of them under manual optimization with several
@@ -94,31 +94,6 @@ class _Run:
         self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/api/run_state.py)
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
-
-    # The counters, read-only here (trainer/loop/counters.py has their units and their only writers).
-    @property
-    def step(self) -> int:
-        return self.counters.step
-
-    @property
-    def epoch(self) -> int:
-        return self.counters.epoch
-
-    @property
-    def epoch_step(self) -> int:
-        return self.counters.epoch_step
-
-    @property
-    def batch_idx(self) -> int:
-        return self.counters.batch_idx
-
-    @property
-    def optimizer_steps(self) -> int | None:
-        return self.counters.optimizer_steps
-
-    @property
-    def global_step(self) -> int:  # optimizer steps: the batches, or the module's opt.step() calls (manual)
-        return self.counters.global_step
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -289,7 +264,7 @@ class _Run:
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
-                self.counters.start_epoch(trainer.accumulate_grad_batches)
+                self.start_epoch(trainer.accumulate_grad_batches)
                 call_hooks(self.callbacks, "on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
@@ -302,11 +277,10 @@ class _Run:
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
                     metrics = self.train_step(step_plan, batches, log_now)
-                    self.counters.batch_done()
+                    self.step_done()
                     stepped_from = limits.after_batch(self)  # global_step before this batch
                     self.comms.after_step(self.step)
                     self.trace.after_step(self.step)
-                    self.counters.epoch_step_done()
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
@@ -314,7 +288,8 @@ class _Run:
                         log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
                     module.on_train_step_end(self.step, metrics)
                     self.callbacks.on_train_step_end(self.step, metrics)
-                    self.stop_flag.agree(self.callbacks, logging_step=metrics is not None)  # trainer.should_stop
+                    if metrics is not None:  # trainer.should_stop: agreed on logging steps only
+                        self.stop_flag.agree(self.callbacks)
                     progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())
@@ -350,7 +325,7 @@ class _Run:
                 self.callbacks.on_train_epoch_end()
                 if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
                     self.lr_scheduling.after_epoch()
-                self.counters.epoch_done()
+                self.epoch_done()
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):
                     self.save_checkpoint()
                     saved_at = self.step

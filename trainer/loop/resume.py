@@ -133,7 +133,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
             progress["global_batch_size"], trainer.global_batch_size, progress["global_batch_size"],
         )
     # Manual optimization: global_step is its own count (a checkpoint from before it was saved: the batches).
-    run.counters.resume(progress["step"], progress["epoch"], progress["epoch_step"], progress.get("global_step"))
+    run.resume(progress["step"], progress["epoch"], progress["epoch_step"], progress.get("global_step"))
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
     restore_stream_state(plan, path, run.epoch, run.epoch_step)  # a streaming dataset's position
@@ -169,7 +169,7 @@ def load_for_evaluation(run: _Run) -> None:
     marker = layout.read_marker(path)
     integrity.verify(path, marker)  # a damaged file is named before anything is read
     load_training_state(path, run.module, None, marker["format"], part_of_model=run.strategy.owns_step)
-    run.counters.show(marker["step"], _saved_global_step(path))  # (a manual run's global_step differs)
+    run.show(marker["step"], _saved_global_step(path))  # (a manual run's global_step differs)
     log.info("evaluating the weights of %s (step %d)", path, run.step)
 
 

@@ -22,8 +22,8 @@ class StopFlag:
             raise RuntimeError("trainer.should_stop = False: the ranks already agreed to stop at this step")
         self.requested = value
 
-    def agree(self, callbacks: Any, logging_step: bool) -> None:
-        """At the end of a step, on every rank: on logging steps, whether any rank set the flag; if
-        one did, the stop is requested from ``callbacks`` (a CallbackList) on every rank."""
-        if logging_step and distributed.any_rank(self.requested):
+    def agree(self, callbacks: Any) -> None:
+        """At the end of a logging step, on every rank: whether any rank set the flag; if one did,
+        the stop is requested from ``callbacks`` (a CallbackList) on every rank."""
+        if distributed.any_rank(self.requested):
             callbacks.request_stop(SHOULD_STOP_REASON)

@@ -104,7 +104,7 @@ class TrainStep:
                     with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
                         output = run.wrapped(batch, run.batch_idx)
                     loss, metrics = split_step_output(output, "training_step")
-                    run.counters.micro_batch_done()
+                    run.micro_batch_done()
                     if loss is None:
                         raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
                     if nonfinite is not None:
