@@ -172,6 +172,12 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         for number in JOB_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         _adopt_caller_environment(environ)
+        # multiprocessing made "forkserver" this worker's default start method too; its own children
+        # (data-loader workers) start as they did when ranks were spawned: with "spawn", never from a
+        # per-rank fork server that a killed rank would leave behind.
+        import multiprocessing
+
+        multiprocessing.set_start_method("spawn", force=True)
     os.environ.update(
         RANK=str(local_rank),
         LOCAL_RANK=str(local_rank),
