@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from helpers import REPO, CheckpointedRegressor, fit, read_metrics
+from run_fit import run_fit
 from trainer.checkpoint import CheckpointError, consolidate, layout
 from trainer.strategies import resolve_strategy
 from trainer.strategies.fsdp import FSDPStrategy
@@ -54,9 +55,9 @@ def per_step_losses(run_dir):
 
 
 def run_in_subprocess(run_dir, module=None, **trainer):
+    """``python tests/run_fit.py <spec>`` (a process of its own, forked warm: tests/warm_process.py)."""
     spec = {"run_dir": str(run_dir), "module": module or {}, "trainer": trainer}
-    return subprocess.run([sys.executable, os.path.join(REPO, "tests", "run_fit.py"), json.dumps(spec)],
-                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    return run_fit(spec, timeout=240)
 
 
 def checkpointed(path, layout_name, module=None, **options):
