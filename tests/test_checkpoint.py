@@ -119,13 +119,19 @@ def test_async_save_resumes_exactly(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fsdp_two_ranks_at_step_6(tmp_path_factory):
+def ddp_without_dropout(tmp_path_factory):
+    """The uninterrupted 2-rank DDP run without dropout (losses, final parameters) that the
+    cross-strategy resumes below are compared with: one run, read by each of them."""
+    return checkpointed(tmp_path_factory.mktemp("whole") / "whole", "ddp", module=CheckpointedRegressor(dropout=0.0))
+
+
+@pytest.fixture(scope="module")
+def fsdp_two_ranks_at_step_6(tmp_path_factory, ddp_without_dropout):
     """A 2-rank FSDP run without dropout, saved (sharded) at step 6, and its uninterrupted twin."""
     root = tmp_path_factory.mktemp("elastic")
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
-    reference = checkpointed(root / "whole", "ddp", module=module())
     checkpointed(root / "part", "fsdp", module=module(), max_steps=6)
-    return module, reference, str(root / "part" / "checkpoints")
+    return module, ddp_without_dropout, str(root / "part" / "checkpoints")
 
 
 @pytest.mark.parametrize("target", ["single", "fsdp4", "ddp"])
@@ -144,9 +150,9 @@ def test_sharded_checkpoint_resumes_on_other_world_sizes_and_strategies(tmp_path
 
 
 @pytest.mark.parametrize("data_parallel", ["ddp", "zero1"])
-def test_ddp_checkpoint_to_fsdp_and_back(tmp_path, data_parallel):
+def test_ddp_checkpoint_to_fsdp_and_back(tmp_path, data_parallel, ddp_without_dropout):
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
-    reference_losses, reference_params = checkpointed(tmp_path / "whole", "ddp", module=module())
+    reference_losses, reference_params = ddp_without_dropout
     checkpointed(tmp_path / "a", data_parallel, module=module(), max_steps=6)
     checkpointed(tmp_path / "b", "fsdp", module=module(), max_steps=13, resume=str(tmp_path / "a" / "checkpoints"))
     losses, params = checkpointed(tmp_path / "c", data_parallel, module=module(), resume=str(tmp_path / "b" / "checkpoints"))

@@ -19,8 +19,24 @@ import sys
 import tempfile
 from typing import Any, Callable
 
-#: what the fork server imports before forking (if the trainer's spawn started it first, its own list)
-PRELOAD = ["torch", "torch.distributed", "trainer", "trainer.loop", "trainer.trainer", "helpers"]
+#: what the fork server imports once, before it forks anything: torch, the modules DDP and FSDP
+#: import on first use (torch._dynamo: ~2 s of CPU per process), the trainer and the tests' helpers.
+#: A module that does not exist is skipped (multiprocessing.forkserver.main ignores an ImportError).
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "trainer", "trainer.loop", "trainer.trainer", "helpers"]
+
+
+def start_fork_server() -> None:
+    """Start multiprocessing's fork server (one per process) with ``PRELOAD``, unless it runs.
+
+    The trainer's ``spawn`` forks its ranks from the same server and sets its own, shorter preload
+    list, which only counts if it starts the server: started here first (tests/conftest.py, at the
+    session's start), every rank a test spawns starts with torch's compiler stack imported, and
+    costs a fork instead of ~2-3 s of imports. The server's environment is the session's at its
+    start (not a test's monkeypatched one); tests/warm_process.py passes the caller's own."""
+    import multiprocessing.forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    multiprocessing.forkserver.ensure_running()
 
 
 def _child(fn: Callable[..., Any], args: tuple, environ: dict[str, str], cwd: str, out_path: str,
@@ -45,7 +61,7 @@ def run_in_warm_process(fn: Callable[..., Any], args: tuple = (), *, timeout: fl
     returns a ``CompletedProcess`` (``args`` is ``description``), raises ``subprocess.TimeoutExpired``
     after killing its session when it runs past ``timeout``."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)  # no effect once the server runs
+    start_fork_server()
     with tempfile.TemporaryDirectory(prefix="warm-process-") as scratch:
         out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
         process = context.Process(target=_child, args=(fn, args, dict(os.environ), str(cwd), out_path, err_path))
