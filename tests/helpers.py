@@ -327,7 +327,21 @@ class CheckpointedRegressor(BlockRegressor):
             os.kill(os.getpid(), signal.SIGKILL)  # on a torchrun restart, the job goes on
         if step == self.signal_at_step and rank == 0:
             # Like SLURM or a user sending SIGTERM to the job: to the launcher, which forwards it.
-            os.kill(os.getppid() if self.signal_launcher else os.getpid(), signal.SIGTERM)
+            os.kill(launcher_pid() if self.signal_launcher else os.getpid(), signal.SIGTERM)
+
+
+def launcher_pid() -> int:
+    """The process that started this rank: its parent, or, for a rank forked by a multiprocessing
+    fork server (trainer/launch.py spawn), the server's parent (the server is not the launcher)."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as handle:
+            if b"multiprocessing.forkserver" not in handle.read():
+                return parent
+        with open(f"/proc/{parent}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])  # the field after the state: ppid
+    except OSError:  # no /proc: the parent
+        return parent
 
 
 class NoisyInputs(torch.utils.data.Dataset):
