@@ -9,7 +9,6 @@ per-rank random streams of another world size are different by design).
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -204,12 +203,14 @@ def test_kill_during_save_keeps_a_loadable_checkpoint(tmp_path):
     # mostly mid-save: resume=auto must always find a complete checkpoint that loads.
     run_dir = tmp_path / "run"
     module = {"width": 512, "depth": 6}
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "tests", "run_fit.py"), json.dumps({
-            "run_dir": str(run_dir), "module": module,
-            "trainer": dict(LAYOUTS["single"], max_steps=1000, checkpoint=dict(every_n_steps=1, format="full", keep_last=2)),
-        })], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    import run_fit
+    from warm_process import start_in_warm_process
+
+    # python tests/run_fit.py <spec>, in a process of its own forked warm (tests/warm_process.py)
+    proc = start_in_warm_process(run_fit.main, ({
+        "run_dir": str(run_dir), "module": module,
+        "trainer": dict(LAYOUTS["single"], max_steps=1000, checkpoint=dict(every_n_steps=1, format="full", keep_last=2)),
+    },), cwd=REPO)
     root = run_dir / "checkpoints"
     import time
 
@@ -217,8 +218,8 @@ def test_kill_during_save_keeps_a_loadable_checkpoint(tmp_path):
     while len(layout.committed_checkpoints(str(root))) < 2 and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.37)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.kill()  # SIGKILL
+    proc.join()
     latest = layout.find_latest(str(root))
     assert latest is not None
     from trainer.checkpoint.manager import load_training_state

@@ -39,14 +39,14 @@ def start_fork_server() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def _child(fn: Callable[..., Any], args: tuple, environ: dict[str, str], cwd: str, out_path: str,
-           err_path: str) -> None:
+def _child(fn: Callable[..., Any], args: tuple, environ: dict[str, str], cwd: str, out_path: str = os.devnull,
+           err_path: str = os.devnull) -> None:
     os.setsid()  # its own session: a timeout kills the whole tree (ranks, their fork server)
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
     for fd, path in ((1, out_path), (2, err_path)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if path != os.devnull else 0), 0o600)
         os.dup2(target, fd)
         os.close(target)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
@@ -84,3 +84,12 @@ def run_in_warm_process(fn: Callable[..., Any], args: tuple = (), *, timeout: fl
     if timed_out:
         raise subprocess.TimeoutExpired(description or repr(fn), timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(description or repr(fn), process.exitcode, stdout, stderr)
+
+
+def start_in_warm_process(fn: Callable[..., Any], args: tuple = (), *, cwd: str) -> multiprocessing.Process:
+    """``fn(*args)`` started in a warm process of its own (as ``subprocess.Popen`` with its output to
+    ``DEVNULL``); the caller kills or joins the returned process."""
+    start_fork_server()
+    process = multiprocessing.get_context("forkserver").Process(target=_child, args=(fn, args, dict(os.environ), str(cwd)))
+    process.start()
+    return process
