@@ -35,6 +35,8 @@ def start_fork_server() -> None:
     start (not a test's monkeypatched one); tests/warm_process.py passes the caller's own."""
     import multiprocessing.forkserver
 
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: the trainer spawns
+        return
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
     multiprocessing.forkserver.ensure_running()
 
