@@ -1,6 +1,9 @@
 """Run one ``helpers.run_trainer`` in its own process (for runs a test kills or signals):
 
     python tests/run_fit.py '{"run_dir": ..., "module": {"kill_at_step": 8}, "trainer": {...}}'
+
+``run_fit`` runs the same spec in a process forked from a warm server (tests/warm_process.py),
+without the seconds a fresh interpreter spends importing torch; torchrun runs this file itself.
 """
 
 import json
@@ -9,12 +12,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if __name__ == "__main__":
+from helpers import REPO  # noqa: E402
+
+
+def main(spec: dict) -> None:
     from helpers import CheckpointedRegressor, run_trainer
 
     from trainer.strategies import resolve_strategy
 
-    spec = json.loads(sys.argv[1])
     strategy = spec.get("trainer", {}).get("strategy")
     if isinstance(strategy, dict):  # {"name": "ddp", "zero1": true}
         spec["trainer"]["strategy"] = resolve_strategy(strategy.pop("name"), **strategy)
@@ -25,3 +30,17 @@ if __name__ == "__main__":
         module_name, class_name = spec["module_class"].rsplit(".", 1)
         module_class = getattr(importlib.import_module(module_name), class_name)
     run_trainer(spec["run_dir"], module_class(**spec.get("module", {})), **spec.get("trainer", {}))
+
+
+def run_fit(spec: dict, timeout: float):
+    """``python tests/run_fit.py <spec>`` run from the repository root with its output captured
+    (``subprocess.run``'s ``CompletedProcess``), in a warm process of its own."""
+    from warm_process import run_in_warm_process
+
+    text = json.dumps(spec)  # the spec as the command line gives it: JSON types only
+    return run_in_warm_process(main, (json.loads(text),), timeout=timeout, cwd=REPO,
+                               description=[sys.executable, os.path.join(REPO, "tests", "run_fit.py"), text])
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

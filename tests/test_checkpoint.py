@@ -9,7 +9,6 @@ per-rank random streams of another world size are different by design).
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from helpers import REPO, CheckpointedRegressor, fit, read_metrics
+from run_fit import run_fit
 from trainer.checkpoint import CheckpointError, consolidate, layout
 from trainer.strategies import resolve_strategy
 from trainer.strategies.fsdp import FSDPStrategy
@@ -54,9 +54,9 @@ def per_step_losses(run_dir):
 
 
 def run_in_subprocess(run_dir, module=None, **trainer):
+    """``python tests/run_fit.py <spec>`` (a process of its own, forked warm: tests/warm_process.py)."""
     spec = {"run_dir": str(run_dir), "module": module or {}, "trainer": trainer}
-    return subprocess.run([sys.executable, os.path.join(REPO, "tests", "run_fit.py"), json.dumps(spec)],
-                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    return run_fit(spec, timeout=240)
 
 
 def checkpointed(path, layout_name, module=None, **options):
@@ -118,13 +118,19 @@ def test_async_save_resumes_exactly(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fsdp_two_ranks_at_step_6(tmp_path_factory):
+def ddp_without_dropout(tmp_path_factory):
+    """The uninterrupted 2-rank DDP run without dropout (losses, final parameters) that the
+    cross-strategy resumes below are compared with: one run, read by each of them."""
+    return checkpointed(tmp_path_factory.mktemp("whole") / "whole", "ddp", module=CheckpointedRegressor(dropout=0.0))
+
+
+@pytest.fixture(scope="module")
+def fsdp_two_ranks_at_step_6(tmp_path_factory, ddp_without_dropout):
     """A 2-rank FSDP run without dropout, saved (sharded) at step 6, and its uninterrupted twin."""
     root = tmp_path_factory.mktemp("elastic")
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
-    reference = checkpointed(root / "whole", "ddp", module=module())
     checkpointed(root / "part", "fsdp", module=module(), max_steps=6)
-    return module, reference, str(root / "part" / "checkpoints")
+    return module, ddp_without_dropout, str(root / "part" / "checkpoints")
 
 
 @pytest.mark.parametrize("target", ["single", "fsdp4", "ddp"])
@@ -143,9 +149,9 @@ def test_sharded_checkpoint_resumes_on_other_world_sizes_and_strategies(tmp_path
 
 
 @pytest.mark.parametrize("data_parallel", ["ddp", "zero1"])
-def test_ddp_checkpoint_to_fsdp_and_back(tmp_path, data_parallel):
+def test_ddp_checkpoint_to_fsdp_and_back(tmp_path, data_parallel, ddp_without_dropout):
     module = lambda: CheckpointedRegressor(dropout=0.0)  # noqa: E731
-    reference_losses, reference_params = checkpointed(tmp_path / "whole", "ddp", module=module())
+    reference_losses, reference_params = ddp_without_dropout
     checkpointed(tmp_path / "a", data_parallel, module=module(), max_steps=6)
     checkpointed(tmp_path / "b", "fsdp", module=module(), max_steps=13, resume=str(tmp_path / "a" / "checkpoints"))
     losses, params = checkpointed(tmp_path / "c", data_parallel, module=module(), resume=str(tmp_path / "b" / "checkpoints"))
@@ -197,12 +203,14 @@ def test_kill_during_save_keeps_a_loadable_checkpoint(tmp_path):
     # mostly mid-save: resume=auto must always find a complete checkpoint that loads.
     run_dir = tmp_path / "run"
     module = {"width": 512, "depth": 6}
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "tests", "run_fit.py"), json.dumps({
-            "run_dir": str(run_dir), "module": module,
-            "trainer": dict(LAYOUTS["single"], max_steps=1000, checkpoint=dict(every_n_steps=1, format="full", keep_last=2)),
-        })], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    import run_fit
+    from warm_process import start_in_warm_process
+
+    # python tests/run_fit.py <spec>, in a process of its own forked warm (tests/warm_process.py)
+    proc = start_in_warm_process(run_fit.main, ({
+        "run_dir": str(run_dir), "module": module,
+        "trainer": dict(LAYOUTS["single"], max_steps=1000, checkpoint=dict(every_n_steps=1, format="full", keep_last=2)),
+    },), cwd=REPO)
     root = run_dir / "checkpoints"
     import time
 
@@ -210,8 +218,8 @@ def test_kill_during_save_keeps_a_loadable_checkpoint(tmp_path):
     while len(layout.committed_checkpoints(str(root))) < 2 and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.37)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.kill()  # SIGKILL
+    proc.join()
     latest = layout.find_latest(str(root))
     assert latest is not None
     from trainer.checkpoint.manager import load_training_state

@@ -118,7 +118,8 @@ def _worker(rank, port, root):
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     root = tmp_path_factory.mktemp("commit")
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(root)), nprocs=2)
+    torch.multiprocessing.start_processes(_worker, args=(_free_port(), str(root)), nprocs=2,
+                                        start_method="forkserver")  # forked from the session's warm server (conftest.py)
     return [json.loads((root / f"report{r}.json").read_text()) for r in range(2)]
 
 

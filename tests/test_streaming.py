@@ -10,14 +10,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 import torch
 
 from helpers import REPO, fit, new_trainer, read_metrics
+from run_fit import run_fit
 from stream_modules import SIZES, IdShards, StreamRegressor
 from trainer import ShardedIterable, Trainer
 from trainer.checkpoint import layout
@@ -41,11 +40,10 @@ def stream_args(layout_args, workers, mode):
 
 
 def killed_at_step(run_dir, args, **module):
-    """Run in a subprocess that SIGKILLs itself after step KILL_AT (after the step-6 checkpoint committed)."""
+    """Run in a process of its own that SIGKILLs itself after step KILL_AT (after the step-6 checkpoint committed)."""
     spec = {"run_dir": str(run_dir), "module_class": "stream_modules.StreamRegressor",
             "module": dict(module, kill_at_step=KILL_AT), "trainer": args}
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "run_fit.py"), json.dumps(spec)],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    killed = run_fit(spec, timeout=300)  # python tests/run_fit.py <spec>, forked warm (tests/warm_process.py)
     assert killed.returncode != 0, killed.stderr[-3000:]
     assert max(losses_by_step(run_dir)) == KILL_AT
     assert layout.find_latest(str(run_dir / "checkpoints")).endswith("step-000000006")

@@ -121,7 +121,8 @@ def _worker(rank, port, root, fmt):
 
 @pytest.mark.parametrize("fmt", ["sharded", "full"])
 def test_zero1_save_and_load_hold_one_shard_plus_one_tensor(tmp_path, fmt):
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(tmp_path), fmt), nprocs=2)
+    torch.multiprocessing.start_processes(_worker, args=(_free_port(), str(tmp_path), fmt), nprocs=2,
+                                        start_method="forkserver")  # forked from the session's warm server (conftest.py)
     reports = [json.loads((tmp_path / f"report{r}.json").read_text()) for r in range(2)]
     one_tensor = WIDTH * WIDTH * 4
     full_state = sum(r["shard"] for r in reports)
