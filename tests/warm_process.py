@@ -19,17 +19,19 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from trainer.runtime.launch import FORK_SERVER_PRELOAD
+
 #: what the fork server imports once, before it forks anything: torch, the modules DDP and FSDP
 #: import on first use (torch._dynamo: ~2 s of CPU per process), the trainer and the tests' helpers.
 #: A module that does not exist is skipped (multiprocessing.forkserver.main ignores an ImportError).
-PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "trainer", "trainer.loop", "trainer.trainer", "helpers"]
+PRELOAD = [*FORK_SERVER_PRELOAD, "helpers"]
 
 
 def start_fork_server() -> None:
     """Start multiprocessing's fork server (one per process) with ``PRELOAD``, unless it runs.
 
-    The trainer's ``spawn`` forks its ranks from the same server and sets its own, shorter preload
-    list, which only counts if it starts the server: started here first (tests/conftest.py, at the
+    The trainer's ``spawn`` forks its ranks from the same server and sets its own preload list,
+    which only counts if it starts the server: started here first with that list and the helpers (tests/conftest.py, at the
     session's start), every rank a test spawns starts with torch's compiler stack imported, and
     costs a fork instead of ~2-3 s of imports. The server's environment is the session's at its
     start (not a test's monkeypatched one); tests/warm_process.py passes the caller's own."""
