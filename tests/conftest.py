@@ -1,8 +1,8 @@
-import os
-import sys
+"""The suite's shared set-up. ``tests`` is a package: shared helpers are ``tests.support.*`` (importable
+by the trainer's workers, which get this process's ``sys.path``, where pytest put the repository root).
+"""
 
-# tests/helpers.py is imported by name, also inside workers the trainer spawns.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import os
 
 import pytest  # noqa: E402
 
@@ -10,9 +10,9 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def _warm_fork_server():
     """One fork server for the session, started before any test spawns ranks, with torch, its
-    compiler stack, the trainer and the helpers imported (tests/warm_process.py start_fork_server):
+    compiler stack, the trainer and the helpers imported (tests/support/warm_process.py start_fork_server):
     each 2-rank run then starts in a fork, not in seconds of imports per rank."""
-    from warm_process import start_fork_server
+    from tests.support.warm_process import start_fork_server
 
     start_fork_server()
 
