@@ -261,7 +261,7 @@ def test_truncated_full_checkpoint_names_the_file(tmp_path):
     file = os.path.join(latest, "model_optim.pt")
     with open(file, "r+b") as f:
         f.truncate(os.path.getsize(file) // 2)
-    # The size recorded at the commit catches it before the file is opened (tests/multiprocess/checkpoint/test_checkpoint_integrity.py).
+    # The size recorded at the commit catches it before the file is opened (tests/unit/checkpoint/test_checkpoint_integrity.py).
     with pytest.raises(CheckpointError, match=r"model_optim\.pt has \d+ bytes, the commit recorded \d+: the file is truncated"):
         checkpointed(tmp_path / "again", "single", resume=latest)
 
