@@ -1,7 +1,7 @@
 """The Callback interface: code that watches (and may stop) a run without being part of the model.
 
 Every hook takes Lightning's leading arguments ``(trainer, module)``: the :class:`~trainer.Trainer`
-running the fit and the user's :class:`~trainer.module.TrainModule`. Where each hook fires, in
+running the fit and the user's :class:`~trainer.api.module.TrainModule`. Where each hook fires, in
 ``Trainer.fit`` (the module's hook of the same name always runs first, then the callbacks' in the
 order they were given)::
 

@@ -39,7 +39,7 @@ class DataModule:
     ``trainer.seed``; ``setup`` gets one seed for every stage), so an unseeded ``random_split`` gives
     the same split on every rank, and in ``fit`` and a later ``test``.
     ``prepare_data()`` runs once per node (local rank 0) before the others go on (download here).
-    The dataset / loader hooks mean what the :class:`~trainer.module.TrainModule` hooks of the same
+    The dataset / loader hooks mean what the :class:`~trainer.api.module.TrainModule` hooks of the same
     names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
     """
 
