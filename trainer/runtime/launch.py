@@ -173,11 +173,11 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
             signal.signal(number, signal.SIG_DFL)
         _adopt_caller_environment(environ)
         # multiprocessing made "forkserver" this worker's default start method too; its own children
-        # (data-loader workers) start as they did when ranks were spawned: with "spawn", never from a
-        # per-rank fork server that a killed rank would leave behind.
+        # (data-loader workers) start with the platform's default, as in a rank torchrun started,
+        # never from a per-rank fork server that a killed rank would leave behind.
         import multiprocessing
 
-        multiprocessing.set_start_method("spawn", force=True)
+        multiprocessing.set_start_method(None, force=True)
     os.environ.update(
         RANK=str(local_rank),
         LOCAL_RANK=str(local_rank),

@@ -223,9 +223,13 @@ def test_best_config_composes_like_its_overrides(tmp_path):
         check_same_config(tmp_path / "best.yaml", overrides)
 
 
-def test_search_writes_table_results_and_best_config_and_reports_when_nothing_ran(tmp_path, capsys):
-    from trainer.autotune import autotune
+def test_search_writes_table_results_and_best_config_and_reports_when_nothing_ran(tmp_path, capsys, monkeypatch):
+    from trainer.autotune import autotune, runner
     from trainer.autotune.__main__ import main
+
+    # The budget counts from the process's start (the command's own start-up); here that process is
+    # pytest, whose age depends on the tests before this one.
+    monkeypatch.setattr(runner, "process_age_s", lambda: 0.0)
 
     def fake_trial(candidate, overrides, settings, run_dir, timeout_s):
         if candidate.strategy == "fsdp_full":
