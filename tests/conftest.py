@@ -36,7 +36,18 @@ def pytest_collection_modifyitems(config, items):
 _started = [0]
 
 
+#: variables of the caller's shell that change what a run prints or where it thinks it runs (a
+#: launcher's rank variables, SLURM's job, Hydra's full tracebacks): the suite runs without them, so
+#: every test, and every process it starts, sees the environment its assertions were written for.
+_CALLER_VARIABLES = ("HYDRA_FULL_ERROR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TRAINER_SPAWNED")
+
+
 def pytest_configure(config):
+    for name in _CALLER_VARIABLES:
+        os.environ.pop(name, None)
+    for name in [n for n in os.environ if n.startswith("SLURM_")]:
+        os.environ.pop(name)
     if not os.environ.get("TRAINER_TEST_PROCESS_LOG"):
         return
     import multiprocessing.process
