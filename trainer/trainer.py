@@ -17,7 +17,7 @@ from trainer.api.lightning_names import check_precision, precision_name, resolve
 from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.entry_points import launch_result, remember_fitted, resolve_call
-from trainer.api.lightning_hooks import refuse_unknown_hooks
+from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -353,7 +353,7 @@ class Trainer(TrainerRunState):
 
     def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
         module = resolve_call(self, module, datamodule, mode)
-        refuse_unknown_hooks(module, TrainModule, "TrainModule")
+        check_hooks(module, self.callbacks, self.datamodule, self.strategy)  # before any worker starts
         self._run_view = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
         if mode != "fit" and self.ckpt_path is None:

@@ -106,14 +106,15 @@ class Callback:
         """Before the first batch of a validation pass."""
 
     def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
-                                batch_idx: int) -> None:
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
         """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
 
     def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         """After a validation pass, its metrics reduced and logged (``on_validation_end`` gets them)."""
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
-        """After a validation pass, with ``val/...`` metrics reduced over all ranks (the same on every rank)."""
+        """After a validation pass, with ``val/...`` metrics reduced over all ranks (the same on every
+        rank; empty after the sanity pass). Lightning's shape ``on_validation_end(self, trainer, module)`` works too."""
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         """After the last step of an epoch (its 0-based number: ``run_of(trainer).epoch``)."""
@@ -130,6 +131,91 @@ class Callback:
     def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
         """On resume, on every rank, before :meth:`load_state_dict`: the dict ``on_save_checkpoint``
         filled (empty for a checkpoint saved without it)."""
+
+    # ----- Lightning's other hooks (no-ops; where each fires: trainer/api/hook_table.py) -------------------
+    #: True for callbacks that act on logged metrics (early stopping, checkpointing): their
+    #: ``on_train_epoch_end`` runs after the module's, so they see what it logged (Lightning's rule)
+    watches_metrics: bool = False
+
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        """At the start of every call (``stage``: fit, validate, test, predict), after the datamodule's ``setup``."""
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        """At the end of every call that finished without an error."""
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        """A call failed with ``exception`` on this rank (it is raised again afterwards)."""
+
+    def on_sanity_check_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before the sanity validation (``trainer.num_sanity_val_steps``)."""
+
+    def on_sanity_check_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the sanity validation."""
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the sanity check, before the first training epoch."""
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the last step, the final validation and the last save."""
+
+    def on_before_zero_grad(self, trainer: Trainer, module: TrainModule, optimizer: Any) -> None:
+        """Before the gradients are zeroed (after the first micro-batch's forward of each step)."""
+
+    def on_before_backward(self, trainer: Trainer, module: TrainModule, loss: Any) -> None:
+        """Before each backward."""
+
+    def on_after_backward(self, trainer: Trainer, module: TrainModule) -> None:
+        """After each backward."""
+
+    def on_before_optimizer_step(self, trainer: Trainer, module: TrainModule, optimizer: Any) -> None:
+        """Gradients synced and unscaled, not clipped yet; before the optimizer steps."""
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before a validation pass (the sanity pass too)."""
+
+    def on_validation_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        """Before each validation batch of this rank."""
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before ``Trainer.test``'s pass."""
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After ``Trainer.test``'s pass."""
+
+    def on_test_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before the first test batch."""
+
+    def on_test_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the last test batch."""
+
+    def on_test_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        """Before each test batch of this rank."""
+
+    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        """After each test batch of this rank."""
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before ``Trainer.predict``'s pass."""
+
+    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After ``Trainer.predict``'s pass."""
+
+    def on_predict_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        """Before the first predict batch."""
+
+    def on_predict_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        """After the last predict batch."""
+
+    def on_predict_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        """Before each predict batch of this rank."""
+
+    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        """After each predict batch of this rank."""
 
     # ----- stopping -------------------------------------------------------------------------------------
     def stop_needs_agreement(self, step: int) -> bool:

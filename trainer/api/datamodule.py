@@ -81,6 +81,34 @@ class DataModule:
         """A predict DataLoader instead of ``predict_dataset()`` (no shuffling or sampler: dataset order)."""
         return None
 
+    def teardown(self, stage: str) -> None:
+        """At the end of every call that finished without an error (before the callbacks' and the module's)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this datamodule (saved by rank 0; what ``torch.load(weights_only=True)``
+        reads: numbers, strings, lists, dicts, tensors)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (on resume, every rank)."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A call failed with ``exception`` on this rank (it is raised again afterwards)."""
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A batch as loaded, before it moves to the device (overrides the module's hook of the same name)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (overrides the module's hook of the same name)."""
+        from trainer.runtime.tensors import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A batch on the device (overrides the module's hook of the same name)."""
+        return batch
+
 
 def _overrides(obj: Any, base: type, name: str) -> bool:
     return getattr(type(obj), name, None) is not getattr(base, name, None)
@@ -111,24 +139,13 @@ class DataHooks:
                            ", ".join(shadowed), type(datamodule).__name__)
 
 
-#: LightningDataModule hooks this trainer never calls: a datamodule defining one is refused.
-UNSUPPORTED_HOOKS = ("teardown", "transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer",
-                     "state_dict", "load_state_dict", "on_exception")
-
-
 def check_datamodule(datamodule: Any) -> None:
-    """A clear error for something passed as ``datamodule=`` that is not a DataModule, or that
-    defines a Lightning hook the trainer never calls."""
+    """A clear error for something passed as ``datamodule=`` that is not a DataModule."""
     if datamodule is None:
         return
     if not isinstance(datamodule, DataModule):
         raise TypeError(f"datamodule= expects a trainer.DataModule (or None), got {type(datamodule).__name__}; "
                         "subclass trainer.DataModule and override its data hooks")
-    unknown = [name for name in UNSUPPORTED_HOOKS if callable(getattr(type(datamodule), name, None))]
-    if unknown:
-        raise TypeError(f"{type(datamodule).__name__} defines {', '.join(n + '()' for n in unknown)}, which the trainer "
-                        "never calls; a DataModule's hooks are prepare_data, setup(stage) and the "
-                        f"{'/'.join(STAGE_HOOKS)} _dataset / _dataloader hooks")
 
 
 def setup_datamodule(datamodule: DataModule | None, stage: str, seed: int) -> None:

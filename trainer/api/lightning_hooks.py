@@ -1,37 +1,67 @@
-"""Lightning hooks this trainer never calls, and the check that refuses a module or callback defining one.
+"""The hook checks made when a call starts: hooks of Lightning 1.x that Lightning 2 removed (a
+module or callback defining one expects it to run), and hooks that cannot mean under a strategy what
+they mean in Lightning. Every Lightning 2 hook is called (``trainer/api/hook_table.py``).
 
 Used by ``Trainer`` (for the module) and ``trainer/callbacks/callback_list.py`` (for callbacks).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-#: Lightning's hooks (LightningModule and Callback) that this trainer does not call. A subclass that
-#: defines one expects it to run: ``refuse_unknown_hooks`` makes that an error. A name stops being refused as soon as the base class defines it.
-LIGHTNING_HOOKS = (
-    "setup", "teardown", "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_batch_start",
-    "on_train_batch_end", "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end",
-    "on_validation_batch_start", "on_validation_batch_end", "on_validation_model_eval", "on_validation_model_train",
-    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
-    "on_save_checkpoint", "on_load_checkpoint", "on_exception", "on_sanity_check_start", "on_sanity_check_end",
-    "on_before_batch_transfer", "on_after_batch_transfer", "transfer_batch_to_device", "backward",
-    "optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping",
-    "configure_callbacks", "training_epoch_end", "validation_epoch_end", "training_step_end", "validation_step_end",
-    "on_epoch_start", "on_epoch_end", "test_step", "test_dataloader", "on_test_start", "on_test_end",
-    "on_test_epoch_start", "on_test_epoch_end", "on_test_batch_start", "on_test_batch_end", "predict_step",
-    "predict_dataloader", "on_predict_start", "on_predict_end", "on_predict_epoch_start", "on_predict_epoch_end",
-    "on_predict_batch_start", "on_predict_batch_end",
-)
+from trainer.api.hook_table import PER_MICRO_BATCH_HOOKS
+
+if TYPE_CHECKING:
+    from trainer.api.callback import Callback
+    from trainer.api.module import TrainModule
+
+#: Lightning 1.x hooks that Lightning 2 removed, with what replaced them.
+LIGHTNING_HOOKS = {
+    "training_epoch_end": "on_train_epoch_end (collect outputs in training_step yourself)",
+    "validation_epoch_end": "on_validation_epoch_end (collect outputs in validation_step yourself)",
+    "test_epoch_end": "on_test_epoch_end", "predict_epoch_end": "on_predict_epoch_end",
+    "training_step_end": "training_step", "validation_step_end": "validation_step", "test_step_end": "test_step",
+    "on_epoch_start": "on_train_epoch_start / on_validation_epoch_start", "on_epoch_end": "on_train_epoch_end / "
+    "on_validation_epoch_end", "on_batch_start": "on_train_batch_start", "on_batch_end": "on_train_batch_end",
+    "on_pretrain_routine_start": "on_fit_start", "on_pretrain_routine_end": "on_fit_start",
+    "on_init_start": "__init__", "on_init_end": "__init__", "on_configure_sharded_model": "configure_model",
+    "configure_sharded_model": "configure_model",
+}
 
 
 def refuse_unknown_hooks(obj: Any, base: type, kind: str) -> None:
     """An error if ``obj``'s class defines a Lightning hook that ``base`` (TrainModule, Callback) lacks."""
     unknown = [name for name in LIGHTNING_HOOKS if not hasattr(base, name) and callable(getattr(type(obj), name, None))]
     if unknown:
-        hooks = sorted(name for name in dir(base) if name.startswith("on_") and callable(getattr(base, name)))
-        raise TypeError(
-            f"{type(obj).__name__} defines {', '.join(n + '()' for n in unknown)}, which the trainer never calls "
-            f"(a Lightning hook it does not have); the {kind} hooks are {', '.join(hooks)}: move that code into one "
-            "of them (where each fires: the docstring of trainer/api/module.py)"
-        )
+        instead = "; ".join(f"{name}() -> {LIGHTNING_HOOKS[name]}" for name in unknown)
+        raise TypeError(f"{type(obj).__name__} defines {', '.join(n + '()' for n in unknown)}, Lightning 1.x hook(s) "
+                        f"that Lightning 2 removed and this trainer never calls; use instead: {instead}")
+
+
+def overrides(obj: Any, base: type, name: str) -> bool:
+    """Whether ``obj.<name>`` is not ``base``'s (a subclass override or an attribute set on the instance)."""
+    method = getattr(obj, name, None)
+    return method is not None and getattr(method, "__func__", method) is not getattr(base, name, None)
+
+
+def check_hooks(module: TrainModule, callbacks: list[Callback], datamodule: Any, strategy: Any) -> None:
+    """Refuse, before any worker starts, a Lightning hook this trainer does not have, and a hook
+    that cannot mean under ``strategy`` what it means in Lightning (one line naming both)."""
+    from trainer.api.callback import Callback
+    from trainer.api.datamodule import DataModule
+    from trainer.api.module import TrainModule
+
+    refuse_unknown_hooks(module, TrainModule, "TrainModule")
+    if not getattr(strategy, "owns_step", False):
+        return
+    # The pipeline runs each micro-batch's forward and backward inside its schedule, stage by stage:
+    # there is no per-micro-batch backward, loss or closure on a rank to hand to these hooks.
+    owners = [(module, TrainModule)] + [(callback, Callback) for callback in callbacks]
+    if datamodule is not None:
+        owners.append((datamodule, DataModule))
+    for owner, base in owners:
+        for name in PER_MICRO_BATCH_HOOKS:
+            if hasattr(base, name) and overrides(owner, base, name):
+                raise ValueError(f"{type(owner).__name__}.{name}() cannot run under strategy={strategy.name}: the "
+                                 "pipeline schedule runs each micro-batch's forward and backward itself, stage by "
+                                 "stage; remove the override or use strategy=ddp / fsdp")

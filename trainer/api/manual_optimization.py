@@ -53,6 +53,9 @@ class ManualOptimizationHooks:
                        gradient_clip_algorithm: str = "norm") -> torch.Tensor | None:
         """Clip ``optimizer``'s gradients: by their global 2-norm ("norm", returns the norm before
         clipping) or element-wise to ``[-val, val]`` ("value"). ``gradient_clip_val`` None: nothing."""
+        clipper = self.__dict__.get("_gradient_clipper")  # automatic optimization: configure_gradient_clipping
+        if clipper is not None:
+            return clipper(optimizer, gradient_clip_val, gradient_clip_algorithm)
         return self._manual("clip_gradients()").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     @contextlib.contextmanager

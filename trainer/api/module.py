@@ -163,6 +163,7 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         state["_trainer"] = None
         state["_log_collector"] = None
         state.pop("_manual_step", None)  # holds the run's optimizers and process groups
+        state.pop("_gradient_clipper", None)  # (the same, under automatic optimization)
         return state
 
     # ----- model -------------------------------------------------------------------------------
@@ -346,44 +347,189 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
             return optimizer
         return optimizer, self.scheduler_factory(optimizer)
 
-    # ----- notification hooks (no-ops unless overridden) ------------------------------------------
+    # ----- set-up and tear-down hooks ----------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """At the start of every call on every rank, after ``prepare_data`` and the datamodule's
+        ``setup`` and before ``configure_model``: ``stage`` is "fit", "validate", "test" or "predict".
+        Runs under the trainer's seed, so layers built here are the same on every rank."""
+
+    def teardown(self, stage: str) -> None:
+        """At the end of every call that finished without an error, on every rank."""
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module brings (a Callback or a list): added to ``Trainer(callbacks=...)`` at
+        the start of each call; one of the same class as a Trainer callback replaces it."""
+        return []
+
+    # ----- notification hooks (no-ops unless overridden; order: trainer/api/hook_table.py) ----------
     def on_fit_start(self) -> None:
-        """After the model is wrapped and the optimizer built, before the first step."""
+        """After the model is wrapped and the optimizer built, before the sanity check and the first step."""
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Gradients are synced, scaled and clipped; the optimizer has not stepped yet."""
+    def on_fit_end(self) -> None:
+        """After training stops, on every rank."""
 
-    # Lightning's batch and epoch hooks (callbacks get the same after (trainer, module); order: callbacks/base.py)
+    def on_train_start(self) -> None:
+        """After the sanity check, before the first training epoch."""
+
+    def on_train_end(self) -> None:
+        """After the last training step, the final validation and the last save; before ``on_fit_end``."""
+
     def on_train_epoch_start(self) -> None:
         """Before the first step of an epoch."""
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Before each micro-batch's forward (per micro-batch, as Lightning; ``batch_idx`` counts them in the epoch)."""
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+        """Before each micro-batch's forward (per micro-batch, as Lightning; ``batch_idx`` counts them
+        in the epoch). Lightning's ``return -1`` (skip the rest of the epoch) is refused with an error."""
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After each micro-batch's backward; ``outputs`` is what ``training_step`` returned (device tensors)."""
+        """After each micro-batch's backward (the last one's: after the optimizer step, as Lightning);
+        ``outputs`` is what ``training_step`` returned (device tensors)."""
 
-    def on_validation_epoch_start(self) -> None:
-        """Before a validation pass (not the sanity pass of ``num_sanity_val_steps``)."""
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Before the gradients are zeroed: after the first micro-batch's forward of each step (Lightning's place)."""
 
-    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        """Before each backward; ``loss`` is what ``training_step`` returned (unscaled)."""
 
-    def on_validation_epoch_end(self) -> None:
-        """After a validation pass, its metrics reduced and logged (before ``on_validation_end``)."""
+    def on_after_backward(self) -> None:
+        """After each backward (gradients of a non-final micro-batch are not synced yet)."""
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The step's gradients are synced and unscaled (fp16), not clipped yet (as Lightning);
+        the optimizer has not stepped."""
 
     def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
         """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging
         steps and None otherwise (no host sync on the other steps)."""
 
-    def on_validation_end(self, metrics: dict[str, float]) -> None:
-        """After a validation pass, with the metrics reduced over all ranks. Lightning's shape
-        ``on_validation_end(self)`` works too (trainer/api/hook_calls.py)."""
-
     def on_train_epoch_end(self, epoch: int) -> None:
         """After the last step of an epoch (only of an epoch that finished: a run that stops at
         ``max_steps`` mid-epoch does not end that epoch). Lightning's shape ``on_train_epoch_end(self)``
-        works too (trainer/api/hook_calls.py)."""
+        works too."""
 
-    def on_fit_end(self) -> None:
-        """After training stops, on every rank."""
+    def on_validation_model_zero_grad(self) -> None:
+        """Before a validation pass inside ``fit``: frees the gradients (Lightning's default)."""
+        self.zero_grad(set_to_none=True)
+
+    def on_validation_model_eval(self) -> None:
+        """Puts the module in eval mode before a validation pass."""
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        """After a validation pass; by default the trainer puts back each submodule's mode as it was
+        before (an override takes that over)."""
+
+    def on_test_model_eval(self) -> None:
+        """Puts the module in eval mode before ``Trainer.test``'s pass."""
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        """After the test pass; by default each submodule's mode is put back."""
+
+    def on_predict_model_eval(self) -> None:
+        """Puts the module in eval mode before ``Trainer.predict``'s pass."""
+        self.eval()
+
+    def on_validation_start(self) -> None:
+        """Before a validation pass (also the sanity pass), after ``on_validation_model_eval``."""
+
+    def on_validation_end(self, metrics: dict[str, float]) -> None:
+        """After a validation pass, with the metrics reduced over all ranks (empty after the sanity
+        pass). Lightning's shape ``on_validation_end(self)`` works too."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Before the first batch of a validation pass."""
+
+    def on_validation_epoch_end(self) -> None:
+        """After the last batch of a validation pass, before its metrics are reduced (what it logs belongs to the pass)."""
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before each validation batch of this rank."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After each validation batch of this rank; ``outputs`` is what ``validation_step`` returned."""
+
+    def on_test_start(self) -> None:
+        """Before ``Trainer.test``'s pass."""
+
+    def on_test_end(self) -> None:
+        """After ``Trainer.test``'s pass and its metrics."""
+
+    def on_test_epoch_start(self) -> None:
+        """Before the first test batch."""
+
+    def on_test_epoch_end(self) -> None:
+        """After the last test batch, before the metrics are reduced."""
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before each test batch of this rank."""
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After each test batch of this rank."""
+
+    def on_predict_start(self) -> None:
+        """Before ``Trainer.predict``'s pass."""
+
+    def on_predict_end(self) -> None:
+        """After ``Trainer.predict``'s pass."""
+
+    def on_predict_epoch_start(self) -> None:
+        """Before the first predict batch."""
+
+    def on_predict_epoch_end(self) -> None:
+        """After the last predict batch."""
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before each predict batch of this rank."""
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After each predict batch of this rank; ``outputs`` is what ``predict_step`` returned."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """While a checkpoint is saved (rank 0, after the callbacks' hooks): ``checkpoint`` holds
+        ``step`` and ``epoch`` (not the weights: they are written in the strategy's format); keys
+        added are saved and given back to ``on_load_checkpoint``."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """On resume, on every rank, before the callbacks' hooks: the dict ``on_save_checkpoint`` filled."""
+
+    # ----- hooks that replace what the trainer does (defaults: what it does) -------------------------
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward of ``loss`` (already weighted for the global batch and scaled for fp16)."""
+        loss.backward(*args, **kwargs)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Step ``optimizer``: ``optimizer_closure`` runs the last micro-batch's ``training_step`` and
+        backward, ``on_before_optimizer_step`` and the clipping; it must be called (by
+        ``optimizer.step(closure=optimizer_closure)``, or before a custom step)."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Zero the gradients (after the first micro-batch's forward of a step, as Lightning)."""
+        optimizer.zero_grad()
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip before the step (``Trainer(gradient_clip_val=...)``'s values); default: ``self.clip_gradients``."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm or "norm")
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one scheduler (``metric``: the monitored value of a ReduceLROnPlateau, else None)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A batch as loaded, before it moves to the device; return the batch to use."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (tensors in nested lists, tuples and dicts)."""
+        from trainer.runtime.tensors import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A batch on the device; return the batch to use."""
+        return batch

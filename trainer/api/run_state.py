@@ -77,6 +77,12 @@ class TrainerRunState:
         self._callback_metrics = value
 
     @property
+    def sanity_checking(self) -> bool:
+        """Whether the sanity validation before training is running (Lightning's flag; its metrics are
+        not logged, and metric watchers such as EarlyStopping skip it)."""
+        return self._run_view is not None and self._run_view.sanity_checking
+
+    @property
     def is_global_zero(self) -> bool:
         """True on the process of global rank 0 (and in the caller of a spawned fit)."""
         if self._run_view is not None:

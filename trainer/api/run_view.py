@@ -9,6 +9,7 @@ the tools see while a fit runs (the run's own state lives in the loop and is wri
     view.optimizers, view.lr_scheduler_configs       # as the strategy set them up
     view.callback_metrics                            # the last logged value of each metric
     view.has_validation                              # whether the module validates
+    view.sanity_checking                             # the sanity validation is running
     view.stop_requested, view.stop_request           # a stop asked for; (who, why)
     view.log({"name": value})                        # written by the run's loggers (rank 0)
     view.request_stop("why")                         # end training at the end of this step
@@ -39,6 +40,7 @@ class RunSource(Protocol):
     val_set: Any
     data_parallel_size: int
     total_steps: int | str | None
+    sanity_checking: bool
 
     def log(self, metrics: dict[str, float]) -> None: ...
 
@@ -127,6 +129,11 @@ class RunView:
     def has_validation(self) -> bool:
         """Whether this run validates (the module or datamodule gives validation data)."""
         return self._run.val_set is not None
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Whether the sanity validation before training is running (its metrics are not logged)."""
+        return self._run.sanity_checking
 
     @property
     def callback_metrics(self) -> Mapping[str, float]:

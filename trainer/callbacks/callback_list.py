@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 
 #: where the dict that ``on_save_checkpoint`` hooks filled is kept among the callbacks' states
 CHECKPOINT_KEY = "__on_save_checkpoint__"
+#: where the datamodule's ``state_dict()`` is kept among them
+DATAMODULE_KEY = "__datamodule__"
 
 
 def check_callbacks(callbacks: Callback | Sequence[Callback] | None) -> list[Callback]:
@@ -51,6 +53,17 @@ class CallbackList:
         self.stop: tuple[str, str] | None = None
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
 
+    def add_configured(self, configured: Any) -> None:
+        """Add what the module's ``configure_callbacks()`` returned (a Callback or a list): each replaces
+        the Trainer's callbacks of its class (Lightning's rule); metric watchers stay last."""
+        if not configured:
+            return
+        added = check_callbacks(configured)
+        types = {type(callback) for callback in added}
+        kept = [callback for callback in self.callbacks if type(callback) not in types]
+        combined = kept + added
+        self.callbacks = ([c for c in combined if not c.watches_metrics] + [c for c in combined if c.watches_metrics])
+
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             self._calling = callback
@@ -58,21 +71,6 @@ class CallbackList:
                 getattr(callback, hook)(*args)
             finally:
                 self._calling = None
-
-    def on_fit_start(self) -> None:
-        self._call("on_fit_start", self.trainer, self.module)
-
-    def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
-        self._call("on_train_step_end", self.trainer, self.module, step, metrics)
-
-    def on_validation_end(self, metrics: dict[str, float]) -> None:
-        self._call("on_validation_end", self.trainer, self.module, metrics)
-
-    def on_train_epoch_end(self) -> None:
-        self._call("on_train_epoch_end", self.trainer, self.module)
-
-    def on_fit_end(self) -> None:
-        self._call("on_fit_end", self.trainer, self.module)
 
     # ----- stopping --------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -115,33 +113,41 @@ class CallbackList:
         return keys
 
     def state_dict(self) -> dict[str, Any]:
-        """Each callback's ``state_dict()``, and the dict their ``on_save_checkpoint`` hooks filled
-        (called where the checkpoint's small files are written: rank 0)."""
+        """Each callback's ``state_dict()``, the datamodule's, and the dict the ``on_save_checkpoint``
+        hooks filled (the callbacks', then the module's; called where the checkpoint's small files are
+        written: rank 0)."""
         states = {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and (datamodule_state := datamodule.state_dict()):  # (kept when not empty)
+            states[DATAMODULE_KEY] = datamodule_state
         if self.view is not None:
             checkpoint = {"step": self.view.step, "epoch": self.view.epoch}
             self._call("on_save_checkpoint", self.trainer, self.module, checkpoint)
+            self.module.on_save_checkpoint(checkpoint)
             states[CHECKPOINT_KEY] = checkpoint
         return states
 
     def load_state_dict(self, states: dict[str, Any]) -> None:
+        """On resume, every rank, in Lightning's order: the module's ``on_load_checkpoint``, the
+        datamodule's ``load_state_dict``, the callbacks' ``on_load_checkpoint``, their ``load_state_dict``."""
         states = dict(states)
         checkpoint = states.pop(CHECKPOINT_KEY, None)
-        if self.view is not None:  # on every rank, before the states (Lightning's order)
+        datamodule_state = states.pop(DATAMODULE_KEY, None)
+        if self.view is not None:
+            self.module.on_load_checkpoint(checkpoint or {})
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and datamodule_state is not None:
+            datamodule.load_state_dict(datamodule_state)
+        if self.view is not None:
             self._call("on_load_checkpoint", self.trainer, self.module, checkpoint or {})
         keys = self._keys()
         for key, callback in zip(keys, self.callbacks):
-            if key in states:
+            if states.get(key):  # an empty state is not given back (as Lightning)
                 callback.load_state_dict(states[key])
+            elif key in states:
+                continue
             else:
                 log.info("the checkpoint has no state for callback %s: it starts fresh", key)
         unused = sorted(set(states) - set(keys))
         if unused:
             log.info("the checkpoint holds state of callbacks this run does not have: %s", unused)
-
-
-def call_hooks(callbacks: CallbackList, hook: str, *args: Any) -> None:
-    """The module's ``hook(*args)``, then each callback's ``hook(trainer, module, *args)``."""
-    getattr(callbacks.module, hook)(*args)
-    if callbacks.callbacks:
-        callbacks._call(hook, callbacks.trainer, callbacks.module, *args)

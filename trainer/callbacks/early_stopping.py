@@ -57,6 +57,8 @@ class EarlyStopping(Callback):
         self.wait = 0  # validations in a row without improvement
         self.stopped_step: int | None = None
 
+    watches_metrics = True  # after the module's on_train_epoch_end (Lightning's order)
+
     @property
     def state_key(self) -> str:
         return f"EarlyStopping[{self.monitor},{self.mode}]"
@@ -74,6 +76,8 @@ class EarlyStopping(Callback):
                         "check) runs only once, at the end of training", self.monitor)
 
     def on_validation_end(self, trainer: Any, module: Any, metrics: dict[str, float]) -> None:
+        if trainer.sanity_checking:  # the sanity pass reduces and logs nothing
+            return
         view = run_of(trainer)
         if self.monitor not in metrics:
             raise ValueError(

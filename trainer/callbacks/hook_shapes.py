@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from trainer.api.hook_table import OPTIONAL_LAST_ARGUMENT
+
 #: each public hook's arguments after ``self``
 HOOK_ARGUMENTS = {
     "on_fit_start": ("trainer", "module"),
@@ -35,7 +37,13 @@ def check_hook_shapes(callback: Any, base: type) -> None:
             continue
         try:
             parameters = list(inspect.signature(getattr(callback, hook)).parameters)
-            inspect.signature(getattr(callback, hook)).bind(*arguments)
+            signature = inspect.signature(getattr(callback, hook))
+            try:
+                signature.bind(*arguments)
+            except TypeError:
+                if hook not in OPTIONAL_LAST_ARGUMENT:
+                    raise
+                signature.bind(*arguments[:-1])  # Lightning's shape, without our last argument
             fits = not parameters or parameters[0] != "run"
         except TypeError:
             fits = False

@@ -33,8 +33,15 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
         run.setup()
         results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
+        run.hooks.call("teardown", trainer.stage)  # datamodule, callbacks, module
         clean = True
     except BaseException as error:
+        hooks = getattr(run, "hooks", None)  # (none yet if the set-up failed before building them)
+        if hooks is not None and isinstance(error, (Exception, KeyboardInterrupt)):
+            try:
+                hooks.call("on_exception", error)
+            except Exception:  # the run's own error is the one to report
+                log.exception("rank %d: an on_exception hook failed", env.rank)
         if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
             log.error("rank %d failed: %s", env.rank, error)
         elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)

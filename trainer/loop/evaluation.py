@@ -24,6 +24,8 @@ from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step
 from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
+from trainer.loop.eval_modes import EvalModes
+from trainer.loop.optimizer_step import transfer_batch
 from trainer.data.user_loader import _collate, check_map_style, read_loader
 from trainer.loop.validation import require_validation_data
 
@@ -87,10 +89,12 @@ class EvalData:
         self.collate = _collate(module, user.collate_fn, where)
 
 
-def _pass(run: _Run, stage: str, on_output: Any) -> None:
-    """Run ``<stage>_step`` over this rank's batches; ``on_output(batch_index, weight, output)``
-    for each (weight 0: a lockstep filler whose output counts for nothing)."""
-    module, strategy = run.module, run.strategy
+def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
+    """Run ``<stage>_step`` over this rank's batches with Lightning's hooks up to ``on_<stage>_epoch_end``;
+    ``on_output(batch_index, weight, output)`` for each (weight 0: a lockstep filler whose output
+    counts for nothing, and that no batch hook sees). The caller ends the pass: ``on_<stage>_end``,
+    then the returned modes' ``exit()``."""
+    module, strategy, hooks = run.module, run.strategy, run.hooks
     data = EvalData(run, stage)
     mine = eval_batches(len(data.dataset), data.batch_size, run.data_rank, run.data_parallel_size)
     weights = [len(indices) for _, indices in mine]
@@ -106,20 +110,27 @@ def _pass(run: _Run, stage: str, on_output: Any) -> None:
         forward = getattr(module, f"{stage}_step")
     seed = derive_seed(run.trainer.seed, stage, run.data_rank)
     loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
-    was_training = module.training
-    module.eval()
+    modes = EvalModes(module, stage)
+    modes.enter()
+    hooks.call(f"on_{stage}_start")
+    hooks.call(f"on_{stage}_epoch_start")
     bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
                       leave=False)
     with torch.no_grad():
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
-            batch = run.precision.convert_input(move_to_device(batch, run.device))
+            batch = run.precision.convert_input(transfer_batch(run, batch))
+            if weight:
+                hooks.call(f"on_{stage}_batch_start", batch, index)
             with run.precision.autocast(run.device), run.module_logs.micro_batch(weight):
                 output = forward(batch, index)
             on_output(index, weight, output)
+            if weight:
+                hooks.call(f"on_{stage}_batch_end", output, batch, index)
     bar.close()
     strategy.after_evaluation(run.wrapped)
-    module.train(was_training)
+    hooks.call(f"on_{stage}_epoch_end")
+    return modes
 
 
 def run_test(run: _Run) -> dict[str, float]:
@@ -134,12 +145,14 @@ def run_test(run: _Run) -> dict[str, float]:
 
     logs = run.module_logs
     with logs.stage("test"):  # self.log in test_step: aggregated over the whole test set
-        _pass(run, "test", add)
+        modes = _pass(run, "test", add)
         metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
         merge_logged(metrics, logs.epoch_metrics("test", run.strategy), "test")
     if metrics:
         run.log(metrics)
         log.info("test at step %d  %s", run.step, format_metrics(metrics))
+    run.hooks.call("on_test_end")
+    modes.exit()
     return metrics
 
 
@@ -152,7 +165,9 @@ def run_predict(run: _Run) -> list[Any] | None:
         if weight:
             outputs.append((index, move_to_device(output, torch.device("cpu"))))
 
-    _pass(run, "predict", keep)
+    modes = _pass(run, "predict", keep)
+    run.hooks.call("on_predict_end")
+    modes.exit()
     gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
     run.predictions = None
     if gathered is not None:

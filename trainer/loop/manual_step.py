@@ -38,7 +38,8 @@ from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.precision.fp16_step import read_finite
 from trainer.strategies.sync_batchnorm import padding_micro_batch
-from trainer.runtime.tensors import local_tensor, move_to_device
+from trainer.runtime.tensors import local_tensor
+from trainer.loop.optimizer_step import refuse_skip_request, skip_requested, transfer_batch
 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
@@ -166,9 +167,16 @@ class ManualStep:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"manual_backward takes a loss tensor, got {type(loss).__name__}")
         scaled = loss * self._factor if self._factor != 1.0 else loss
-        self.run.precision.scale_loss(scaled).backward()
+        hooks = self.run.hooks
+        hooks.call("on_before_backward", loss)
+        scaled = self.run.precision.scale_loss(scaled)
+        if hooks.module_overrides("backward"):
+            self.run.module.backward(scaled)
+        else:
+            scaled.backward()
         if self._ddp and self._sync:
             self._average_gradients()
+        hooks.call("on_after_backward")
 
     def _average_gradients(self) -> None:
         """DDP: average every gradient over the ranks (the ones synced before are equal on every rank,
@@ -253,10 +261,10 @@ class ManualStep:
                 log.info("step %d: gradient overflow in %s, its step skipped", self.run.step + 1, type(optimizer).__name__)
                 return
             if finite is not True:  # sync-free: the device flag; the kernel skips an overflowing step
-                self.run.module.on_before_optimizer_step(optimizer)
+                self.run.hooks.call("on_before_optimizer_step", optimizer)
                 self.run.fp16.step(optimizer, finite)
                 return
-        self.run.module.on_before_optimizer_step(optimizer)
+        self.run.hooks.call("on_before_optimizer_step", optimizer)
         self.run.strategy.optimizer_step(optimizer)
 
     # ----- the trainer's step -------------------------------------------------------------------------
@@ -267,18 +275,18 @@ class ManualStep:
         (micro_batch,) = plan.micro_batches  # accumulate_grad_batches=1 (check_manual_setup)
         timer.step_started()
         with timer.phase("data"):
-            batch = precision.convert_input(move_to_device(next(batches), run.device, non_blocking=trainer.pin_memory))
+            batch = precision.convert_input(transfer_batch(run, next(batches), non_blocking=trainer.pin_memory))
         # The automatic path's factor (trainer/loop/rank_run.py): the micro-batch's share of the global-batch mean.
         self._factor = micro_batch.num_real * run.data_parallel_size / plan.global_count
         self._unscaled.clear()
         self._found, self._overflow = None, False
         padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()
         no_sync = run.wrapped.no_sync() if self._ddp else contextlib.nullcontext()
-        from trainer.callbacks.callback_list import call_hooks  # (callbacks import trainer.api.module, which imports this)
 
         run.module_logs.begin_step(log_now)
         batch_idx = run.batch_idx
-        call_hooks(run.callbacks, "on_train_batch_start", batch, batch_idx)
+        if skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
+            refuse_skip_request(run, batch_idx)
         self.active = True
         try:
             with timer.phase("forward"), padding, no_sync, precision.autocast(run.device), \
@@ -287,7 +295,7 @@ class ManualStep:
         finally:
             self.active = False
         run.micro_batch_done()
-        call_hooks(run.callbacks, "on_train_batch_end", output, batch, batch_idx)
+        run.hooks.call("on_train_batch_end", output, batch, batch_idx)
         if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
             precision.scaler.update(self._found)
             if self._overflow:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from trainer.callbacks.callback_list import call_hooks
 from trainer.observe.throughput import FlopSum
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
         # collective and a host read: on a logging step only).
         counting = run.throughput.flops_per_step is None and index == 0 and step.strategy_steps >= 1 and sums is not None
         counter = FlopSum() if counting else contextlib.nullcontext()
-        call_hooks(run.callbacks, "on_train_batch_start", batch, run.batch_idx)
+        run.hooks.call("on_train_batch_start", batch, run.batch_idx)
         with run.breakdown.phase("forward"), counter:
             tokens, losses = strategy.run_step(batch, micro_batch.num_real, step.normalization.sample_factor(plan.global_count),
                                                index == last, sums, run.precision, local_tokens is not None)
@@ -50,7 +49,7 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
         if run.nonfinite is not None:
             for loss in losses:
                 run.nonfinite.observe(loss)
-        call_hooks(run.callbacks, "on_train_batch_end", None, batch, run.batch_idx)  # the strategy ran the steps
+        run.hooks.call("on_train_batch_end", None, batch, run.batch_idx)  # the strategy ran the steps
         run.micro_batch_done()
     if sums is not None:
         strategy.complete_metrics(sums)

@@ -24,7 +24,6 @@ import torch
 from trainer.runtime import distributed
 from trainer.loop.batch_size_finder import find_batch_size
 from trainer.callbacks import CallbackList
-from trainer.callbacks.callback_list import call_hooks
 from trainer.checkpoint import CheckpointManager, load_weights
 from trainer.checkpoint.run_states import RunStates
 from trainer.loop.resume import restore_run
@@ -32,10 +31,11 @@ from trainer.runtime.comms_log import CommsLog
 from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.runtime.seeding import derive_seed, seed_everything
 from trainer.api.hparams import checkpoint_record, for_loggers
-from trainer.api.datamodule import setup_datamodule
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.optim.lr_scheduling import LRScheduling
+from trainer.loop.hooks import RunHooks
+from trainer.loop.optimizer_step import gradient_clipper
 from trainer.loop.manual_step import setup_optimizers
 from trainer.runtime.metric_sums import format_metrics
 from trainer.observe.model_summary import count_local, summarize
@@ -94,6 +94,7 @@ class _Run(RunCounters):
         self.stop_flag = StopFlag()  # trainer.should_stop = True (trainer/api/run_state.py)
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
+        self.sanity_checking = False  # the sanity validation is running (trainer.sanity_checking)
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -113,15 +114,17 @@ class _Run(RunCounters):
         trainer._run_view = self.view  # the run-state properties read this run (trainer/api/run_state.py)
         refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
         self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
+        self.callbacks.add_configured(module.configure_callbacks())
+        self.hooks = RunHooks(trainer, module, trainer.datamodule, self.callbacks)
         with distributed.rank_zero_first(local=True) as first:
             if first:
-                module.prepare_data()
                 if trainer.datamodule is not None:
                     trainer.datamodule.prepare_data()
-        setup_datamodule(trainer.datamodule, trainer.stage, trainer.seed)  # every rank, under one seed
-        # Seeded right before the build so every rank builds the same weights (prepare_data ran
-        # on some ranks only and may have drawn random numbers).
+                module.prepare_data()
+        # Seeded right before setup and the build so every rank builds the same weights (prepare_data
+        # ran on some ranks only and may have drawn random numbers); the datamodule's setup has its own seed.
         seed_everything(trainer.seed)
+        self.hooks.call("setup", trainer.stage)  # datamodule, callbacks, module (every rank)
         with strategy.init_context():
             module.configure_model()
         init = WeightInit(module, trainer.seed)
@@ -205,6 +208,7 @@ class _Run(RunCounters):
 
     def teardown(self, clean: bool) -> None:
         self.module._log_collector = None  # self.log outside a run is an error
+        self.module.__dict__.pop("_gradient_clipper", None)
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
         for logger in self.loggers:
@@ -219,6 +223,10 @@ class _Run(RunCounters):
         steps_per_epoch, limits, total_steps = plan_limits(self, plan)  # limit_train_batches, max_steps (step_limits.py)
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
+        if self.hooks.module_overrides("lr_scheduler_step"):  # the module steps each scheduler itself
+            self.lr_scheduling.step_scheduler = module.lr_scheduler_step
+        if module.automatic_optimization:  # self.clip_gradients in configure_gradient_clipping
+            module.__dict__["_gradient_clipper"] = gradient_clipper(self)
         self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
         self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
         self.manual = setup_optimizers(self, schedulers)  # a ManualStep under automatic_optimization = False
@@ -251,9 +259,9 @@ class _Run(RunCounters):
             self.nonfinite = NonfiniteLossWatch(self.device, nan_only=self.precision.scaler is not None)
         self.train_step = self.manual.train_step if self.manual is not None else TrainStep(self)  # one step
         module.train()
-        module.on_fit_start()
-        self.callbacks.on_fit_start()
+        self.hooks.call("on_fit_start")
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
+        self.hooks.call("on_train_start")
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False,
                                initial=limits.progress_position(self))
         progress.also_show = self.module_logs.prog_bar  # self.log(..., prog_bar=True) names, as they come
@@ -265,7 +273,7 @@ class _Run(RunCounters):
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
                 self.start_epoch(trainer.accumulate_grad_batches)
-                call_hooks(self.callbacks, "on_train_epoch_start")
+                self.hooks.call("on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx
                 ))
@@ -286,8 +294,7 @@ class _Run(RunCounters):
                         self.log(metrics)
                         self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
                         log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
-                    module.on_train_step_end(self.step, metrics)
-                    self.callbacks.on_train_step_end(self.step, metrics)
+                    self.hooks.call("on_train_step_end", self.step, metrics)
                     if metrics is not None:  # trainer.should_stop: agreed on logging steps only
                         self.stop_flag.agree(self.callbacks)
                     progress.update(metrics, limits.advance(self))
@@ -316,13 +323,14 @@ class _Run(RunCounters):
                 if every_epochs and (self.epoch + 1) % every_epochs == 0 and validated_at != self.step:
                     self.validate()
                     validated_at = self.step
-                with self.module_logs.epoch_end_hooks():
+                with self.module_logs.epoch_end_hooks():  # (Lightning's order: the metric watchers last)
+                    self.hooks.call_callbacks("on_train_epoch_end", watching=False)
                     call_module_hook(module, "on_train_epoch_end", self.epoch)  # or Lightning's on_train_epoch_end()
                 if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
                     self.log({**epoch_logged, "epoch": self.epoch})
                     progress.note(epoch_logged)
                 self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
-                self.callbacks.on_train_epoch_end()
+                self.hooks.call_callbacks("on_train_epoch_end", watching=True)
                 if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
                     self.lr_scheduling.after_epoch()
                 self.epoch_done()
@@ -343,8 +351,8 @@ class _Run(RunCounters):
             self.validate()
         if self.checkpoints is not None and self.checkpoints.config.save_last and saved_at != self.step:
             self.save_checkpoint()
-        module.on_fit_end()
-        self.callbacks.on_fit_end()
+        self.hooks.call("on_train_end")
+        self.hooks.call("on_fit_end")
         return self.last_metrics
 
     # ----- checkpoints ------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ validation, possibly hours later.
 It must not change the training stream: the random states a validation step could draw from
 (Python's, NumPy's, torch's on the CPU and on every CUDA device) are saved before and restored
 after, and the validation data have their own seeds (``derive_seed(seed, "val", ...)``), so the
-sample order and the losses are bitwise those of a run without it. Nothing is logged, no hook
-runs and nothing is reduced across ranks (no collective but the forwards' own under FSDP).
+sample order and the losses are bitwise those of a run without it. The validation hooks run as in
+any pass, between ``on_sanity_check_start`` and ``on_sanity_check_end`` (``trainer.sanity_checking``
+is True meanwhile, as Lightning); nothing is logged and nothing is reduced across ranks (no
+collective but the forwards' own under FSDP).
 """
 
 from __future__ import annotations
@@ -49,15 +51,19 @@ def restore_random_states(states: dict[str, Any]) -> None:
 
 def run_sanity_check(run: _Run) -> None:
     """Run ``num_sanity_val_steps`` validation batches (-1: all), leaving every random state as it was.
-    Skipped on a resumed run (it validated before) and without validation data."""
+    Skipped without validation data; a resumed run has one too (as Lightning)."""
     batches = run.trainer.num_sanity_val_steps
-    if batches == 0 or run.val_set is None or run.step > 0:
+    if batches == 0 or run.val_set is None:
         return
     from trainer.loop.validation import run_validation
 
     states = random_states()
+    run.hooks.call("on_sanity_check_start")
+    run.sanity_checking = True
     try:
         run_validation(run, sanity_batches=batches)
     finally:
+        run.sanity_checking = False
         restore_random_states(states)
+    run.hooks.call("on_sanity_check_end")
     log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

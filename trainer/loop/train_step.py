@@ -1,11 +1,16 @@
-"""One optimizer step under automatic optimization, in the order of the pseudocode in trainer/api/module.py:
+"""One optimizer step under automatic optimization, in Lightning's order (trainer/api/module.py's pseudocode):
 
-1. the micro-batches (:meth:`TrainStep.module_micro_batches`: ``training_step`` + backward each; or
-   where the strategy owns the step (pipeline parallel), each micro-batch handed to its ``run_step``:
-   trainer/loop/pipeline_micro_batches.py);
+1. the micro-batches (:meth:`TrainStep.module_step`; per micro-batch: the batch transfer hooks,
+   ``on_train_batch_start``, ``training_step``, on the first one ``on_before_zero_grad`` and
+   ``optimizer_zero_grad``, ``on_before_backward``, ``backward``, ``on_after_backward``; the last one
+   runs inside the optimizer closure that ``optimizer_step`` hands to ``optimizer.step``); or where the
+   strategy owns the step (pipeline parallel), each micro-batch handed to its ``run_step``:
+   trainer/loop/pipeline_micro_batches.py;
 2. gradient normalisation and fp16 unscaling (:meth:`TrainStep.prepare_gradients`; the loss weights:
    trainer/loop/loss_normalization.py, the overflow decision: trainer/precision/fp16_step.py);
-3. the optimizer step (:meth:`TrainStep.optimizer_step`: clipping, the hook, the step, the schedule);
+3. ``on_before_optimizer_step``, clipping (``configure_gradient_clipping``), the optimizer step and the
+   schedule (:meth:`TrainStep.before_step`, :meth:`TrainStep.step_optimizer`); then the last
+   micro-batch's ``on_train_batch_end``;
 4. the metrics, on logging steps only (:meth:`TrainStep.metrics`: the one reduction and the host reads).
 
 A non-logging step makes no host sync and no collective but the gradient ones (see trainer/loop/rank_run.py).
@@ -22,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainer.callbacks.callback_list import call_hooks
 from trainer.runtime.comms_log import OVERFLOW_KIND, labelled
 from trainer.loop.loss_normalization import LossNormalization
 from trainer.runtime.metric_sums import WeightedSums, split_step_output
@@ -30,7 +34,8 @@ from trainer.loop.log_collector import merge_logged
 from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
 from trainer.loop.step_accounting import TokenCount, counted
 from trainer.strategies.sync_batchnorm import padding_micro_batch
-from trainer.runtime.tensors import local_tensor, move_to_device
+from trainer.runtime.tensors import local_tensor
+from trainer.loop.optimizer_step import OptimizerStep, refuse_skip_request, skip_requested, transfer_batch
 from trainer.observe.throughput import write_flops_by_module
 
 if TYPE_CHECKING:
@@ -58,13 +63,14 @@ class TrainStep:
         local_tokens = self.normalization.begin_step()
         run.breakdown.step_started()
         if run.strategy.owns_step:  # the one dispatch point: pipeline parallel runs each micro-batch itself
+            run.optimizer.zero_grad(set_to_none=True)
             pipeline_micro_batches(run.strategy, self, plan, batches, sums, local_tokens)
+            if run.nonfinite is not None:
+                run.nonfinite.end_step(run.step + 1, run.epoch)
+            stepped, found_inf, grad_norm = self.before_step(local_tokens, log_now)
+            self.step_optimizer(stepped, found_inf)
         else:
-            self.module_micro_batches(plan, batches, sums, local_tokens)
-        if run.nonfinite is not None:
-            run.nonfinite.end_step(run.step + 1, run.epoch)
-        stepped, found_inf = self.prepare_gradients(local_tokens)
-        grad_norm = self.optimizer_step(stepped, found_inf, log_now)
+            grad_norm = self.module_step(plan, batches, sums, local_tokens, log_now)
         run.breakdown.step_finished()
         run.throughput.step(plan.global_count)
         logged = run.module_logs.end_step(run.strategy)  # the step's self.log values (reduced on logging steps)
@@ -74,56 +80,114 @@ class TrainStep:
 
     # ----- 1. the micro-batches ----------------------------------------------------------------------------
     def next_batch(self, batches: Iterator[Any]) -> Any:
-        """The next micro-batch, on the device in the precision's input dtype (timed as "data")."""
+        """The next micro-batch, on the device in the precision's input dtype (timed as "data"); through
+        the batch transfer hooks where the module or datamodule overrides them."""
         run = self.run
         with run.breakdown.phase("data"):
-            return run.precision.convert_input(move_to_device(next(batches), run.device, non_blocking=run.trainer.pin_memory))
+            return run.precision.convert_input(transfer_batch(run, next(batches), non_blocking=run.trainer.pin_memory))
 
     def note_tokens(self, num_tokens: Any) -> None:
         """Count a micro-batch's tokens for tokens/s (the same on every rank: the same code runs)."""
         self.counts_tokens = True
         self.tokens_since_log.add(num_tokens)
 
-    def module_micro_batches(self, plan: StepPlan, batches: Iterator[Any],
-                             sums: WeightedSums | None, local_tokens: TokenCount | None) -> None:
-        """The module's ``training_step`` and the backward of each micro-batch of ``plan``; adds the
-        metrics to ``sums`` (logging steps) and the tokens to ``local_tokens`` (tokens normalisation)."""
-        run, strategy, precision, timer = self.run, self.run.strategy, self.run.precision, self.run.breakdown
-        nonfinite, normalization = run.nonfinite, self.normalization
+    def module_step(self, plan: StepPlan, batches: Iterator[Any], sums: WeightedSums | None,
+                    local_tokens: TokenCount | None, log_now: bool) -> torch.Tensor | None:
+        """The step of the module's own ``training_step``: every micro-batch of ``plan``, the last one in
+        the optimizer closure, and the optimizer step. Returns the gradient norm where one was computed."""
+        run, hooks = self.run, self.run.hooks
         last = len(plan.micro_batches) - 1
-        for index, micro_batch in enumerate(plan.micro_batches):
-            batch = self.next_batch(batches)
-            # FLOPs of one micro-batch's forward + backward, counted once (the first one).
-            counting = run.throughput.flops_per_step is None and index == 0
-            counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
-            padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
-            batch_idx = run.batch_idx
-            call_hooks(run.callbacks, "on_train_batch_start", batch, batch_idx)
-            with strategy.sync_context(run.wrapped, sync=index == last), counter, padding:
-                with timer.phase("forward"):  # the step's forward and its bookkeeping
-                    with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
-                        output = run.wrapped(batch, run.batch_idx)
-                    loss, metrics = split_step_output(output, "training_step")
-                    run.micro_batch_done()
-                    if loss is None:
-                        raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
-                    if nonfinite is not None:
-                        nonfinite.observe(loss)  # tensor ops; read when settled
-                    num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                    if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
-                        num_tokens = counted(num_tokens, micro_batch.num_real > 0)
-                        self.note_tokens(num_tokens)
-                    weight = normalization.weight(num_tokens, micro_batch.num_real)
-                    if sums is not None:
-                        sums.add({"loss": loss, **metrics}, weight)
-                with timer.phase("backward"):
-                    precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count,
-                                                                        local_tokens)).backward()
-            call_hooks(run.callbacks, "on_train_batch_end", output, batch, batch_idx)
-            if counting:
-                run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
-                if run.rank == 0:
-                    write_flops_by_module(counter, os.path.join(run.run_dir, "flops.txt"))
+        for index in range(last):
+            batch, batch_idx = self.start_micro_batch(batches)
+            output = self.forward_backward(plan, index, batch, sums, local_tokens)
+            hooks.call("on_train_batch_end", output, batch, batch_idx)
+        batch, batch_idx = self.start_micro_batch(batches)
+        done: dict[str, Any] = {}
+
+        def closure() -> Any:
+            """The last micro-batch's forward and backward, then what precedes the optimizer step."""
+            done["output"] = output = self.forward_backward(plan, last, batch, sums, local_tokens)
+            done["stepped"], done["found_inf"], done["grad_norm"] = self.before_step(local_tokens, log_now)
+            return split_step_output(output, "training_step")[0]
+
+        if hooks.module_overrides("optimizer_step"):
+            step = OptimizerStep(run.optimizer, lambda: self.step_optimizer(done["stepped"], done["found_inf"]))
+            run.module.optimizer_step(run.epoch, batch_idx, step, closure)
+            if "output" not in done:
+                raise RuntimeError(f"{type(run.module).__name__}.optimizer_step did not call optimizer_closure: under "
+                                   "automatic optimization it runs the step's training_step and backward; call "
+                                   "optimizer.step(closure=optimizer_closure)")
+        else:
+            closure()
+            self.step_optimizer(done["stepped"], done["found_inf"])
+        hooks.call("on_train_batch_end", done["output"], batch, batch_idx)
+        return done["grad_norm"]
+
+    def start_micro_batch(self, batches: Iterator[Any]) -> tuple[Any, int]:
+        """Load the next micro-batch and call ``on_train_batch_start``; (batch, its batch_idx)."""
+        run = self.run
+        batch = self.next_batch(batches)
+        batch_idx = run.batch_idx
+        if skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
+            refuse_skip_request(run, batch_idx)
+        return batch, batch_idx
+
+    def forward_backward(self, plan: StepPlan, index: int, batch: Any, sums: WeightedSums | None,
+                         local_tokens: TokenCount | None) -> Any:
+        """``training_step`` and the backward of micro-batch ``index`` of ``plan`` (zeroing the
+        gradients after the first one's forward, as Lightning); adds the metrics to ``sums`` (logging
+        steps) and the tokens to ``local_tokens`` (tokens normalisation). Returns the step's output."""
+        run, strategy, precision, timer, hooks = self.run, self.run.strategy, self.run.precision, self.run.breakdown, self.run.hooks
+        nonfinite, normalization, micro_batch = run.nonfinite, self.normalization, plan.micro_batches[index]
+        last = index == len(plan.micro_batches) - 1
+        # FLOPs of one micro-batch's forward + backward, counted once (the first one).
+        counting = run.throughput.flops_per_step is None and index == 0
+        counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
+        padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+        with strategy.sync_context(run.wrapped, sync=last), counter, padding:
+            with timer.phase("forward"):  # the step's forward and its bookkeeping
+                with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
+                    output = run.wrapped(batch, run.batch_idx)
+                loss, metrics = split_step_output(output, "training_step")
+                run.micro_batch_done()
+                if loss is None:
+                    raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                if nonfinite is not None:
+                    nonfinite.observe(loss)  # tensor ops; read when settled
+                num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
+                if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
+                    num_tokens = counted(num_tokens, micro_batch.num_real > 0)
+                    self.note_tokens(num_tokens)
+                weight = normalization.weight(num_tokens, micro_batch.num_real)
+                if sums is not None:
+                    sums.add({"loss": loss, **metrics}, weight)
+            if index == 0:
+                self.zero_grad()
+            hooks.call("on_before_backward", loss)
+            with timer.phase("backward"):
+                scaled = precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count, local_tokens))
+                if hooks.module_overrides("backward"):
+                    run.module.backward(scaled)
+                else:
+                    scaled.backward()
+        if hooks.any("on_after_backward"):  # outside the sync context: a last micro-batch's gradients are synced
+            hooks.call("on_after_backward")
+        if counting:
+            run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
+            if run.rank == 0:
+                write_flops_by_module(counter, os.path.join(run.run_dir, "flops.txt"))
+        if last and nonfinite is not None:
+            nonfinite.end_step(run.step + 1, run.epoch)
+        return output
+
+    def zero_grad(self) -> None:
+        """``on_before_zero_grad`` and ``optimizer_zero_grad`` (default: the gradients set to None)."""
+        run = self.run
+        run.hooks.call("on_before_zero_grad", run.optimizer)
+        if run.hooks.module_overrides("optimizer_zero_grad"):
+            run.module.optimizer_zero_grad(run.epoch, run.batch_idx - 1, run.optimizer)
+        else:
+            run.optimizer.zero_grad(set_to_none=True)
 
     # ----- 2. gradient normalisation and unscaling ---------------------------------------------------------
     def prepare_gradients(self, local_tokens: TokenCount | None) -> tuple[bool, torch.Tensor | None]:
@@ -149,28 +213,40 @@ class TrainStep:
         return stepped, found_inf
 
     # ----- 3. the optimizer step ---------------------------------------------------------------------------
-    def optimizer_step(self, stepped: bool, found_inf: torch.Tensor | None, log_now: bool) -> torch.Tensor | None:
-        """Clip, ``on_before_optimizer_step``, step and advance the schedule (unless fp16 skips on the
-        host), then zero the gradients. Returns the gradient norm where one was computed."""
+    def before_step(self, local_tokens: TokenCount | None, log_now: bool) -> tuple[bool, torch.Tensor | None, torch.Tensor | None]:
+        """After the last backward: normalise and unscale, then (unless fp16 skips on the host)
+        ``on_before_optimizer_step`` and clipping. Returns (stepped, fp16's overflow flag, grad norm)."""
         run, strategy, module, trainer = self.run, self.run.strategy, self.run.module, self.run.trainer
+        stepped, found_inf = self.prepare_gradients(local_tokens)
         grad_norm = None
+        if not stepped:
+            return stepped, found_inf, None
+        with run.breakdown.phase("optimizer"):
+            run.hooks.call("on_before_optimizer_step", run.optimizer)
+            if run.hooks.module_overrides("configure_gradient_clipping"):
+                if log_now:  # reported on logging steps: the norm before the module's clipping
+                    grad_norm = strategy.grad_norm(module)
+                module.configure_gradient_clipping(run.optimizer, trainer.gradient_clip_val, "norm")
+            elif trainer.gradient_clip_val is not None:
+                grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+            elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
+                grad_norm = strategy.grad_norm(module)
+        return stepped, found_inf, grad_norm
+
+    def step_optimizer(self, stepped: bool, found_inf: torch.Tensor | None) -> None:
+        """The optimizer step and the schedule (unless fp16 skips on the host). The gradients stay
+        until the next step's first forward has run (Lightning's place for zero_grad)."""
+        run = self.run
         with run.breakdown.phase("optimizer"):
             if stepped:
-                if trainer.gradient_clip_val is not None:
-                    grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
-                elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
-                    grad_norm = strategy.grad_norm(module)
-                module.on_before_optimizer_step(run.optimizer)
                 if found_inf is None:
-                    strategy.optimizer_step(run.optimizer)
+                    run.strategy.optimizer_step(run.optimizer)
                 else:
                     run.fp16.step(run.optimizer, found_inf)
                 run.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
                          run.precision.scaler.scale)
-            run.optimizer.zero_grad(set_to_none=True)
-        return grad_norm
 
     # ----- 4. the metrics (logging steps) ------------------------------------------------------------------
     def metrics(self, sums: WeightedSums, grad_norm: torch.Tensor | None) -> dict[str, float]:

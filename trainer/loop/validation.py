@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.api.hook_calls import call_module_hook
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.api.module import TrainModule
@@ -22,7 +21,8 @@ from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.loop.run_limits import val_sample_limit
 from trainer.loop.stream_limits import is_stream
 from trainer.data.streaming.validation import val_length
-from trainer.runtime.tensors import move_to_device
+from trainer.loop.eval_modes import EvalModes
+from trainer.loop.optimizer_step import transfer_batch
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import _Run
@@ -57,12 +57,10 @@ def check_validation_setup(run: _Run) -> None:
 def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
     """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics.
     ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
-    batches (-1: all), no hooks, nothing reduced or logged."""
+    batches (-1: all), the hooks called as in any pass, nothing reduced or logged."""
     if run.val_set is None:
         return {}
-    from trainer.callbacks.callback_list import call_hooks
-
-    module, strategy, sanity = run.module, run.strategy, sanity_batches is not None
+    module, strategy, hooks, sanity = run.module, run.strategy, run.hooks, sanity_batches is not None
     setting = run.trainer.limit_val_batches if not sanity else sanity_batches
     limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
                              val_length(run.val_set, setting))  # the first samples
@@ -84,46 +82,49 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
         with run.precision.autocast(run.device):
             return forward(batch, index)
     sums = WeightedSums(run.device)
-    was_training = module.training
-    module.eval()
+    if run.trainer.stage == "fit" and not sanity:
+        module.on_validation_model_zero_grad()  # (default: frees the gradients, as Lightning)
+    modes = EvalModes(module, "validation")
+    modes.enter()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
     logs = run.module_logs
     # self.log in validation_step and in the validation epoch hooks: aggregated over this whole pass
     # (a sanity pass's values are dropped: the next pass begins the stage afresh).
     with logs.stage("validate"):
-        if not sanity:
-            call_hooks(run.callbacks, "on_validation_epoch_start")
+        hooks.call("on_validation_start")
+        hooks.call("on_validation_epoch_start")
         with torch.no_grad():
             for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
                 bar.update()
-                batch = run.precision.convert_input(move_to_device(batch, run.device))
+                batch = run.precision.convert_input(transfer_batch(run, batch))
                 if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
                     for part_weight, values in strategy.evaluate(batch, run.precision, weight):
                         sums.add(values, part_weight)
                     continue
+                if index < real:
+                    hooks.call("on_validation_batch_start", batch, index)
                 with logs.micro_batch(weight):
                     outputs = step(batch, index)
                 loss, metrics = split_step_output(outputs, "validation_step")
                 if loss is not None:
                     metrics["loss"] = loss
                 sums.add(metrics, weight)
-                if not sanity and index < real:
-                    call_hooks(run.callbacks, "on_validation_batch_end", outputs, batch, index)
+                if index < real:
+                    hooks.call("on_validation_batch_end", outputs, batch, index)
         bar.close()
         strategy.after_evaluation(run.wrapped)
-        module.train(was_training)
-        if sanity:
-            return {}
-        metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
-        call_hooks(run.callbacks, "on_validation_epoch_end")  # what it logs belongs to this pass
-        merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
+        hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
+        metrics = {} if sanity else sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+        if not sanity:
+            merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
-    run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
-    call_module_hook(module, "on_validation_end", metrics)  # or Lightning's on_validation_end()
-    run.callbacks.on_validation_end(metrics)
+    if not sanity:
+        run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
+    hooks.call("on_validation_end", metrics)  # (Lightning's shape without the metrics works too)
+    modes.exit()
     return metrics
 
 

@@ -76,6 +76,14 @@ class LRScheduling:
         #: the names self.log was given so far in this run (set by the loop; for "logged" monitors)
         self.known_names: Any = set
 
+    def step_scheduler(self, scheduler: Any, metric: Any) -> None:
+        """Step one scheduler (``metric``: a ReduceLROnPlateau's monitored value, else None). The loop
+        replaces this with the module's ``lr_scheduler_step`` where the module overrides it."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
     def check_fit(self, has_val_set: bool, val_every_n_steps: int | None, rank: int) -> None:
         """At fit start: a ``val/`` monitor without validation data is an error (it is never logged)."""
         self._has_val_set = has_val_set
@@ -95,13 +103,13 @@ class LRScheduling:
     def after_optimizer_step(self) -> None:
         for index in self._by_event["step"]:
             if self._due(index):
-                self.configs[index].scheduler.step()
+                self.step_scheduler(self.configs[index].scheduler, None)
 
     def after_epoch(self) -> None:
         """After a finished epoch."""
         for index in self._by_event["epoch"]:
             if self._due(index):
-                self.configs[index].scheduler.step()
+                self.step_scheduler(self.configs[index].scheduler, None)
 
     def on_logging_step(self, step: int, metrics: dict[str, float]) -> None:
         """With the reduced training metrics of a logging step (Python floats: no sync)."""
@@ -141,7 +149,7 @@ class LRScheduling:
                     rank_zero_warn(log, "%s; strict=False: the scheduler skips this event (further misses are not reported)", message)
                 continue
             if self._due(index):
-                config.scheduler.step(metrics[config.monitor])
+                self.step_scheduler(config.scheduler, metrics[config.monitor])
 
     # ----- checkpoints ------------------------------------------------------------------------------
     def schedule_steps(self) -> int | None:

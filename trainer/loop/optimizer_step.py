@@ -1,0 +1,84 @@
+"""The pieces of the training step that Lightning hooks take over: the optimizer handed to an
+overridden ``optimizer_step``, the batch transfer hooks, and ``on_train_batch_start``'s return value."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from trainer.runtime.tensors import local_tensor, move_to_device
+
+if TYPE_CHECKING:
+    from trainer.loop.rank_run import _Run
+
+
+class OptimizerStep:
+    """What ``optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)`` receives as ``optimizer``:
+    ``step(closure=...)`` runs the closure (the last micro-batch's forward and backward, the hooks
+    before the step, clipping) and then the trainer's step (through the strategy and precision,
+    with the schedule). Everything else is the user's optimizer's (``param_groups``, ``state`` ...)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, step: Callable[[], None]):
+        self.optimizer = optimizer
+        self._step = step
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        self._step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+
+def skip_requested(result: Any) -> bool:
+    """Whether ``on_train_batch_start`` returned Lightning's -1 (skip the rest of the epoch)."""
+    return isinstance(result, int) and not isinstance(result, bool) and result == -1
+
+
+def refuse_skip_request(run: _Run, batch_idx: int) -> None:
+    """``on_train_batch_start`` returned something: Lightning's -1 skips the rest of the epoch, which
+    would leave ranks at different batches here; refused with what to use instead."""
+    raise ValueError(f"{type(run.module).__name__}.on_train_batch_start returned a value at batch {batch_idx}; "
+                     "returning -1 to skip the rest of the epoch is not supported (every rank must train the same "
+                     "global batches): use trainer.should_stop = True or limit_train_batches, and return None")
+
+
+def transfer_batch(run: _Run, batch: Any, non_blocking: bool = False, dataloader_idx: int = 0) -> Any:
+    """``batch`` on the run's device, through ``on_before_batch_transfer``, ``transfer_batch_to_device``
+    and ``on_after_batch_transfer`` where the datamodule or module overrides them (the datamodule's win)."""
+    before, transfer, after = (run.hooks.transfer[name] for name in
+                               ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))
+    if before is not None:
+        batch = before.on_before_batch_transfer(batch, dataloader_idx)
+    if transfer is not None:
+        batch = transfer.transfer_batch_to_device(batch, run.device, dataloader_idx)
+    else:
+        batch = move_to_device(batch, run.device, non_blocking=non_blocking)
+    if after is not None:
+        batch = after.on_after_batch_transfer(batch, dataloader_idx)
+    return batch
+
+
+def gradient_clipper(run: _Run) -> Callable[..., Any]:
+    """``self.clip_gradients(optimizer, val, algorithm)`` under automatic optimization (called from an
+    overridden ``configure_gradient_clipping``): "norm" clips the global norm over every rank's
+    shards and returns the norm before clipping, "value" clamps each element to ``[-val, val]``."""
+    def clip(optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = "norm") -> Any:
+        if gradient_clip_val is None:
+            return None
+        algorithm = gradient_clip_algorithm or "norm"
+        if algorithm == "norm":
+            return run.strategy.clip_grad_norm(run.module, gradient_clip_val)
+        if algorithm != "value":
+            raise ValueError(f"clip_gradients: gradient_clip_algorithm={algorithm!r} is not one of 'norm', 'value'")
+        with torch.no_grad():  # element-wise: each rank's shard alone is enough
+            for parameter in run.module.parameters():
+                if parameter.grad is not None:
+                    local_tensor(parameter.grad).clamp_(-gradient_clip_val, gradient_clip_val)
+        return None
+    return clip
