@@ -1,6 +1,7 @@
 """Callback hooks in Lightning's shape: ``(trainer, module, ...)`` with the Trainer object and the
-user's module, in order, the batch hooks once per micro-batch (as Lightning), the module's hook of the
-same name first; hooks of the former shape are refused when the Trainer is built."""
+user's module, in order, the batch hooks once per micro-batch (as Lightning), the callbacks' hook
+before the module's of the same name (Lightning's order; the whole order against Lightning itself:
+test_lightning_hook_order.py); hooks of the former shape are refused when the Trainer is built."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ class Recorder(Callback):
 
 
 class ModuleRecorder(Regressor):
-    """The module's Lightning hooks, recorded in the same list (they run before the callbacks')."""
+    """The module's Lightning hooks, recorded in the same list (they run after the callbacks')."""
 
     def __init__(self, calls: list, **kwargs):
         super().__init__(**kwargs)
@@ -100,8 +101,10 @@ class ModuleRecorder(Regressor):
 
 
 def expected_calls(epochs: int, steps_per_epoch: int, accumulate: int, val_batches: int) -> list[tuple]:
-    """The callback's calls for ``val_every_n_steps = steps_per_epoch`` (validation at each epoch's end)."""
-    calls = [("on_fit_start", None)]
+    """The callback's calls for ``val_every_n_steps = steps_per_epoch`` (validation at each epoch's end),
+    after a sanity pass of 2 batches (its hooks run; its metrics are not reduced: empty)."""
+    calls = [("on_fit_start", None), ("on_validation_epoch_start", None), ("on_validation_batch_end", 0),
+             ("on_validation_batch_end", 1), ("on_validation_epoch_end", None), ("on_validation_end", [])]
     step = 0
     for epoch in range(epochs):
         calls.append(("on_train_epoch_start", None))
@@ -123,13 +126,13 @@ def test_hooks_get_trainer_and_module_in_order_per_micro_batch(tmp_path):
     trainer = Trainer(run_dir=str(tmp_path), loggers=["jsonl"], progress_bar=False, callbacks=[callback], batch_size=4,
                       accumulate_grad_batches=2, max_steps=-1, max_epochs=2, limit_train_batches=2, val_every_n_steps=2)
     trainer.fit(module)
-    # The sanity pass (2 batches, the default) calls no hook: the first validation hooks are at step 2.
+    # The sanity pass (2 batches, the default) calls the validation hooks too, as Lightning.
     assert [c[1:] for c in calls if c[0] == "callback"] == expected_calls(2, 2, 2, 4)
     assert callback.trainers == {id(trainer)} and callback.modules == {id(module)}
-    # Where the module has the hook, its call comes right before the callback's, with the same detail.
+    # Where the module has the hook, its call comes right after the callback's, with the same detail.
     for index, (who, hook, detail) in enumerate(calls):
-        if who == "module" and hook != "on_fit_start":
-            assert calls[index + 1] == ("callback", hook, detail), calls[index: index + 2]
+        if who == "module":
+            assert calls[index - 1] == ("callback", hook, detail), calls[index - 1: index + 1]
 
 
 def test_batch_hooks_count_micro_batches_on_two_ranks(tmp_path):
@@ -138,10 +141,11 @@ def test_batch_hooks_count_micro_batches_on_two_ranks(tmp_path):
     for rank in (0, 1):
         with open(tmp_path / f"hook_counts_rank{rank}.json") as f:
             counts = json.load(f)
-        # 2 steps x 3 micro-batches on each rank; one validation pass of this rank's 2 batches (16 / 2 ranks / 4).
+        # 2 steps x 3 micro-batches on each rank; the sanity pass (2 global batches of 2 x 4 samples: this
+        # rank's 2 batches) and one validation pass of this rank's 2 batches (16 / 2 ranks / 4).
         assert counts["on_train_batch_start"] == counts["on_train_batch_end"] == 6, (rank, counts)
-        assert counts["on_train_step_end"] == 2 and counts["on_validation_batch_end"] == 2, (rank, counts)
-        assert counts["on_fit_start"] == counts["on_fit_end"] == counts["on_validation_end"] == 1
+        assert counts["on_train_step_end"] == 2 and counts["on_validation_batch_end"] == 2 + 2, (rank, counts)
+        assert counts["on_fit_start"] == counts["on_fit_end"] == 1 and counts["on_validation_end"] == 2
 
 
 class OldFitStart(Callback):
@@ -155,19 +159,28 @@ class OldEpochEnd(Callback):
 
 
 class LightningValidationEnd(Callback):
-    def on_validation_end(self, trainer, pl_module):  # Lightning's: ours also passes the metrics
-        pass
+    def __init__(self):
+        self.metrics = []
+
+    def on_validation_end(self, trainer, pl_module):  # Lightning's shape: called without our metrics
+        self.metrics.append(dict(trainer.callback_metrics))
 
 
 @pytest.mark.parametrize("callback, message", [
     (OldFitStart(), r"OldFitStart.on_fit_start does not take \(trainer, module\): callback hooks have Lightning's "
                     r"shape on_fit_start\(self, trainer, module\); .*run_of\(trainer\)"),
     (OldEpochEnd(), r"OldEpochEnd.on_train_epoch_end does not take \(trainer, module\)"),
-    (LightningValidationEnd(), r"on_validation_end does not take \(trainer, module, metrics\)"),
 ])
 def test_a_hook_of_the_former_shape_is_refused_when_the_trainer_is_built(callback, message):
     with pytest.raises(TypeError, match=message):
         Trainer(callbacks=[callback])
+
+
+def test_lightnings_on_validation_end_shape_is_called_without_the_metrics(tmp_path):
+    callback = LightningValidationEnd()
+    run_trainer(tmp_path, Regressor(val_samples=8), max_steps=2, val_every_n_steps=2, callbacks=[callback])
+    assert len(callback.metrics) == 2  # the sanity pass, then step 2's
+    assert "val/loss" in callback.metrics[-1]
 
 
 class CheckpointHooks(Callback):

@@ -92,16 +92,9 @@ def test_datamodule_ddp_two_ranks_equals_one_process(tmp_path):
     assert ddp.test()["test/loss"] == pytest.approx(one.test()["test/loss"], rel=1e-5)
 
 
-def test_not_a_datamodule_and_unsupported_hooks_are_errors(tmp_path):
+def test_not_a_datamodule_is_an_error(tmp_path):
     with pytest.raises(TypeError, match=r"datamodule= expects a trainer.DataModule"):
         trainer(tmp_path, "x").fit(Steps(), datamodule=object())
-
-    class WithTeardown(Regressions):
-        def teardown(self, stage):
-            pass
-
-    with pytest.raises(TypeError, match=r"WithTeardown defines teardown\(\), which the trainer never calls"):
-        trainer(tmp_path, "x").fit(Steps(), datamodule=WithTeardown())
 
 
 def test_train_py_datamodule_group(tmp_path):

@@ -178,9 +178,9 @@ def test_missing_monitor_key_is_a_clear_error_on_every_rank(tmp_path):
 
 
 # ----- hook order ----------------------------------------------------------------------------------------------------
-def module_then_callback(*hooks):
-    """The documented order (trainer/api/callback.py): each hook on the module, then on the callbacks."""
-    return [(owner, hook, argument) for hook, argument in hooks for owner in ("module", "callback")]
+def callback_then_module(*hooks):
+    """Lightning's order (trainer/api/hook_table.py): each hook on the callbacks, then on the module."""
+    return [(owner, hook, argument) for hook, argument in hooks for owner in ("callback", "module")]
 
 
 def test_hooks_fire_in_the_documented_order(tmp_path):
@@ -189,8 +189,8 @@ def test_hooks_fire_in_the_documented_order(tmp_path):
     module = HookOrderRegressor(calls, num_samples=16, val_samples=8)
     run_trainer(tmp_path, module, batch_size=8, max_steps=4, log_every_n_steps=3, val_every_n_steps=2,
                 callbacks=[HookRecorder(calls)])
-    assert calls == module_then_callback(
-        ("on_fit_start", None),
+    assert calls == callback_then_module(
+        ("on_fit_start", None), ("on_validation_end", 0),  # the sanity pass
         ("on_train_step_end", (1, False)),
         ("on_train_step_end", (2, False)), ("on_validation_end", 2), ("on_train_epoch_end", 0),
         ("on_train_step_end", (3, True)),
@@ -206,8 +206,8 @@ def test_a_stop_ends_like_a_normal_end(tmp_path):
     module = HookOrderRegressor(calls, num_samples=16, val_samples=8)
     run_trainer(tmp_path, module, batch_size=8, max_steps=10, log_every_n_steps=2, val_every_n_steps=2,
                 callbacks=[HookRecorder(calls, stop_at=3)], checkpoint=dict(save_last=True))
-    assert calls == module_then_callback(
-        ("on_fit_start", None),
+    assert calls == callback_then_module(
+        ("on_fit_start", None), ("on_validation_end", 0),  # the sanity pass
         ("on_train_step_end", (1, False)),
         ("on_train_step_end", (2, True)), ("on_validation_end", 2), ("on_train_epoch_end", 0),
         ("on_train_step_end", (3, False)),  # the callback asks to stop here
@@ -267,6 +267,8 @@ class FakeRun:
 
 
 class FakeTrainer:
+    sanity_checking = False
+
     def __init__(self):
         self.run = FakeRun()
         self._run_view = RunView(self.run)
