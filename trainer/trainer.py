@@ -106,7 +106,7 @@ class Trainer(TrainerRunState):
             into the module passed to ``fit``. False: for models too big for one process's memory;
             the module keeps its initial weights, and ``validate(module)`` then needs ``ckpt_path``.
         callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
-            Timer, your own), called after the module's hook of the same name, in this order (what
+            Timer, your own), called before the module's hook of the same name (Lightning's order), in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers (with the module's
             ``save_hyperparameters()`` under "hparams").

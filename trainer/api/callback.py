@@ -1,37 +1,17 @@
 """The Callback interface: code that watches (and may stop) a run without being part of the model.
 
 Every hook takes Lightning's leading arguments ``(trainer, module)``: the :class:`~trainer.Trainer`
-running the fit and the user's :class:`~trainer.api.module.TrainModule`. Where each hook fires, in
-``Trainer.fit`` (the module's hook of the same name always runs first, then the callbacks' in the
-order they were given)::
+running the fit and the user's :class:`~trainer.api.module.TrainModule`. Every Lightning callback
+hook is called, where Lightning calls it and in its order: the callbacks' hook before the module's
+hook of the same name, the callbacks in the order given (the whole loop with every hook:
+``trainer/api/module.py``; the table: ``trainer/api/hook_table.py``). Ours besides Lightning's:
+``on_train_step_end(trainer, module, step, metrics)`` after each optimizer step, and
+``on_validation_end`` also gets the reduced metrics (Lightning's shape without them works too).
+Callbacks with ``watches_metrics = True`` (EarlyStopping) get ``on_train_epoch_end`` after the module.
 
-    restore a checkpoint (trainer.resume): on_load_checkpoint(trainer, module, checkpoint), then
-        callback.load_state_dict(state) for each callback
-    on_fit_start(trainer, module)
-    sanity validation (trainer.num_sanity_val_steps batches; no hooks, nothing logged)
-    for epoch in epochs:
-        on_train_epoch_start(trainer, module)
-        for step in the epoch's optimizer steps:          # step counts from 1
-            for micro_batch in the step's micro-batches:   # per micro-batch, as Lightning
-                on_train_batch_start(trainer, module, batch, batch_idx)
-                forward / backward
-                on_train_batch_end(trainer, module, outputs, batch, batch_idx)   # outputs: training_step's return
-            optimizer step
-            on_train_step_end(trainer, module, step, metrics)     # ours: metrics on logging steps, else None
-            every val_every_n_steps (and at epoch ends with check_val_every_n_epoch): validation pass
-                on_validation_epoch_start(trainer, module)
-                on_validation_batch_end(trainer, module, outputs, batch, batch_idx)   # per batch
-                on_validation_epoch_end(trainer, module)
-                on_validation_end(trainer, module, metrics)     # ours: the val/ metrics (Lightning's has none)
-            checkpoint if due (on rank 0: on_save_checkpoint(trainer, module, checkpoint), state_dict())
-            stop here if a callback asked to stop                  # every rank together
-        on_train_epoch_end(trainer, module)   # not for an epoch a stop cut short
-    final validation (unless this step validated), save_last      # also after a stop
-    on_fit_end(trainer, module)
-
-``Trainer.validate`` calls only the validation hooks. A callback whose hook has the shape of
-before (``on_fit_start(self, run)``, ``on_train_step_end(self, run, step, metrics)``) is refused
-when the Trainer is built, naming the new shape (``trainer/callbacks/hook_shapes.py``).
+A callback whose hook has the shape of before (``on_fit_start(self, run)``,
+``on_train_step_end(self, run, step, metrics)``) is refused when the Trainer is built, naming the
+new shape (``trainer/callbacks/hook_shapes.py``).
 """
 
 from __future__ import annotations
@@ -48,8 +28,8 @@ if TYPE_CHECKING:
 class Callback:
     """Base class of callbacks: every hook is a no-op; override the ones you need.
 
-    Every hook runs on every rank, after the module's hook of the same name (the order is in
-    ``trainer/api/callback.py``'s docstring and in ``trainer/api/module.py``), with ``trainer`` (the
+    Every hook runs on every rank, before the module's hook of the same name (the order is in
+    ``trainer/api/module.py``'s docstring), with ``trainer`` (the
     Trainer: its settings, e.g. ``trainer.log_every_n_steps``, and progress) and ``module``. While a
     fit runs, :func:`run_of` gives a callback the rank's :class:`~trainer.api.run_view.RunView`, a
     read-only view for what the Trainer object does not carry: ``view.optimizers``,

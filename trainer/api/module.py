@@ -1,64 +1,74 @@
 """TrainModule: the hooks a user overrides.
 
-The whole loop, with every hook where it fires (``Trainer.fit``)::
+The whole loop, with every hook where it fires (``Trainer.fit``). Hooks that callbacks share run on
+the callbacks first, then on the module (Lightning's order; the table: ``trainer/api/hook_table.py``)::
 
     launcher process:  Trainer(...) validates the config; module.__init__ ran already
     every rank:
+        module.configure_callbacks()          # callbacks it brings (replacing the Trainer's of their class)
+        datamodule.prepare_data(); module.prepare_data()   # local rank 0 of each node only; the others wait
         seed_everything(seed)
-        module.prepare_data()                 # local rank 0 of each node only; the others wait
+        setup(stage): datamodule (under the data seed), callbacks, module
         module.configure_model()              # build layers here (or in __init__); on the meta device
                                               # with strategy.meta_init=true
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
         module.train_dataloader(); module.val_dataloader() or module.val_dataset()   # the data hooks run
-                                              # under one seed on every rank (derived from seed)
+                                              # here, under one seed on every rank (derived from seed)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
         seed_everything(per-rank seed)        # dropout, augmentation: a stream per rank from here on
-        module.train_dataset()                # unless train_dataloader() returned a loader; under the
-                                              # same data seed as train_dataloader()
         optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
-        restore a checkpoint (ckpt_path= or trainer.resume), callbacks' state included
-        module.on_fit_start();                callback.on_fit_start(trainer, module) for each callback
-        sanity validation of trainer.num_sanity_val_steps batches (no hooks, nothing logged, RNG kept)
+        restore a checkpoint (ckpt_path= or trainer.resume): module.on_load_checkpoint(checkpoint),
+            datamodule.load_state_dict, callbacks' on_load_checkpoint and load_state_dict
+        on_fit_start
+        sanity check (trainer.num_sanity_val_steps batches): on_sanity_check_start, the validation
+            hooks below (nothing logged, RNG kept), on_sanity_check_end
+        on_train_start
         for epoch in epochs:
-            module.on_train_epoch_start()       (callbacks: the same hook with (trainer, module) first)
+            on_train_epoch_start
             for step in global batches of the epoch:      # one optimizer step each
                 for micro_batch in the step's K micro-batches:   # gradient sync only on the last
-                    module.on_train_batch_start(micro_batch, index)
+                    on_before_batch_transfer / transfer_batch_to_device / on_after_batch_transfer
+                    on_train_batch_start(micro_batch, index)
+                    (last micro-batch: module.optimizer_step(epoch, index, optimizer, closure) -> optimizer.step(closure),
+                     the closure running the lines below up to the clipping)
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
-                    backward(loss scaled to the global batch)
-                    module.on_train_batch_end(out, micro_batch, index)
+                    first micro-batch: on_before_zero_grad(optimizer); module.optimizer_zero_grad(...)
+                    on_before_backward(loss); module.backward(loss scaled to the global batch); on_after_backward
+                    last micro-batch: on_before_optimizer_step(optimizer) (unclipped gradients);
+                        module.configure_gradient_clipping(...) (gradient_clip_val); the optimizer step;
+                        interval="step" schedulers (module.lr_scheduler_step)
+                    on_train_batch_end(out, micro_batch, index)
                 # (automatic_optimization = False: training_step alone, once per step, steps the
-                #  optimizers itself; none of the lines below up to on_train_step_end: manual_optimization.py)
-                clip gradients (gradient_clip_val); module.on_before_optimizer_step(optimizer)
-                optimizer.step(); interval="step" schedulers (every frequency steps); optimizer.zero_grad()
+                #  optimizers itself; manual_backward calls the backward hooks, opt.step() on_before_optimizer_step)
                 on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
-                module.on_train_step_end(step, metrics_or_None);  callback.on_train_step_end(trainer, module, step, ...)
+                on_train_step_end(step, metrics_or_None)     # ours: the reduced metrics on logging steps
                 every val_every_n_steps (and at epoch ends with check_val_every_n_epoch):
-                    module.on_validation_epoch_start()
-                    module.validation_step(batch, index) over the val set (limit_val_batches);
-                        module.on_validation_batch_end(out, batch, index) after each
-                    ReduceLROnPlateau schedulers monitoring "val/..." metrics
-                    module.on_validation_epoch_end()
-                    module.on_validation_end(metrics);  callback.on_validation_end(trainer, module, metrics)
-                checkpoint if due
+                    module.on_validation_model_zero_grad(); module.on_validation_model_eval()
+                    on_validation_start; on_validation_epoch_start
+                    per batch: transfer hooks, on_validation_batch_start, module.validation_step(batch, index)
+                        (limit_val_batches), on_validation_batch_end(out, batch, index)
+                    on_validation_epoch_end; the metrics reduced; ReduceLROnPlateau schedulers on "val/..."
+                    on_validation_end(metrics); module.on_validation_model_train() (default: modes put back)
+                checkpoint if due (on rank 0: callbacks' state_dict and on_save_checkpoint, the module's)
                 stop here, on every rank, if a callback called run.request_stop(reason)
                     (or trainer.should_stop = True was set: on every rank at the next logging step)
-            module.on_train_epoch_end(epoch);     [self.log's on_epoch values logged]
-                                              callback.on_train_epoch_end(trainer, module)   # finished epochs only:
+            on_train_epoch_end: callbacks, module (epoch), [self.log's on_epoch values logged],
+                then the callbacks that watch metrics (EarlyStopping) # finished epochs only:
                                               # not after a stop or max_steps mid-epoch (a resume goes on inside it)
             interval="epoch" schedulers (every frequency finished epochs)
         final validation (unless the last step validated); save_last checkpoint
-        module.on_fit_end();                  callback.on_fit_end(trainer, module)
+        on_train_end; on_fit_end
+        teardown(stage): datamodule, callbacks, module       # (an error instead: callbacks' and the
+                                                             #  datamodule's on_exception, then raised)
     launcher process (spawned workers): the trained full weights are loaded into the caller's module
         (configure_model() first if it builds layers), unless trainer.return_weights=false
 
-``Trainer.validate`` / ``test`` / ``predict`` run the same set-up without the optimizer, then one pass
-of ``validation_step`` / ``test_step`` / ``predict_step`` over the set (``trainer/loop/evaluation.py``). With
-``datamodule=`` (``trainer/api/datamodule.py``), ``datamodule.prepare_data()`` follows ``module.prepare_data()``,
-then ``datamodule.setup(stage)`` runs on every rank, and its data hooks replace the module's per stage.
-
-Callbacks (``Trainer(callbacks=[...])``, see ``trainer/api/callback.py``) run after the module's
-hook of the same name, in the order given.
+``Trainer.validate`` / ``test`` / ``predict`` run the same set-up (``setup(stage)``) without the optimizer,
+then one pass of ``validation_step`` / ``test_step`` / ``predict_step`` over the set with their
+hooks (``on_test_model_eval``, ``on_test_start``, ``on_test_epoch_start``, ``on_test_batch_start`` /
+``end``, ``on_test_epoch_end``, ``on_test_end``, ``on_test_model_train``; the same for predict), then
+``teardown(stage)`` (``trainer/loop/evaluation.py``). With ``datamodule=``
+(``trainer/api/datamodule.py``), its data hooks replace the module's per stage.
 
 A user's module never calls ``torch.distributed``: the trainer spreads the data, reduces the
 metrics and syncs the gradients.

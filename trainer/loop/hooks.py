@@ -39,6 +39,7 @@ class RunHooks:
         self._calls: dict[str, list[Callable[..., Any]]] = {}
         #: which object's batch transfer hooks run (the datamodule's where it overrides them, as Lightning)
         self.transfer = {name: self._transfer_owner(name) for name in BEHAVIOUR_HOOKS if "batch" in name}
+        self._overridden = {name: overrides(module, TrainModule, name) for name in BEHAVIOUR_HOOKS}
 
     def _transfer_owner(self, name: str) -> Any:
         if self.datamodule is not None and overrides(self.datamodule, DataModule, name):
@@ -47,7 +48,7 @@ class RunHooks:
 
     def module_overrides(self, name: str) -> bool:
         """Whether the module overrides the behaviour hook ``name`` (else the loop's fast path does the same)."""
-        return overrides(self.module, TrainModule, name)
+        return self._overridden[name]
 
     def call(self, name: str, *args: Any) -> Any:
         """Call hook ``name`` on its receivers, in the table's order; returns what the last one returned

@@ -1,0 +1,149 @@
+"""The hooks that replace what the trainer does (``optimizer_step`` with its closure,
+``optimizer_zero_grad``, ``configure_gradient_clipping`` with ``self.clip_gradients``,
+``lr_scheduler_step``, ``backward``, the batch transfer hooks) compute what they compute under
+Lightning itself: one program, run under both on one process with the same data order, gives the
+same losses and weights (1e-6); and ``on_exception`` / ``on_train_batch_start`` returning -1."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+lightning = pytest.importorskip("lightning.pytorch", reason="Lightning (a dev dependency) is the oracle")
+
+SAMPLES, BATCH, ACCUMULATE = 24, 4, 2
+
+
+def _data():
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(SAMPLES, 3, generator=generator)
+    return TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.1 * torch.randn(SAMPLES, 1, generator=generator))
+
+
+def program(base: type) -> type:
+    """A module overriding every behaviour hook, written once for Lightning's base class and ours."""
+
+    class Module(base):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = torch.nn.Linear(3, 1)
+            self.losses, self.scheduler_steps, self.zeroed = [], 0, 0
+
+        def forward(self, x):
+            return self.layer(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.losses.append(loss.item())
+            return loss
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.2, momentum=0.5)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5),
+                                                             "interval": "step"}}
+
+        def train_dataloader(self):
+            return DataLoader(_data(), batch_size=BATCH)
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            x, y = batch
+            return x * 0.5, y  # used by the step: changes the weights if ignored
+
+        def backward(self, loss, *args, **kwargs):
+            (loss * 2.0).backward()  # used: doubles every gradient
+
+        def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+            self.zeroed += 1
+            optimizer.zero_grad()
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            warmup = min(1.0, (self.global_step + 1) / 3)  # a hand warm-up on top of the scheduler
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] * warmup
+            optimizer.step(closure=optimizer_closure)
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] / warmup
+
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            self.clip_gradients(optimizer, gradient_clip_val=0.3, gradient_clip_algorithm="value")
+
+        def lr_scheduler_step(self, scheduler, metric):
+            self.scheduler_steps += 1
+            scheduler.step()
+
+    return Module
+
+
+def _weights(module):
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def test_behaviour_hooks_train_as_under_lightning(tmp_path):
+    from trainer import TrainModule, Trainer
+
+    reference = program(lightning.LightningModule)()
+    lightning.Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
+                      enable_checkpointing=False, enable_model_summary=False, accumulate_grad_batches=ACCUMULATE,
+                      default_root_dir=str(tmp_path / "lightning"), num_sanity_val_steps=0).fit(reference)
+    ours = program(TrainModule)()
+    Trainer(max_epochs=2, progress_bar=False, loggers=[], enable_model_summary=False, batch_size=BATCH,
+            accumulate_grad_batches=ACCUMULATE, run_dir=str(tmp_path / "ours")).fit(ours)
+    assert ours.losses == pytest.approx(reference.losses, rel=1e-6)
+    assert torch.allclose(_weights(ours), _weights(reference), rtol=1e-6, atol=1e-7)
+    steps = 2 * SAMPLES // (BATCH * ACCUMULATE)
+    assert ours.scheduler_steps == reference.scheduler_steps == steps
+    assert ours.zeroed == reference.zeroed == steps
+    plain = program(TrainModule)()  # the hooks matter: without them the weights differ
+    for name in ("on_after_batch_transfer", "backward", "optimizer_step", "configure_gradient_clipping"):
+        setattr(plain, name, types.MethodType(getattr(TrainModule, name), plain))
+    Trainer(max_epochs=2, progress_bar=False, loggers=[], enable_model_summary=False, batch_size=BATCH,
+            accumulate_grad_batches=ACCUMULATE, run_dir=str(tmp_path / "plain")).fit(plain)
+    assert not torch.allclose(_weights(plain), _weights(ours), rtol=1e-3)
+
+
+def test_an_optimizer_step_that_never_calls_the_closure_is_an_error(tmp_path):
+    from trainer import TrainModule, Trainer
+
+    class Skipping(program(TrainModule)):
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            pass
+
+    with pytest.raises(RuntimeError, match="optimizer_step did not call optimizer_closure"):
+        Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path)).fit(Skipping())
+
+
+def test_on_exception_gets_the_error_and_it_is_raised(tmp_path):
+    from trainer import TrainModule, Trainer
+    from trainer.api.callback import Callback
+
+    class Failing(program(TrainModule)):
+        def training_step(self, batch, batch_idx):
+            raise ValueError("broken step")
+
+    class Seen(Callback):
+        errors: list = []
+
+        def on_exception(self, trainer, module, exception):
+            self.errors.append(exception)
+
+    seen = Seen()
+    with pytest.raises(ValueError, match="broken step"):
+        Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path),
+                callbacks=[seen]).fit(Failing())
+    assert [str(error) for error in seen.errors] == ["broken step"]
+
+
+def test_skipping_the_rest_of_an_epoch_is_refused(tmp_path):
+    from trainer import TrainModule, Trainer
+
+    class Skips(program(TrainModule)):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1
+
+    with pytest.raises(ValueError, match="returning -1 to skip the rest of the epoch is not supported"):
+        Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path)).fit(Skips())
