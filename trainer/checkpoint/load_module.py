@@ -95,14 +95,20 @@ def _pickled(checkpoint: str) -> dict[str, dict[str, bytes]]:
 
 def _arguments(cls: type, path: str, saved: SavedHparams, overrides: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments ``cls`` is built with: the saved hyperparameters, ``overrides`` winning."""
-    missing_secrets = [key for key in saved.redacted if key not in overrides]
+    required, accepted = _init_parameters(cls)
+    as_one = saved.name is not None and (accepted is None or saved.name in accepted) and saved.name not in overrides
+
+    def needed(key: str) -> bool:  # a key __init__ takes (others are not passed: their loss does not matter)
+        return key not in overrides and (as_one or accepted is None or key in accepted)
+
+    missing_secrets = [key for key in saved.redacted if needed(key)]
     if missing_secrets:
         raise ValueError(
             f"{cls.__name__}.load_from_checkpoint: the hyperparameter(s) {missing_secrets} were redacted when the "
             f"checkpoint was written (secrets are never stored); pass them again: "
             f"load_from_checkpoint(path, {', '.join(k + '=...' for k in missing_secrets)})"
         )
-    unstored = {key: why for key, why in saved.unstored.items() if key not in overrides}
+    unstored = {key: why for key, why in saved.unstored.items() if needed(key)}
     if unstored:
         raise ValueError(
             f"{cls.__name__}.load_from_checkpoint: the hyperparameter(s) {sorted(unstored)} cannot be rebuilt from the "
@@ -110,10 +116,9 @@ def _arguments(cls: type, path: str, saved: SavedHparams, overrides: dict[str, A
             f"load_from_checkpoint(path, {', '.join(k + '=...' for k in sorted(unstored))})"
         )
     hparams = dict(saved.values)
-    required, accepted = _init_parameters(cls)
-    if saved.name is not None and (accepted is None or saved.name in accepted) and saved.name not in overrides:
+    if as_one:
         hparams = {saved.name: hparams}  # save_hyperparameters(config): __init__(self, config) gets it back
-    if accepted is not None:  # saved from a dict (save_hyperparameters({...})): only what __init__ takes
+    if accepted is not None:  # only what __init__ takes (not keys added to self.hparams later, as Lightning)
         hparams = {key: value for key, value in hparams.items() if key in accepted}
     arguments = {**hparams, **overrides}
     missing = [name for name in required if name not in arguments]
