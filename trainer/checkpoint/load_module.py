@@ -96,6 +96,10 @@ def _pickled(checkpoint: str) -> dict[str, dict[str, bytes]]:
 def _arguments(cls: type, path: str, saved: SavedHparams, overrides: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments ``cls`` is built with: the saved hyperparameters, ``overrides`` winning."""
     required, accepted = _init_parameters(cls)
+    if "hparams_file" in overrides and accepted is not None and "hparams_file" not in accepted:
+        raise ValueError(f"{cls.__name__}.load_from_checkpoint(hparams_file=...): not supported here (the checkpoint "
+                         "holds the hyperparameters, objects included); pass the values to change as keyword "
+                         "arguments: load_from_checkpoint(path, lr=...)")
     as_one = saved.name is not None and (accepted is None or saved.name in accepted) and saved.name not in overrides
 
     def needed(key: str) -> bool:  # a key __init__ takes (others are not passed: their loss does not matter)

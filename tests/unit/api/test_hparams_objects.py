@@ -185,6 +185,8 @@ def test_hparams_yaml_and_loggers_readable_and_redacted_everywhere(tmp_path, cap
                                              "    (0): Linear(in_features=3, out_features=5, bias=True)"]
     assert shown["batch_size"] == 4 and "loss" not in shown  # added after save_hyperparameters: not logged
     assert "!!python" not in open(tmp_path / "hparams.yaml").read()
+    events = b"".join(path.read_bytes() for path in tmp_path.glob("events.out.tfevents.*"))
+    assert b"functools.partial(torch.optim.AdamW, lr=0.001)" in events  # TensorBoard's HPARAMS tab and text
     for path in tmp_path.rglob("*"):  # event files, trainer_state.json, hparams.pt: no secret anywhere
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
@@ -193,6 +195,8 @@ def test_hparams_yaml_and_loggers_readable_and_redacted_everywhere(tmp_path, cap
     assert state["datamodule_hparams"]["values"] == {"batch_size": 4, "samples": 16, "scale": [1.0, 2.0]}
     with pytest.raises(ValueError, match=r"\['client'\] were redacted .* load_from_checkpoint\(path, client=\.\.\.\)"):
         ours.Lit.load_from_checkpoint(root)
+    with pytest.raises(ValueError, match="hparams_file=...\\): not supported here"):
+        ours.Lit.load_from_checkpoint(root, hparams_file="hparams.yaml")
     client = functools.partial(ours.Client, api_key="given-again")
     assert ours.Lit.load_from_checkpoint(root, client=client).hparams.client is client
 
