@@ -256,3 +256,21 @@ def test_weights_only_loads_no_object_and_resuming_never_reads_them(tmp_path):
     resumed, data = ours.build()
     fit_ours(tmp_path, resumed, data, steps=6, resume=os.path.join(root, "step-000000004"))
     assert os.path.isdir(os.path.join(root, "step-000000006"))
+
+
+def test_fsdp_changing_the_net_in_place_still_rebuilds(tmp_path, monkeypatch):
+    """FSDP makes ``net`` a unit of its own and changes its class in place: the hyperparameter is
+    pickled when training starts, before that, so the two-rank checkpoint rebuilds in one process."""
+    from trainer.strategies.fsdp import FSDPStrategy
+
+    source = open(PROGRAM).read().replace("import lightning as L", OUR_IMPORT)
+    (tmp_path / "hparams_program_spawned.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned ranks import the program by name
+    import hparams_program_spawned as spawned
+
+    module, data = spawned.build()
+    root = fit_ours(tmp_path / "run", module, data, devices=2, batch_size=4, strategy=FSDPStrategy(wrap=["Net"]),
+                    collective_timeout_s=120)
+    loaded = spawned.Lit.load_from_checkpoint(root)
+    assert type(loaded.net) is spawned.Net and loaded.hparams.net is loaded.net
+    same_weights(loaded, module)
