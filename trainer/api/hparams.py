@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from argparse import Namespace
 from types import FrameType
 from typing import Any, Iterable, Mapping
+
+from trainer.runtime.rank_logging import rank_zero_warn
+
+log = logging.getLogger(__name__)
 
 #: How far up the stack ``save_hyperparameters`` looks for the ``__init__`` it was called from.
 _MAX_FRAMES = 32
@@ -118,9 +123,9 @@ def collect(obj: Any, args: tuple, ignore: str | Iterable[str] | None, frame: Fr
         chosen = {key: available[key] for key in args} if args else available
     ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
     unknown = [key for key in ignored if key not in chosen and key not in saved]
-    if unknown:
-        raise ValueError(f"save_hyperparameters(ignore={ignored}): {unknown} are not among the hyperparameters "
-                         f"{sorted({*chosen, *saved})}")
+    if unknown:  # nothing to leave out (Lightning accepts it): said, in case of a misspelt name
+        rank_zero_warn(log, "save_hyperparameters(ignore=%s): %s are not among the hyperparameters %s; nothing "
+                       "left out for them", ignored, unknown, sorted({*chosen, *saved}))
     return {key: value for key, value in chosen.items() if key not in ignored}, ignored, name
 
 
