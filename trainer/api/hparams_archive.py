@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: The file in a checkpoint directory.
 FILENAME = "hparams.pt"
+#: A pickled hyperparameter this large is worth a word (a model passed to ``__init__``, with its weights).
+LARGE_BYTES = 64 * 2**20
 #: The part of the file (and of ``trainer_state.json``) each owner's hyperparameters go under.
 PARTS = {"module": "hparams", "datamodule": "datamodule_hparams"}
 
@@ -83,4 +85,8 @@ class HparamsArchive:
             log.warning("hyperparameter %r of %s holds the value of a secret environment variable: checkpoints do not "
                         "store it, and load_from_checkpoint will need %s=... passed", key, owner, key)
             return None
+        if len(blob) > LARGE_BYTES:
+            log.warning("hyperparameter %r of %s takes %.0f MiB pickled (its weights as they were when training "
+                        "started), written into every checkpoint's %s; save_hyperparameters(ignore=[%r]) and "
+                        "load_from_checkpoint(path, %s=...) avoid that", key, owner, len(blob) / 2**20, FILENAME, key, key)
         return blob
