@@ -82,19 +82,31 @@ def test_objects_stay_objects_with_later_additions_and_the_initial_copy():
     assert dict(data.hparams) == {"batch_size": 4, "samples": 16, "scale": (1.0, 2.0)}
 
 
-class Frames(TrainModule):
-    def __init__(self, lr=0.1, width=3, table=None):
-        super().__init__()
-        self._save(logger=False)
+def idioms(base):
+    """Three ways of calling save_hyperparameters, on ``base`` (ours or Lightning's module class)."""
 
-    def _save(self, logger):  # called from __init__: its frame is found above this one
-        self.save_hyperparameters(ignore="table", logger=logger)
+    class Frames(base):
+        def __init__(self, lr=0.1, width=3, table=None):
+            super().__init__()
+            self._save(logger=False)
 
+        def _save(self, logger):  # called from __init__: its frame is found above this one
+            self.save_hyperparameters(ignore="table", logger=logger)
 
-class Twice(Frames):
-    def __init__(self, depth=2, lr=0.3):
-        super().__init__(lr=lr)
-        self.save_hyperparameters(ignore="width")  # adds to the base's, drops one of them
+    class Twice(Frames):
+        def __init__(self, depth=2, lr=0.3):
+            super().__init__(lr=lr)
+            self.save_hyperparameters(ignore="width")  # adds to the base's, drops one of them
+
+    class Explicit(base):
+        def __init__(self, a=1, b=2):
+            super().__init__()
+            self._later(sys._getframe())
+
+        def _later(self, frame):
+            self.save_hyperparameters("a", frame=frame)
+
+    return [Frames(lr=0.2), Twice(depth=5), Explicit(a=4)]
 
 
 class FromConfig(DataModule):
@@ -104,9 +116,12 @@ class FromConfig(DataModule):
 
 
 def test_frame_logger_a_second_call_and_a_namespace():
-    module = Frames(lr=0.2)
-    assert dict(module.hparams) == {"lr": 0.2, "width": 3} and module._log_hyperparams is False
-    assert dict(Twice(depth=5).hparams) == {"lr": 0.3, "depth": 5}
+    import lightning as L
+
+    ours, theirs = idioms(TrainModule), idioms(L.LightningModule)
+    assert [dict(m.hparams) for m in ours] == [{"lr": 0.2, "width": 3}, {"lr": 0.3, "depth": 5}, {"a": 4}]
+    assert [dict(m.hparams) for m in ours] == [dict(m.hparams) for m in theirs]
+    assert ours[0]._log_hyperparams is theirs[0]._log_hyperparams is False
 
     def build(lr=0.5):
         frame = sys._getframe()
@@ -134,7 +149,8 @@ class Logged(DataModule):
 def test_module_and_datamodule_hparams_go_to_the_loggers_together_and_a_clash_is_an_error():
     from trainer.api.hparams import merged_for_loggers
 
-    assert merged_for_loggers(Frames(lr=0.1), Logged(lr=0.2)) == {"lr": 0.2, "size": 4}  # logger=False: not logged
+    frames = idioms(TrainModule)[0]
+    assert merged_for_loggers(frames, Logged(lr=0.2)) == {"lr": 0.2, "size": 4}  # logger=False: not logged
     assert merged_for_loggers(Logged(), Logged()) == {"lr": 0.1, "size": 4}
     with pytest.raises(RuntimeError, match=r"\['size'\] are saved by both Logged and Logged with different values"):
         merged_for_loggers(Logged(size=4), Logged(size=5))
