@@ -47,7 +47,7 @@ class DataModule(HyperparametersMixin):
     # save_hyperparameters(), hparams, hparams_initial: trainer/api/hparams.py (saved with every
     # checkpoint of a fit given this datamodule, and sent to the loggers with the module's)
     @classmethod
-    def load_from_checkpoint(cls, path: str, weights_only: bool | None = None, **overrides: Any) -> Any:
+    def load_from_checkpoint(cls, path: str | None = None, weights_only: bool | None = None, **overrides: Any) -> Any:
         """A datamodule built from the hyperparameters this class saved in checkpoint ``path`` (a
         checkpoint directory, a file in it or a directory of checkpoints), ``overrides`` winning.
         Objects among them are unpickled from the checkpoint's ``hparams.pt`` unless

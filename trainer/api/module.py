@@ -121,10 +121,10 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
 
     # ----- hyperparameters: save_hyperparameters(), hparams, hparams_initial (trainer/api/hparams.py) --------
     @classmethod
-    def load_from_checkpoint(cls, path: str, map_location: Any = None, strict: bool = True,
+    def load_from_checkpoint(cls, path: str | None = None, map_location: Any = None, strict: bool = True,
                              weights_only: bool | None = None, **overrides: Any) -> Any:
         """A module built from the hyperparameters saved with checkpoint ``path`` (``overrides``
-        win), holding its weights. ``path``: a full-format file, a checkpoint directory (full or
+        win), holding its weights. ``path`` (or Lightning's ``checkpoint_path=``): a full-format file, a checkpoint directory (full or
         sharded, of any strategy) or a directory of checkpoints (the latest committed one); read in
         this process, without torch.distributed. Hyperparameters that are objects (an ``nn.Module``,
         a ``functools.partial`` optimizer, a class) are unpickled from the checkpoint's ``hparams.pt``

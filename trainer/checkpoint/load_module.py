@@ -156,6 +156,15 @@ def _weights(path: str, checkpoint: str | None, map_location: Any) -> dict[str, 
     return weights
 
 
+def _path(cls: type, path: Any, overrides: dict[str, Any]) -> str:
+    """The checkpoint path, given as ``path`` or as Lightning's ``checkpoint_path=`` keyword."""
+    if "checkpoint_path" in overrides and path is None:
+        path = overrides.pop("checkpoint_path")
+    if path is None:
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint() needs the checkpoint's path")
+    return os.fspath(path)
+
+
 def _init_parameters(cls: type) -> tuple[list[str], list[str] | None]:
     """(required argument names, accepted names; None: any, as with ``**kwargs``) of ``cls.__init__``."""
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -165,10 +174,10 @@ def _init_parameters(cls: type) -> tuple[list[str], list[str] | None]:
     return required, None if accepts_any else [p.name for p in named]
 
 
-def load_from_checkpoint(cls: type, path: str, map_location: Any = None, strict: bool = True,
+def load_from_checkpoint(cls: type, path: str | None, map_location: Any = None, strict: bool = True,
                          weights_only: bool | None = None, **overrides: Any) -> Any:
     """See ``TrainModule.load_from_checkpoint``."""
-    path = os.fspath(path)
+    path = _path(cls, path, overrides)
     checkpoint = _checkpoint_dir(path)
     saved = saved_hparams(checkpoint, "module", weights_only, map_location)
     arguments = _arguments(cls, path, saved, overrides)
@@ -187,9 +196,9 @@ def load_from_checkpoint(cls: type, path: str, map_location: Any = None, strict:
     return module
 
 
-def load_datamodule_from_checkpoint(cls: type, path: str, weights_only: bool | None = None, **overrides: Any) -> Any:
+def load_datamodule_from_checkpoint(cls: type, path: str | None, weights_only: bool | None = None, **overrides: Any) -> Any:
     """See ``DataModule.load_from_checkpoint``."""
-    path = os.fspath(path)
+    path = _path(cls, path, overrides)
     checkpoint = _checkpoint_dir(path)
     saved = saved_hparams(checkpoint, "datamodule", weights_only)
     return cls(**_arguments(cls, path, saved, overrides))

@@ -166,7 +166,7 @@ def test_load_from_checkpoint_rebuilds_objects_like_lightning(tmp_path):
     assert loaded.hparams.net is loaded.net  # the rebuilt module holds the unpickled net, loaded with the trained weights
     assert loaded.hparams.optimizer.func is torch.optim.AdamW and loaded.hparams.optimizer.keywords == {"lr": 1e-3}
     assert loaded.hparams.scheduler.func is torch.optim.lr_scheduler.StepLR and loaded.hparams.betas == (0.9, 0.99)
-    loaded_data = ours.Data.load_from_checkpoint(root)
+    loaded_data = ours.Data.load_from_checkpoint(checkpoint_path=root)  # Lightning's keyword
     assert dict(loaded_data.hparams) == dict(data.hparams)
 
     lightning = program("lightning")
