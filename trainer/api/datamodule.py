@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from trainer.api.hparams import HyperparametersMixin
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.runtime.rank_logging import rank_zero_warn
 
@@ -32,7 +33,7 @@ STAGE_HOOKS = {
 }
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """Base class for a run's data. Override what you have; every hook is optional.
 
     Every rank calls ``setup(stage)`` and the data hooks under the same seed (derived from
@@ -42,6 +43,18 @@ class DataModule:
     The dataset / loader hooks mean what the :class:`~trainer.api.module.TrainModule` hooks of the same
     names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
     """
+
+    # save_hyperparameters(), hparams, hparams_initial: trainer/api/hparams.py (saved with every
+    # checkpoint of a fit given this datamodule, and sent to the loggers with the module's)
+    @classmethod
+    def load_from_checkpoint(cls, path: str | None = None, weights_only: bool | None = None, **overrides: Any) -> Any:
+        """A datamodule built from the hyperparameters this class saved in checkpoint ``path`` (a
+        checkpoint directory, a file in it or a directory of checkpoints), ``overrides`` winning.
+        Objects among them are unpickled from the checkpoint's ``hparams.pt`` unless
+        ``weights_only=True`` (then they must be passed); a secret must be passed again."""
+        from trainer.checkpoint.load_module import load_datamodule_from_checkpoint
+
+        return load_datamodule_from_checkpoint(cls, path, weights_only=weights_only, **overrides)
 
     def prepare_data(self) -> None:
         """Download or unpack data. Runs once per node (local rank 0) while the other ranks wait."""

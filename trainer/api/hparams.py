@@ -1,27 +1,33 @@
-"""``TrainModule.save_hyperparameters``: the module's init arguments, by name, as ``self.hparams``.
+"""``save_hyperparameters``: an object's init arguments, by name, as ``self.hparams`` (on
+``TrainModule`` and ``DataModule``, through :class:`HyperparametersMixin`).
 
-Captured like Lightning's: from the caller's frame (the user's ``__init__``; through a chain of
-``super().__init__`` calls, the most derived class's values win). What is kept must survive a JSON
-round trip (numbers, strings, bools, None and lists / dicts of them), because it is written to every
-checkpoint's ``trainer_state.json`` (read by one process, without torch.distributed) and to every
-logger. Anything else (a module, a dataset, an optimizer factory) is skipped with a warning that
-names the key and says how to silence it (``ignore=[...]``), as Lightning does.
+Captured like Lightning's: from the frame of the user's ``__init__`` (through a chain of
+``super().__init__`` calls, the most derived class's values win). Every value is kept as it is:
+numbers and strings, and objects too (an ``nn.Module``, a ``functools.partial`` optimizer factory, a
+class, an object Hydra built). What happens to them afterwards:
 
-Secrets (keys such as ``api_key``, credentials in URLs; see ``trainer/runtime/redact.py``) are
-redacted on disk and in loggers; the checkpoint records which keys were redacted, so that
-``load_from_checkpoint`` asks for them again instead of restoring ``"***"``.
+- loggers and ``hparams.yaml`` show them as text a human reads (``hparams_display.py``), secrets
+  redacted (``trainer/runtime/redact.py``);
+- a checkpoint keeps plain values in its ``trainer_state.json`` and the objects pickled in its
+  ``hparams.pt`` (``hparams_archive.py``), which only ``load_from_checkpoint`` unpickles: resuming a
+  run never does.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
+from argparse import Namespace
 from types import FrameType
 from typing import Any, Iterable, Mapping
 
-from trainer.runtime.redact import redact_secrets
+from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
+
+#: How far up the stack ``save_hyperparameters`` looks for the ``__init__`` it was called from.
+_MAX_FRAMES = 32
 
 
 class AttributeDict(dict):
@@ -40,22 +46,34 @@ class AttributeDict(dict):
         del self[key]
 
 
-def _is_plain(value: Any) -> bool:
-    """Whether ``value`` survives JSON unchanged in meaning (tuples come back as lists)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+def is_json_exact(value: Any) -> bool:
+    """Whether ``value`` comes back from JSON as it went in (same types: no tuples, no objects)."""
+    if value is None or type(value) in (bool, int, float, str):
         return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    if type(value) is list:
+        return all(is_json_exact(v) for v in value)
+    if type(value) in (dict, AttributeDict):
+        return all(type(k) is str and is_json_exact(v) for k, v in value.items())
     return False
 
 
-def init_arguments(module: Any, frame: FrameType) -> dict[str, Any]:
-    """The arguments of the ``__init__`` calls on the stack that build ``module``, starting at
+def _init_frame(obj: Any, frame: FrameType | None) -> FrameType | None:
+    """The innermost ``__init__`` frame of ``obj`` at or above ``frame`` (a helper called from
+    ``__init__`` may call ``save_hyperparameters``), or None."""
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def init_arguments(obj: Any, frame: FrameType) -> dict[str, Any]:
+    """The arguments of the ``__init__`` calls on the stack that build ``obj``, starting at
     ``frame``: every named parameter and the contents of ``**kwargs`` (``*args`` has no names: skipped)."""
     found: list[dict[str, Any]] = []
-    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is module:
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
         code, local = frame.f_code, frame.f_locals
         count = code.co_argcount + code.co_kwonlyargcount
         names = list(code.co_varnames[:count])
@@ -75,58 +93,131 @@ def init_arguments(module: Any, frame: FrameType) -> dict[str, Any]:
     return merged
 
 
-def collect(module: Any, args: tuple, ignore: str | Iterable[str] | None, frame: FrameType | None) -> AttributeDict:
-    """What ``save_hyperparameters(*args, ignore=...)`` keeps (see ``TrainModule.save_hyperparameters``)."""
-    if len(args) == 1 and isinstance(args[0], Mapping):
-        chosen = dict(args[0])
+def collect(obj: Any, args: tuple, ignore: str | Iterable[str] | None, frame: FrameType | None,
+            saved: Mapping[str, Any] = ()) -> tuple[dict[str, Any], list[str], str | None]:
+    """What ``save_hyperparameters(*args, ignore=...)`` keeps: (the values, the ignored names, the
+    init argument the values came in as one mapping, or None). ``saved``: what an earlier call kept."""
+    name = None
+    if len(args) == 1 and isinstance(args[0], (Mapping, Namespace)):
+        given = args[0]
+        chosen = dict(vars(given) if isinstance(given, Namespace) else given)
+        init = _init_frame(obj, frame)
+        available = init_arguments(obj, init) if init is not None else {}
+        # The init argument the mapping came in as: load_from_checkpoint passes it back under that name.
+        name = next((key for key, value in available.items() if value is given), None)
     else:
-        available = init_arguments(module, frame) if frame is not None else {}
-        if frame is None or (not available and frame.f_code.co_name != "__init__"):
+        init = _init_frame(obj, frame)
+        if init is None:
             raise RuntimeError(
-                "save_hyperparameters() must be called from the module's __init__ (it reads that call's arguments), "
-                "or be given a dict of hyperparameters"
+                f"save_hyperparameters() must be called from {type(obj).__name__}.__init__ (it reads that call's "
+                "arguments; frame= names another frame), or be given a dict of hyperparameters"
             )
-        for name in args:
-            if not isinstance(name, str):
-                raise TypeError(f"save_hyperparameters: give argument names (str) or one dict, got {name!r}")
-        unknown = [name for name in args if name not in available]
+        available = init_arguments(obj, init)
+        for key in args:
+            if not isinstance(key, str):
+                raise TypeError(f"save_hyperparameters: give argument names (str) or one dict, got {key!r}")
+        unknown = [key for key in args if key not in available]
         if unknown:
-            raise ValueError(f"save_hyperparameters: {unknown} are not arguments of {type(module).__name__}.__init__; "
+            raise ValueError(f"save_hyperparameters: {unknown} are not arguments of {type(obj).__name__}.__init__; "
                              f"its arguments are {sorted(available)}")
-        chosen = {name: available[name] for name in args} if args else available
+        chosen = {key: available[key] for key in args} if args else available
     ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
-    unknown = [name for name in ignored if name not in chosen]
-    if unknown:
-        raise ValueError(f"save_hyperparameters(ignore={ignored}): {unknown} are not among the hyperparameters "
-                         f"{sorted(chosen)}")
-    kept = AttributeDict()
-    for key, value in chosen.items():
-        if key in ignored:
-            continue
-        if not _is_plain(value):
-            log.warning(
-                "save_hyperparameters: %r (a %s) is not saved: checkpoints and loggers keep only numbers, strings, "
-                "bools, None and lists / dicts of them; load_from_checkpoint will need %s=... passed again. Silence "
-                "this with save_hyperparameters(ignore=[%r])", key, type(value).__name__, key, key,
-            )
-            continue
-        kept[key] = value
-    return kept
+    unknown = [key for key in ignored if key not in chosen and key not in saved]
+    if unknown:  # nothing to leave out (Lightning accepts it): said, in case of a misspelt name
+        rank_zero_warn(log, "save_hyperparameters(ignore=%s): %s are not among the hyperparameters %s; nothing "
+                       "left out for them", ignored, unknown, sorted({*chosen, *saved}))
+    return {key: value for key, value in chosen.items() if key not in ignored}, ignored, name
 
 
-def checkpoint_record(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """What a checkpoint stores: the redacted hyperparameters and the keys whose values were redacted."""
-    redacted = redact_secrets(dict(hparams))
-    # (an unchanged value is the same object: a NaN is not mistaken for a redaction)
-    changed = sorted(k for k in hparams if redacted[k] is not hparams[k] and redacted[k] != hparams[k])
-    return {"values": redacted, "redacted": changed}
+class HyperparametersMixin:
+    """``save_hyperparameters()`` and ``self.hparams`` (Lightning's ``HyperparametersMixin``)."""
+
+    def save_hyperparameters(self, *args: Any, ignore: str | Iterable[str] | None = None,
+                             frame: FrameType | None = None, logger: bool = True) -> None:
+        """Keep the ``__init__`` arguments as ``self.hparams`` (call it in ``__init__``): all of them,
+        the names given (``save_hyperparameters("lr", "width")``) or one dict / ``Namespace``, minus
+        ``ignore`` (a name or a list; it also drops a key an earlier call saved). A second call adds
+        to what the first kept. Values are kept as they are, objects included (an ``nn.Module``, a
+        ``functools.partial`` optimizer, a class); assign more later with ``self.hparams.name = value``.
+
+        ``frame``: the frame to read the init arguments from (default: the caller's); ``logger``:
+        False keeps them from the loggers (they still go into checkpoints).
+
+        Checkpoints keep them (objects pickled beside the weights; a value that cannot be pickled is
+        named in a warning when training starts), so that ``load_from_checkpoint(path)`` rebuilds
+        the object without arguments; loggers and ``hparams.yaml`` show them as readable text.
+        Secrets (``api_key``, passwords, tokens ...) are redacted everywhere and never stored:
+        ``load_from_checkpoint`` asks for them again."""
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
+            del current  # a frame referenced from a local is a reference cycle
+        try:
+            kept, ignored, name = collect(self, args, ignore, frame, self.hparams)
+        finally:
+            del frame
+        hparams = self.hparams
+        hparams.update(kept)
+        for key in ignored:
+            hparams.pop(key, None)
+        self.__dict__["_hparams_name"] = name if len(hparams) == len(kept) else None
+        self.__dict__["_log_hyperparams"] = bool(logger)
+        # What the loggers show: the values as saved now (plain ones copied; objects by reference,
+        # a deep copy of a model would double its memory).
+        self.__dict__["_hparams_initial"] = AttributeDict(
+            {key: copy.deepcopy(value) if is_json_exact(value) else value for key, value in hparams.items()})
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The saved hyperparameters (an ``AttributeDict``: ``self.hparams.lr`` or ``self.hparams["lr"]``),
+        mutable: ``self.hparams.extra = value`` adds one (checkpoints keep it too)."""
+        return self.__dict__.setdefault("_hparams", AttributeDict())
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """The hyperparameters as ``save_hyperparameters`` saved them (what the loggers show)."""
+        return AttributeDict(self.__dict__.get("_hparams_initial") or {})
+
+
+def logged_hparams(obj: Any) -> dict[str, Any]:
+    """What ``obj`` (a module or datamodule) sends to the loggers: its initial hyperparameters, unless
+    ``save_hyperparameters(logger=False)`` or none were saved."""
+    if obj is None or not getattr(obj, "__dict__", {}).get("_log_hyperparams", False):
+        return {}
+    return dict(obj.hparams_initial)
+
+
+def merged_for_loggers(module: Any, datamodule: Any) -> dict[str, Any]:
+    """The module's and the datamodule's logged hyperparameters in one dict; a key in both with
+    different values is an error (as in Lightning)."""
+    from_module, from_data = logged_hparams(module), logged_hparams(datamodule)
+    clashing = sorted(key for key in from_module.keys() & from_data.keys()
+                      if type(from_module[key]) is not type(from_data[key]) or not _same(from_module[key], from_data[key]))
+    if clashing:
+        raise RuntimeError(f"hyperparameters {clashing} are saved by both {type(module).__name__} and "
+                           f"{type(datamodule).__name__} with different values; the loggers get one set: rename one "
+                           "or pass ignore=[...] to one save_hyperparameters")
+    return {**from_module, **from_data}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # a tensor's == is not one bool
+        return False
 
 
 def for_loggers(config: Mapping[str, Any] | None, hparams: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What the loggers' ``log_hyperparams`` gets: the run's config (Hydra) with the module's
-    hyperparameters under ``"hparams"``, or the hyperparameters alone (a run from Python); None: nothing."""
+    """What the loggers' ``log_hyperparams`` gets: the run's config (Hydra) with the hyperparameters
+    under ``"hparams"``, or the hyperparameters alone (a run from Python); None: nothing. Objects
+    are shown as readable text (``hparams_display.readable``)."""
+    from trainer.api.hparams_display import readable
+
+    shown = {key: readable(value) for key, value in hparams.items()}
     if config is None:
-        return dict(hparams) if hparams else None
-    if not hparams:
+        return shown or None
+    if not shown:
         return dict(config)
-    return {**config, "hparams": dict(hparams)}
+    return {**config, "hparams": shown}

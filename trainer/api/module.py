@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
+from trainer.api.hparams import HyperparametersMixin
 from trainer.api.run_state import ModuleRunState
 from trainer.api.manual_optimization import ManualOptimizationHooks
 from trainer.api.log_methods import ModuleLogMethods
@@ -95,7 +96,7 @@ OptimizerFactory = Callable[..., torch.optim.Optimizer]
 SchedulerFactory = Callable[..., Any]
 
 
-class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.Module):
+class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.Module):
     """Base class for what is trained: a model plus its steps, optimizer and data.
 
     ``self.automatic_optimization = False`` (in ``__init__``): ``training_step`` steps the optimizers
@@ -128,43 +129,24 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
         return self._trainer
 
-    # ----- hyperparameters ---------------------------------------------------------------------------
-    def save_hyperparameters(self, *args: Any, ignore: str | list[str] | None = None) -> None:
-        """Keep the ``__init__`` arguments as ``self.hparams`` (call it in ``__init__``): all of them,
-        the names given (``save_hyperparameters("lr", "width")``) or one dict, minus ``ignore``.
-        They go into every checkpoint (secrets redacted) and to every logger's ``log_hyperparams``,
-        and ``load_from_checkpoint`` rebuilds the module from them. Values other than numbers,
-        strings, bools, None and lists / dicts of them (a module, a dataset, an optimizer factory)
-        are not kept: a warning names each (``ignore=[...]`` silences it)."""
-        import inspect
-
-        from trainer.api.hparams import collect
-
-        frame = inspect.currentframe()
-        try:
-            self._hparams = collect(self, args, ignore, frame.f_back if frame is not None else None)
-        finally:
-            del frame  # a frame referenced from a local is a reference cycle
-
-    @property
-    def hparams(self) -> Any:
-        """The saved hyperparameters (an ``AttributeDict``: ``self.hparams.lr`` or ``self.hparams["lr"]``)."""
-        from trainer.api.hparams import AttributeDict
-
-        return self.__dict__.setdefault("_hparams", AttributeDict())
-
+    # ----- hyperparameters: save_hyperparameters(), hparams, hparams_initial (trainer/api/hparams.py) --------
     @classmethod
-    def load_from_checkpoint(cls, path: str, map_location: Any = None, strict: bool = True, **overrides: Any) -> Any:
+    def load_from_checkpoint(cls, path: str | None = None, map_location: Any = None, strict: bool = True,
+                             weights_only: bool | None = None, **overrides: Any) -> Any:
         """A module built from the hyperparameters saved with checkpoint ``path`` (``overrides``
-        win), holding its weights. ``path``: a full-format file, a checkpoint directory (full or
+        win), holding its weights. ``path`` (or Lightning's ``checkpoint_path=``): a full-format file, a checkpoint directory (full or
         sharded, of any strategy) or a directory of checkpoints (the latest committed one); read in
-        this process, without torch.distributed. A hyperparameter redacted as a secret must be passed
-        again, as must the required ``__init__`` arguments of a module saved without hyperparameters
-        (an error names them). ``strict``: the weights must match the module's names exactly.
-        ``map_location``: where the tensors go (as ``torch.load``'s; a device also moves the module)."""
+        this process, without torch.distributed. Hyperparameters that are objects (an ``nn.Module``,
+        a ``functools.partial`` optimizer, a class) are unpickled from the checkpoint's ``hparams.pt``
+        (only trust checkpoints you made: unpickling runs code), unless ``weights_only=True``: then
+        they must be passed. A hyperparameter redacted as a secret must be passed again, as must the
+        required ``__init__`` arguments of a module saved without hyperparameters (an error names
+        them). ``strict``: the weights must match the module's names exactly. ``map_location``: where
+        the tensors go (as ``torch.load``'s; a device also moves the module)."""
         from trainer.checkpoint.load_module import load_from_checkpoint
 
-        return load_from_checkpoint(cls, path, map_location=map_location, strict=strict, **overrides)
+        return load_from_checkpoint(cls, path, map_location=map_location, strict=strict, weights_only=weights_only,
+                                    **overrides)
 
     def __getstate__(self) -> dict:
         # Pickled for data-loader workers (a bound collate_fn): without the trainer, whose process

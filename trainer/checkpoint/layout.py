@@ -8,6 +8,7 @@
         COMMITTED             json: step, format, world size, monitored metric (written last)
         trainer_state.json    progress (epoch, step, global_step, position in the epoch) and the config
         extras.pt             scheduler, loss scaler and callback states
+        hparams.pt            the objects among the hyperparameters, pickled (read by load_from_checkpoint only)
         rng/rank-00000.pt     every generator of each rank
         model_optim/          sharded: torch.distributed.checkpoint files, one per rank
         model_optim.pt        full: one consolidated {"model", "optim"} file

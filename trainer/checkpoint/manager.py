@@ -26,6 +26,7 @@ import torch
 
 from trainer.runtime import distributed
 from trainer.checkpoint import integrity, layout
+from trainer.api.hparams_archive import FILENAME as HPARAMS_FILE
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
 from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
@@ -185,6 +186,10 @@ class CheckpointManager:
             }
             torch.save(extras, os.path.join(staging, "extras.pt"))
             written += ["trainer_state.json", "extras.pt"]
+            hparams_objects = states.hparams_objects() if states.hparams_objects is not None else None
+            if hparams_objects:  # never read when resuming: load_from_checkpoint unpickles it
+                torch.save(hparams_objects, os.path.join(staging, HPARAMS_FILE))
+                written.append(HPARAMS_FILE)
         # Each rank makes its own small files durable (in parallel, on its own node), then the one
         # gather says every rank's are written and carries their sizes: the agreement to commit.
         layout.fsync_files(staging, written)

@@ -20,6 +20,8 @@ class RunStates:
     scheduler / precision / callbacks: objects with ``state_dict`` / ``load_state_dict`` (or None).
     data: a stream plan with ``checkpoint_state(epoch, epoch_step)`` (a streaming dataset's position),
     or None for map-style data, whose position is the progress itself.
+    hparams_objects: rank 0: a function giving ``{part: {key: pickled value}}``, the objects among the
+    hyperparameters (saved as hparams.pt, read by ``load_from_checkpoint`` only), or None.
     """
 
     model: torch.nn.Module
@@ -31,3 +33,4 @@ class RunStates:
     callbacks: Any = None
     data: Any = None
     seed: int = 0
+    hparams_objects: Callable[[], dict[str, dict[str, bytes]]] | None = None

@@ -1,33 +1,41 @@
 """``<run_dir>/hparams.yaml``: the hyperparameters the file-based loggers (csv, jsonl) record, as
-Lightning's CSVLogger writes them; secrets redacted."""
+Lightning's CSVLogger writes them, but readable: objects as their text (``trainer/api/hparams_display.py``;
+a module's layer tree as a block of lines), never Python tags; secrets redacted."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Mapping
 
+import yaml
+
+from trainer.api.hparams_display import readable
 from trainer.runtime.redact import redact_secrets
 
 FILENAME = "hparams.yaml"
 
 
 def _plain(value: Any) -> Any:
-    """YAML-safe: mappings, lists and scalars as they are; anything else as its ``str``."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+    """YAML-safe: mappings, lists and scalars as they are; an object as its readable text."""
+    return readable(value)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a module's layer tree) as YAML blocks, one line each."""
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text and not any(line != line.rstrip() for line in text.split("\n")) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _string)
 
 
 def write_hparams_yaml(run_dir: str, params: Mapping[str, Any]) -> str:
     """Write ``params`` (redacted) to ``<run_dir>/hparams.yaml`` atomically; returns its path."""
-    import yaml
-
     path = os.path.join(run_dir, FILENAME)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        yaml.safe_dump(_plain(redact_secrets(dict(params))), handle, sort_keys=False)
+        yaml.dump(redact_secrets(_plain(dict(params))), handle, Dumper=_Dumper, sort_keys=False)
     os.replace(path + ".tmp", path)
     return path

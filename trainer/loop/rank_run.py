@@ -30,7 +30,9 @@ from trainer.loop.resume import restore_run
 from trainer.runtime.comms_log import CommsLog
 from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.runtime.seeding import derive_seed, seed_everything
-from trainer.api.hparams import checkpoint_record, for_loggers
+from trainer.api.hparams import for_loggers, merged_for_loggers
+from trainer.api.hparams_archive import HparamsArchive, hparams_name
+from trainer.api.hparams_display import checkpoint_record
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.loggers import Logger, build_loggers
 from trainer.optim.lr_scheduling import LRScheduling
@@ -95,6 +97,7 @@ class _Run(RunCounters):
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
         self.sanity_checking = False  # the sanity validation is running (trainer.sanity_checking)
+        self.hparams_archive: HparamsArchive | None = None  # rank 0 of a fit that checkpoints
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -111,6 +114,10 @@ class _Run(RunCounters):
             if self.own_log_handler:
                 log_to_file(os.path.join(self.run_dir, "train.log"))
         module._trainer = trainer
+        if self.rank == 0 and trainer.stage == "fit" and trainer.checkpoint is not None and trainer.checkpoint.enabled:
+            # The objects among the hyperparameters, pickled for the checkpoints before the strategy changes the model.
+            self.hparams_archive = HparamsArchive({"module": module, "datamodule": trainer.datamodule})
+        logged_hparams = merged_for_loggers(module, trainer.datamodule)  # every rank: a clash fails them all alike
         trainer._run_view = self.view  # the run-state properties read this run (trainer/api/run_state.py)
         refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
         self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
@@ -167,7 +174,7 @@ class _Run(RunCounters):
 
                 adopt_run_of_checkpoint(source, self.run_dir)
             self.loggers = build_loggers(trainer.loggers, self.run_dir)
-            params = for_loggers(trainer.config, module.hparams)  # the config and save_hyperparameters()'s
+            params = for_loggers(trainer.config, logged_hparams)  # the config and save_hyperparameters()'s
             if params is not None:
                 for logger in self.loggers:
                     logger.log_hyperparams(params)
@@ -370,7 +377,8 @@ class _Run(RunCounters):
         return RunStates(model=self.module, optimizer=self.optimizer, progress=self.progress, metrics=self.last_metrics,
                          scheduler=self.lr_scheduling, precision=getattr(self, "precision", None),
                          callbacks=self.callbacks, data=getattr(getattr(self, "data", None), "stream_plan", None),
-                         seed=self.trainer.seed)
+                         seed=self.trainer.seed,
+                         hparams_objects=self.hparams_archive.payload if self.hparams_archive is not None else None)
 
     def progress(self) -> dict[str, Any]:
         """Where training stands, as saved in a checkpoint."""
@@ -379,7 +387,10 @@ class _Run(RunCounters):
             "step": self.step, "global_step": self.global_step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
             "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
-            "hparams": checkpoint_record(self.module.hparams),  # load_from_checkpoint reads them (redacted ones named)
+            # load_from_checkpoint reads them (redacted ones named; objects pickled in hparams.pt)
+            "hparams": checkpoint_record(self.module.hparams, hparams_name(self.module)),
+            **({"datamodule_hparams": checkpoint_record(datamodule.hparams, hparams_name(datamodule))}
+               if (datamodule := trainer.datamodule) is not None and datamodule.hparams else {}),
         }
 
     def restore(self, plan: GlobalBatchPlan) -> None:

@@ -13,6 +13,9 @@ Three rules, applied to a copy of the config:
    ``WANDB_API_KEY``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``; values of 8 characters or more) has
    that value replaced by ``"***"`` -- this catches ``${oc.env:HF_TOKEN}`` interpolated anywhere.
 3. Credentials in URLs (``https://user:password@host``) become ``https://***@host``.
+4. Inside any string, an assignment to a secret-named key (by rule 1) has its value replaced:
+   ``api_key='sk-...'`` and ``'api_key': 'sk-...'`` (an object's text, such as a
+   ``functools.partial(Client, api_key='sk-...')``; a dict's repr), ``?token=abc&`` in a URL.
 
 :func:`redact_argv` applies the same rules to command-line overrides (``data.hf_token=...``).
 """
@@ -33,6 +36,9 @@ _SPECIAL_TOKEN_WORDS = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mas
 _MIN_ENV_SECRET_LENGTH = 8  # shorter values would also match ordinary strings (paths, names)
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")
+# name=value, or 'name': value with the name quoted (a dict's repr); the value quoted or up to a separator.
+_ASSIGNMENT = re.compile(r"""(?P<name>(?<![\w.-])[A-Za-z_][\w.-]*(?=\s*=)|(?P<q>['"])[A-Za-z_][\w.-]*(?P=q)(?=\s*:))"""
+                         r"""(?P<sep>\s*[=:]\s*)(?P<value>'[^']*'|"[^"]*"|[^\s,;&)\]}'"]+)""")
 
 
 def is_secret_key(key: Any) -> bool:
@@ -69,10 +75,20 @@ def redact_secrets(config: Any, environ: Mapping[str, str] | None = None) -> Any
         if isinstance(value, str):
             for secret in env_secrets:
                 value = value.replace(secret, REDACTED)
-            return _URL_CREDENTIALS.sub(REDACTED, value)
+            return _ASSIGNMENT.sub(_redact_assignment, _URL_CREDENTIALS.sub(REDACTED, value))
         return value
 
     return clean(config)
+
+
+def _redact_assignment(match: re.Match) -> str:
+    """Rule 4 for one ``name=value`` found in a string."""
+    name = match["name"].strip("'\"")
+    if not is_secret_key(name.rsplit(".", 1)[-1]):
+        return match[0]
+    value = match["value"]
+    quote = value[0] if value[0] in "'\"" else ""
+    return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
 
 
 def redact_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
