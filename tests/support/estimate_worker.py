@@ -27,28 +27,21 @@ MODULE = dict(width=13, depth=3)
 
 
 class MeasuredRegressor(BlockRegressor):
-    """Measures at the agreed point: after the first optimizer step, before ``zero_grad``
-    (gradients and optimizer state both held), by wrapping that one ``zero_grad`` call."""
+    """Measures at the agreed point: after the first optimizer step, before the gradients are zeroed
+    (gradients and optimizer state both held): ``on_train_step_end`` of step 1 (the gradients are
+    zeroed after the next step's first forward, as Lightning)."""
 
-    def on_before_optimizer_step(self, optimizer):
-        super().on_before_optimizer_step(optimizer)
-        if self.steps != 1:
+    def on_train_step_end(self, step, metrics):
+        if step != 1:
             return
-        plain = optimizer.zero_grad
-        stepping = self.trainer.strategy.stepping_optimizer(optimizer)  # ZeRO-1: the one holding the state
+        import torch
 
-        def measure_then_zero_grad(*args, **kwargs):
-            import torch
+        from trainer.runtime.memory import training_state_bytes
 
-            from trainer.runtime.memory import training_state_bytes
-
-            rank = torch.distributed.get_rank()
-            with open(os.path.join(self.trainer.run_dir, f"memory_rank{rank}.json"), "w") as f:
-                json.dump(training_state_bytes(self, stepping, allocated=True), f)
-            optimizer.zero_grad = plain
-            return plain(*args, **kwargs)
-
-        optimizer.zero_grad = measure_then_zero_grad
+        stepping = self.trainer.strategy.stepping_optimizer(self.trainer.optimizers[0])  # ZeRO-1: the one holding the state
+        rank = torch.distributed.get_rank()
+        with open(os.path.join(self.trainer.run_dir, f"memory_rank{rank}.json"), "w") as f:
+            json.dump(training_state_bytes(self, stepping, allocated=True), f)
 
 
 def main(run_dir: str) -> None:

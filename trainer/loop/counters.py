@@ -24,10 +24,11 @@ class RunCounters:
         self.epoch_step = 0
         self.batch_idx = 0
         self.optimizer_steps: int | None = None  # manual optimization only: the module's opt.step() calls
+        self._stepped = 0  # 1 from the optimizer step until the global batch is done (Lightning's global_step)
 
     @property
     def global_step(self) -> int:
-        return self.step if self.optimizer_steps is None else self.optimizer_steps
+        return self.step + self._stepped if self.optimizer_steps is None else self.optimizer_steps
 
     # ----- training --------------------------------------------------------------------------------------
     def start_epoch(self, accumulate_grad_batches: int) -> None:
@@ -45,8 +46,14 @@ class RunCounters:
         """The module called ``opt.step()`` (manual optimization; an fp16-skipped step counts too)."""
         self.optimizer_steps += 1
 
+    def optimizer_stepped(self) -> None:
+        """The optimizer of the current global batch stepped (automatic optimization; an fp16-skipped
+        step too): ``global_step`` counts it from here, as Lightning's does in ``on_train_batch_end``."""
+        self._stepped = 1
+
     def step_done(self) -> None:
         """A global batch (one optimizer step under automatic optimization) was trained."""
+        self._stepped = 0
         self.step += 1
         self.epoch_step += 1
 

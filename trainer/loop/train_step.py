@@ -237,6 +237,7 @@ class TrainStep:
         """The optimizer step and the schedule (unless fp16 skips on the host). The gradients stay
         until the next step's first forward has run (Lightning's place for zero_grad)."""
         run = self.run
+        run.optimizer_stepped()
         with run.breakdown.phase("optimizer"):
             if stepped:
                 if found_inf is None:

@@ -68,23 +68,22 @@ def test_accelerator_that_differs_from_the_strategy_instance_is_an_error():
     assert Trainer(strategy=SingleDeviceStrategy(accelerator="cpu")).strategy.accelerator == "cpu"  # "auto": the strategy's
 
 
-class LightningHooks(Regressor):
-    def on_validation_model_eval(self):  # Lightning's name: never called here
+class LightningOneHooks(Regressor):
+    def training_epoch_end(self, outputs):  # Lightning 1.x: removed in Lightning 2, never called here
         raise AssertionError("not reached")
 
 
-class CallbackWithLightningHook(EarlyStopping):
-    def on_before_optimizer_step(self, trainer, module, optimizer):  # a LightningModule hook, not a Callback one here
+class CallbackWithLightningOneHook(EarlyStopping):
+    def on_epoch_end(self, trainer, module):  # Lightning 1.x: removed in Lightning 2
         raise AssertionError("not reached")
 
 
-def test_a_lightning_hook_the_trainer_never_calls_is_an_error(tmp_path):
-    with pytest.raises(TypeError, match=r"LightningHooks defines on_validation_model_eval\(\), which the trainer never calls"
-                                        r".*the TrainModule hooks are on_before_optimizer_step, on_fit_end"):
-        run_trainer(tmp_path, LightningHooks(), max_steps=2)
-    with pytest.raises(TypeError, match=r"CallbackWithLightningHook defines on_before_optimizer_step\(\).*the "
-                                        r"Callback hooks are on_fit_end, on_fit_start"):
-        Trainer(callbacks=[CallbackWithLightningHook()])
+def test_a_lightning_one_hook_the_trainer_never_calls_is_an_error(tmp_path):
+    with pytest.raises(TypeError, match=r"LightningOneHooks defines training_epoch_end\(\), Lightning 1.x hook\(s\) that "
+                                        r"Lightning 2 removed.*training_epoch_end\(\) -> on_train_epoch_end"):
+        run_trainer(tmp_path, LightningOneHooks(), max_steps=2)
+    with pytest.raises(TypeError, match=r"CallbackWithLightningOneHook defines on_epoch_end\(\).*on_train_epoch_end"):
+        Trainer(callbacks=[CallbackWithLightningOneHook()])
 
 
 class OwnOptimizer(Regressor):
