@@ -37,7 +37,7 @@ from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy, TrainingStepForward
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
-from trainer.strategies.wrap_policy import describe_units, select_units
+from trainer.strategies.wrap_policy import describe_units, leftover_units, own_parameters, select_units
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,9 @@ class FSDPStrategy(Strategy):
 
         declared = module.block_classes() if hasattr(module, "block_classes") else ()
         units = select_units(module, self.wrap_classes, declared, self.min_num_params)
+        manual = getattr(module, "automatic_optimization", True) is False
+        if manual:
+            units = units + _manual_units(module, units)
         log.info("FSDP sharding=%s, units: %s", self.sharding, describe_units(module, units))
         if not units:
             rank_zero_warn(
@@ -215,6 +218,10 @@ class FSDPStrategy(Strategy):
                 fully_shard(unit, **options)
         root = TrainingStepForward(module)
         fully_shard(root, **options)
+        if manual:
+            # The root is initialised by its first forward; a unit called first (a hook calling
+            # ``self(z)`` before any training step) would make itself the root. Do it now.
+            root._get_fsdp_state()._lazy_init()
         return root
 
     # ----- the step -------------------------------------------------------------------------------------
@@ -253,6 +260,27 @@ class FSDPStrategy(Strategy):
         # Gathers one tensor at a time into rank 0's CPU memory; other ranks get {}.
         state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return state if distributed.rank() == 0 else {}
+
+
+def _manual_units(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """Manual optimization: every parameter in a unit below the root.
+
+    ``training_step`` runs inside the root's forward, and ``manual_backward`` runs inside it too:
+    the root's own parameters would be gathered once for the whole step, their gradients never
+    reduce-scattered before ``opt.step()`` (FSDP does that in the backward of a forward that has
+    returned), and they stay gathered and stale into the next step. A unit's forward returns before
+    each backward, so its gradients are reduce-scattered at every ``manual_backward``, whichever
+    pattern the step uses (a network called several times, ``requires_grad`` toggled), and it
+    gathers itself when a hook calls it outside the step (``self(z)`` at an epoch end). So the
+    parameters no unit holds get units of their own (:func:`leftover_units`); those the module holds
+    itself (not through a submodule) cannot, and are refused."""
+    own = own_parameters(module)
+    if own:
+        raise ValueError(
+            f"manual optimization (automatic_optimization = False) under strategy=fsdp: the module holds the parameters "
+            f"{own} itself, and FSDP cannot reduce their gradients at each manual_backward; move them into a submodule "
+            "(e.g. an nn.Module holding them) or use strategy=ddp")
+    return leftover_units(module, units)
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:
