@@ -82,7 +82,7 @@ def make_three_call_gan(base: type) -> type:
             opt_g.step()
             self.log("d_loss", d_loss)
             self.log("g_loss", g_loss)
-            self.losses.append((float(d_loss), float(g_loss)))  # this rank's micro-batch means
+            self.losses.append((float(d_loss.detach()), float(g_loss.detach())))  # this rank's micro-batch means
 
     return _named(ThreeCallGAN, base)
 
@@ -143,12 +143,14 @@ def make_toggle_gan(base: type) -> type:
             opt_d.zero_grad()
             self.untoggle_optimizer(opt_d)
             self.log_dict({"g_loss": g_loss, "d_loss": d_loss})
-            self.losses.append((float(d_loss), float(g_loss)))
+            self.losses.append((float(d_loss.detach()), float(g_loss.detach())))
 
         def on_train_epoch_end(self):
             z = torch.linspace(-1, 1, 3 * LATENT, device=self.device).reshape(3, LATENT)
             with torch.no_grad():
-                self.samples.append(self(z).detach().cpu())
+                sample = self(z)
+            self.samples.append(sample.detach().cpu())
+            self.log("sample_mean", sample.mean())
 
     return _named(ToggleGAN, base)
 
@@ -162,3 +164,45 @@ def _ours() -> None:
 
 
 _ours()  # ThreeCallGAN, ToggleGAN, GANData: on our base classes
+ThreeCallGAN, ToggleGAN, GANData = globals()["ThreeCallGAN"], globals()["ToggleGAN"], globals()["GANData"]
+
+
+class GradRecording:
+    """Mixed into a GAN: at every ``opt.step()`` (an optimizer step pre-hook) records which of that
+    optimizer's parameters have a gradient, and writes the list to ``<record_dir>/grads_rank<r>.json``
+    at the end of the fit: ``[[optimizer index, [parameter names]], ...]``."""
+
+    def __init__(self, record_dir: str, **kwargs):
+        super().__init__(**kwargs)
+        self.record_dir = record_dir
+        self.grad_log: list = []
+        self._hooked = False
+
+    def training_step(self, batch, batch_idx):
+        if not self._hooked:  # the optimizers exist now, and the parameters are those they step
+            self._hooked = True
+            names = {id(p): n for n, p in self.named_parameters()}
+            for index, opt in enumerate(self.optimizers()):
+                opt.optimizer.register_step_pre_hook(self._recorder(index, names))
+        return super().training_step(batch, batch_idx)
+
+    def _recorder(self, index: int, names: dict):
+        def record(optimizer, args, kwargs):
+            with_grad = [names[id(p)] for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            self.grad_log.append([index, sorted(with_grad)])
+        return record
+
+    def on_fit_end(self):
+        import json
+        import os
+
+        with open(os.path.join(self.record_dir, f"grads_rank{self.global_rank}.json"), "w") as f:
+            json.dump(self.grad_log, f)
+
+
+class RecordingThreeCallGAN(GradRecording, ThreeCallGAN):
+    pass
+
+
+class RecordingToggleGAN(GradRecording, ToggleGAN):
+    pass
