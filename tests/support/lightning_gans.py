@@ -206,3 +206,48 @@ class RecordingThreeCallGAN(GradRecording, ThreeCallGAN):
 
 class RecordingToggleGAN(GradRecording, ToggleGAN):
     pass
+
+
+class EpochEndForward:
+    """Mixed into a module with automatic optimization: ``on_train_epoch_end`` and
+    ``on_validation_epoch_end`` call the module's own forward (``self(x)``) and log its mean."""
+
+    def _forward_mean(self, name: str) -> None:
+        x = torch.linspace(-1, 1, 12, device=self.device).reshape(2, 6)
+        with torch.no_grad():
+            self.log(name, self(x).mean())
+
+    def on_train_epoch_end(self):
+        self._forward_mean("train_end_forward")
+
+    def on_validation_epoch_end(self):
+        self._forward_mean("val_end_forward")
+
+
+def _epoch_end_regressor() -> type:
+    from tests.support.helpers import Regressor
+
+    class EpochEndRegressor(EpochEndForward, Regressor):
+        """tests/support/helpers.py's Regressor (automatic optimization, one ``nn.Sequential``: under
+        FSDP the root holds its parameters) calling ``self(x)`` at each epoch end."""
+
+    EpochEndRegressor.__module__, EpochEndRegressor.__qualname__ = __name__, "EpochEndRegressor"
+    return EpochEndRegressor
+
+
+EpochEndRegressor = _epoch_end_regressor()
+
+
+def _own_parameter_gan() -> type:
+    class OwnParameterGAN(ThreeCallGAN):
+        """The three-call GAN with a parameter of the module itself (a learned output scale)."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.scale = nn.Parameter(torch.ones(()))
+
+    OwnParameterGAN.__module__, OwnParameterGAN.__qualname__ = __name__, "OwnParameterGAN"
+    return OwnParameterGAN
+
+
+OwnParameterGAN = _own_parameter_gan()

@@ -216,8 +216,10 @@ class FSDPStrategy(Strategy):
             _broadcast_from_rank0(module)
             for unit in units:
                 fully_shard(unit, **options)
+        outside = _root_owners(module, units)  # before fully_shard replaces the parameters
         root = TrainingStepForward(module)
         fully_shard(root, **options)
+        _gather_when_called_outside_a_step(root, outside)
         if manual:
             # The root is initialised by its first forward; a unit called first (a hook calling
             # ``self(z)`` before any training step) would make itself the root. Do it now.
@@ -281,6 +283,40 @@ def _manual_units(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
             f"{own} itself, and FSDP cannot reduce their gradients at each manual_backward; move them into a submodule "
             "(e.g. an nn.Module holding them) or use strategy=ddp")
     return leftover_units(module, units)
+
+
+def _root_owners(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """``module`` and the modules holding parameters that no unit holds (the root's own)."""
+    taken = {id(p) for unit in units for p in unit.parameters()}
+    owners = [m for m in module.modules() if any(id(p) not in taken for p in m.parameters(recurse=False))]
+    return [module] + [m for m in owners if m is not module] if owners else []
+
+
+def _gather_when_called_outside_a_step(root: nn.Module, owners: list[nn.Module]) -> None:
+    """A forward of ``owners`` outside the root's forward (a hook calling ``self(z)`` or
+    ``self.generator(z)`` at an epoch end) gathers the root's parameters for its duration, as a unit
+    gathers its own: without this it would compute on shards ("mixed torch.Tensor and DTensor").
+    Every rank must make the call, as for any FSDP forward."""
+    group = root._get_fsdp_state()._fsdp_param_group
+    if group is None or not owners:
+        return
+    depth, gathered = [0], [False]
+
+    def before(module: nn.Module, args: Any) -> None:
+        if depth[0] == 0 and not group.is_unsharded:  # inside a step the root holds them gathered
+            root.unshard()
+            gathered[0] = True
+        depth[0] += 1
+
+    def after(module: nn.Module, args: Any, output: Any) -> None:
+        depth[0] -= 1
+        if depth[0] == 0 and gathered[0]:
+            gathered[0] = False
+            root.reshard()
+
+    for owner in owners:
+        owner.register_forward_pre_hook(before)
+        owner.register_forward_hook(after)
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:

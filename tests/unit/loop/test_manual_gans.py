@@ -82,3 +82,28 @@ def test_gan_on_two_ranks_trains_as_one_process(tmp_path, one_process, gan, stra
         torch.testing.assert_close(state[name], single_state[name], rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
     assert not torch.equal(state["generator.0.weight"], RecordingToggleGAN(record_dir="").generator[0].weight
                            if gan == "toggle" else RecordingThreeCallGAN(record_dir="").generator[0].weight)
+
+
+def test_forward_from_epoch_end_hooks_under_fsdp(tmp_path):
+    # Automatic optimization, the root holding every parameter: self(x) in on_train_epoch_end and
+    # on_validation_epoch_end gathers them as a training step does, and gives what one process gives.
+    from tests.support.lightning_gans import EpochEndRegressor
+
+    logged = []
+    for name, strategy, devices in (("single", "single", 1), ("fsdp", FSDPStrategy(), 2)):
+        new_trainer(tmp_path / name, strategy=strategy, devices=devices, batch_size=16 // devices,
+                    max_steps=26).fit(EpochEndRegressor(val_samples=16))  # 2 epochs of 13 batches
+        logged.append([r.get("train_end_forward", r.get("val_end_forward")) for r in read_metrics(str(tmp_path / name))
+                       if "train_end_forward" in r or "val_end_forward" in r])
+    # two train epoch ends, and the validation after the last one
+    assert len(logged[0]) == 3 and len(logged[1]) == len(logged[0])
+    assert logged[0][0] != logged[0][1]  # the weights changed between the epochs
+    assert logged[1] == pytest.approx(logged[0], rel=1e-5, abs=1e-6)
+
+
+def test_module_parameters_of_its_own_are_refused_under_fsdp_manual_optimization(tmp_path):
+    from tests.support.lightning_gans import OwnParameterGAN
+
+    with pytest.raises(Exception, match=r"the module holds the parameters \['scale'\] itself.*move them into a submodule"):
+        new_trainer(tmp_path, strategy=FSDPStrategy(), devices=2, max_steps=2).fit(
+            OwnParameterGAN(batch_size=8, num_samples=32))
