@@ -1,6 +1,7 @@
 """What users touch: ``TrainModule`` (``module.py``) and its methods (``log_methods.py``: ``self.log``;
 ``hparams.py``: ``save_hyperparameters``; ``run_state.py``: ``global_step`` and Lightning's other run
-properties), ``DataModule`` (``datamodule.py``), ``Callback`` (``callback.py``) with the read-only
+properties; ``manual_optimization.py``: ``self.optimizers()``, ``toggle_optimizer`` ...; ``optimizer.py``:
+``LightningOptimizer``, what ``self.optimizers()`` returns), ``DataModule`` (``datamodule.py``), ``Callback`` (``callback.py``) with the read-only
 :class:`~trainer.api.run_view.RunView` it reads a run through (``run_view.py``), the checks of the
 Trainer's plain arguments (``trainer_arguments.py``), Lightning's names (``lightning_names.py``) and
 the hooks the trainer refuses (``lightning_hooks.py``). Imports only ``trainer.runtime``.

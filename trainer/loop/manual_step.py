@@ -39,6 +39,8 @@ from trainer.runtime.comms_log import GRADIENT_KIND, OVERFLOW_KIND, labelled
 from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.precision.fp16_step import read_finite
+from trainer.strategies.base import Strategy
+from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor, move_to_device
 
@@ -232,7 +234,10 @@ class ManualStep:
         in global_step, an fp16-skipped one too (as Lightning)."""
         if not self.active:
             raise RuntimeError("an optimizer of self.optimizers() can only step inside training_step")
-        direct = self.run.precision.scaler is None and self.run.strategy.stepping_optimizer(optimizer) is optimizer
+        strategy = self.run.strategy
+        # A strategy that steps the optimizer its own way (ZeRO-1, a custom one) gets the call it knows.
+        direct = (self.run.precision.scaler is None and strategy.stepping_optimizer(optimizer) is optimizer
+                  and type(strategy).optimizer_step in (Strategy.optimizer_step, DDPStrategy.optimizer_step))
         if direct:
             # As Lightning: the optimizer calls the closure (LBFGS: several times), and
             # on_before_optimizer_step runs after it, before the update.

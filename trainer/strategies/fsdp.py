@@ -65,7 +65,10 @@ class FSDPStrategy(Strategy):
         shard_size: hybrid only: ranks per sharding group (default: the processes of one node);
             must divide the world size.
         wrap: which submodules become their own unit: "auto" (the module's ``block_classes()``,
-            else the children of its ModuleLists), "none", or a list of class names.
+            else the children of its ModuleLists), "none", or a list of class names. Under manual
+            optimization the parameters left outside these get units of their own (the topmost
+            modules holding them), so each ``manual_backward`` reduces them; parameters of the
+            module itself are refused there.
         min_num_params: also make a unit of every module holding at least this many parameters
             not already in a unit (size-based policy); None = off.
         param_dtype / reduce_dtype / output_dtype: mixed-precision policy ("bf16", "fp16", "fp32"
