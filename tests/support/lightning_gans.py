@@ -251,3 +251,21 @@ def _own_parameter_gan() -> type:
 
 
 OwnParameterGAN = _own_parameter_gan()
+
+
+def _stepping_inside_no_sync() -> type:
+    class SteppingInsideNoSync(ThreeCallGAN):
+        """Steps the discriminator inside ``no_backward_sync()`` (refused on any world size)."""
+
+        def training_step(self, batch, batch_idx):
+            x, z = batch
+            opt_g, opt_d = self.optimizers()
+            with self.no_backward_sync():
+                self.manual_backward(F.softplus(-self.discriminator(x)).mean())
+                opt_d.step()
+
+    SteppingInsideNoSync.__module__, SteppingInsideNoSync.__qualname__ = __name__, "SteppingInsideNoSync"
+    return SteppingInsideNoSync
+
+
+SteppingInsideNoSync = _stepping_inside_no_sync()

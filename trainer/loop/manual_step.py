@@ -234,6 +234,9 @@ class ManualStep:
         in global_step, an fp16-skipped one too (as Lightning)."""
         if not self.active:
             raise RuntimeError("an optimizer of self.optimizers() can only step inside training_step")
+        if not self._sync:  # on several ranks the step would use this rank's unsynced (FSDP: unreduced) gradients
+            raise RuntimeError("opt.step() inside self.no_backward_sync(): the gradients are not synced across ranks "
+                               "there; step after the block, once a manual_backward outside it has synced them")
         strategy = self.run.strategy
         # A strategy that steps the optimizer its own way (ZeRO-1, a custom one) gets the call it knows.
         direct = (self.run.precision.scaler is None and strategy.stepping_optimizer(optimizer) is optimizer

@@ -107,3 +107,10 @@ def test_module_parameters_of_its_own_are_refused_under_fsdp_manual_optimization
     with pytest.raises(Exception, match=r"the module holds the parameters \['scale'\] itself.*move them into a submodule"):
         new_trainer(tmp_path, strategy=FSDPStrategy(), devices=2, max_steps=2).fit(
             OwnParameterGAN(batch_size=8, num_samples=32))
+
+
+def test_a_step_inside_no_backward_sync_is_refused(tmp_path):
+    from tests.support.lightning_gans import SteppingInsideNoSync
+
+    with pytest.raises(RuntimeError, match=r"opt.step\(\) inside self.no_backward_sync\(\)"):
+        new_trainer(tmp_path, max_steps=2).fit(SteppingInsideNoSync(batch_size=8, num_samples=32))
