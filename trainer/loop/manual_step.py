@@ -23,7 +23,14 @@ per rank: ``trainer.accumulate_grad_batches > 1`` is refused, as in Lightning; a
 Gradient sync per strategy: DDP runs the step under ``no_sync()`` and ``manual_backward`` averages the
 gradients itself (one coalesced all-reduce per backward, logged as a gradient round), since a step
 that runs several backward passes on one forward (a GAN) is not what DDP's reducer expects; FSDP
-reduce-scatters in its backward hooks, switched off by ``set_requires_gradient_sync(False)``.
+reduce-scatters in its backward hooks, switched off by ``set_requires_gradient_sync(False)``: every
+parameter is in a unit below the root there (trainer/strategies/fsdp.py), so each ``manual_backward``
+reduces what it computed, however often a network is called in the step. ``opt.step()`` inside
+``no_backward_sync()`` is refused (it would step on unsynced gradients).
+
+``toggle_optimizer`` / ``untoggle_optimizer`` (trainer/api/manual_optimization.py) find the module's
+parameters by name (``param_names``): under FSDP the module may hold a gathered copy of a parameter
+the optimizer holds sharded, and both get the flag.
 """
 
 from __future__ import annotations
