@@ -1,6 +1,6 @@
 """The module's manual-optimization methods (``self.automatic_optimization = False``, Lightning's
-names): ``optimizers()``, ``lr_schedulers()``, ``manual_backward``, ``clip_gradients`` and
-``no_backward_sync``. What each does during a fit is the loop's (trainer/loop/manual_step.py, whose
+names): ``optimizers()``, ``lr_schedulers()``, ``manual_backward``, ``clip_gradients``,
+``no_backward_sync`` and ``toggle_optimizer`` / ``untoggle_optimizer`` / ``toggled_optimizer``. What each does during a fit is the loop's (trainer/loop/manual_step.py, whose
 docstring has the rules); here they check where they are called and hand over.
 """
 
@@ -10,6 +10,8 @@ import contextlib
 from typing import Any, Iterator
 
 import torch
+
+from trainer.api.optimizer import LightningOptimizer
 
 
 class ManualOptimizationHooks:
@@ -32,9 +34,11 @@ class ManualOptimizationHooks:
         raise RuntimeError(f"self.{what} can only be called {where}")
 
     def optimizers(self) -> Any:
-        """The optimizers of ``configure_optimizers`` (manual optimization: wrapped, ``step()`` goes through
-        the strategy and precision): one, or a list when there are several (Lightning's shape). Under
-        automatic optimization the optimizer itself, to read (the trainer steps it)."""
+        """The optimizers of ``configure_optimizers``, each a
+        :class:`~trainer.api.optimizer.LightningOptimizer` (an instance of the optimizer's own class;
+        ``.optimizer`` is the torch optimizer): one, or a list when there are several (Lightning's
+        shape). Manual optimization: ``step()`` goes through the strategy and precision. Automatic:
+        to read (the trainer steps them; their ``step()`` says so)."""
         step = self._manual("optimizers()", inside_step=False)
         return step.optimizers[0] if len(step.optimizers) == 1 else list(step.optimizers)
 
@@ -68,3 +72,67 @@ class ManualOptimizationHooks:
             return
         with step.skip_sync():
             yield
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Lightning's meaning: the parameters of the other optimizers get ``requires_grad=False``
+        (those of ``optimizer`` keep their flags; parameters in no optimizer are untouched) until
+        :meth:`untoggle_optimizer` restores what they were."""
+        step = self._manual("toggle_optimizer()", inside_step=False)
+        target = _raw(optimizer)
+        current = dict(self.named_parameters())  # under FSDP, inside a unit's forward: its gathered copies
+        saved: dict[int, tuple[list[torch.Tensor], bool]] = {}
+        for opt in step.optimizers:
+            for param in _params(opt):
+                if id(param) not in saved:
+                    saved[id(param)] = (_views(param, step.param_names, current), param.requires_grad)
+        for opt in step.optimizers:
+            keep = _raw(opt) is target
+            for param in _params(opt):
+                views, flag = saved[id(param)]
+                for view in views:
+                    view.requires_grad_(flag if keep else False)
+        for param in _params(target):  # a parameter shared with another optimizer keeps its flag
+            views, flag = saved[id(param)] if id(param) in saved else ([param], param.requires_grad)
+            for view in views:
+                view.requires_grad_(flag)
+        self.__dict__["_param_requires_grad_state"] = saved
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore the ``requires_grad`` flags :meth:`toggle_optimizer` changed (those of the
+        optimizers other than ``optimizer``)."""
+        step = self._manual("untoggle_optimizer()", inside_step=False)
+        target = _raw(optimizer)
+        saved = self.__dict__.get("_param_requires_grad_state", {})
+        current = dict(self.named_parameters())
+        for opt in step.optimizers:
+            if _raw(opt) is target:
+                continue
+            for param in _params(opt):
+                if id(param) in saved:
+                    for view in _views(param, step.param_names, current):
+                        view.requires_grad_(saved[id(param)][1])
+        self.__dict__["_param_requires_grad_state"] = {}
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """``toggle_optimizer`` on entry, ``untoggle_optimizer`` on exit (Lightning 2.6)."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+
+def _raw(optimizer: Any) -> Any:
+    return optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+
+
+def _params(optimizer: Any) -> list[torch.Tensor]:
+    return [p for group in _raw(optimizer).param_groups for p in group["params"]]
+
+
+def _views(param: torch.Tensor, names: dict[int, str], current: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """``param`` (the optimizer's) and, where the module holds another tensor under its name now (a
+    sharded strategy's gathered copy inside a forward), that one too: both get the flag."""
+    other = current.get(names.get(id(param), ""))
+    return [param] if other is None or other is param else [param, other]

@@ -5,7 +5,8 @@ The trainer then calls ``training_step(batch, batch_idx)`` once per optimizer st
 per rank: ``trainer.accumulate_grad_batches > 1`` is refused, as in Lightning; accumulate by hand with
 ``self.no_backward_sync()``) and does no backward, step, zero_grad or clipping itself. The module uses:
 
-- ``self.optimizers()``: one :class:`ManualOptimizer` or a list (Lightning's shape); its ``step()``
+- ``self.optimizers()``: one :class:`~trainer.api.optimizer.LightningOptimizer` or a list (Lightning's
+  shape); its ``step(closure=None, **kwargs)``
   goes through the strategy (ZeRO-1) and the precision (fp16: unscale this optimizer's gradients,
   skip on an overflow on any rank; the one loss scale is updated once per ``training_step``);
 - ``self.lr_schedulers()``: the schedulers, stepped by the module (the trainer never steps them);
@@ -22,7 +23,14 @@ per rank: ``trainer.accumulate_grad_batches > 1`` is refused, as in Lightning; a
 Gradient sync per strategy: DDP runs the step under ``no_sync()`` and ``manual_backward`` averages the
 gradients itself (one coalesced all-reduce per backward, logged as a gradient round), since a step
 that runs several backward passes on one forward (a GAN) is not what DDP's reducer expects; FSDP
-reduce-scatters in its backward hooks, switched off by ``set_requires_gradient_sync(False)``.
+reduce-scatters in its backward hooks, switched off by ``set_requires_gradient_sync(False)``: every
+parameter is in a unit below the root there (trainer/strategies/fsdp.py), so each ``manual_backward``
+reduces what it computed, however often a network is called in the step. ``opt.step()`` inside
+``no_backward_sync()`` is refused (it would step on unsynced gradients).
+
+``toggle_optimizer`` / ``untoggle_optimizer`` (trainer/api/manual_optimization.py) find the module's
+parameters by name (``param_names``): under FSDP the module may hold a gathered copy of a parameter
+the optimizer holds sharded, and both get the flag.
 """
 
 from __future__ import annotations
@@ -33,10 +41,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from trainer.api.optimizer import LightningOptimizer
 from trainer.runtime.comms_log import GRADIENT_KIND, OVERFLOW_KIND, labelled
 from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.precision.fp16_step import read_finite
+from trainer.strategies.base import Strategy
+from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
 from trainer.loop.optimizer_step import refuse_skip_request, skip_requested, transfer_batch
@@ -47,32 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer.loop.rank_run")
 
 CLIP_ALGORITHMS = ("norm", "value")
-
-
-class ManualOptimizer:
-    """A user's optimizer as ``self.optimizers()`` gives it: ``step()`` through the trainer."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, owner: ManualStep):
-        self.optimizer = optimizer
-        self._owner = owner
-
-    def step(self, closure: Any = None) -> Any:
-        """Run ``closure`` (if given, Lightning's way: it computes the loss and calls manual_backward),
-        then step (fp16: unless the gradients overflowed on some rank). Returns the closure's value."""
-        result = closure() if closure is not None else None
-        self._owner.optimizer_step(self.optimizer)
-        self._owner.run.optimizer_called()  # global_step: every call counts, an fp16-skipped one too (as Lightning)
-        return result
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return self.optimizer.param_groups
-
-    def __getattr__(self, name: str) -> Any:  # state, defaults, state_dict ...
-        return getattr(self.optimizer, name)
 
 
 class _Params:
@@ -120,14 +105,15 @@ def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
     return the step, attached to the module (``self.optimizers()`` ...); ``run.optimizer`` becomes the
     optimizer, or the list of them, that checkpoints save. Automatic: ``self.optimizers()`` and
     ``self.lr_schedulers()`` give the optimizer and schedulers to read (the trainer steps them)."""
+    names = {id(p): name for name, p in run.module.named_parameters()}  # the optimizers' (sharded) parameters
     if not isinstance(run.optimizer, list):
         run.optimizer = run.strategy.setup_optimizer(run.optimizer)
-        run.module.__dict__["_manual_step"] = _Configured([run.optimizer], schedulers)
+        run.module.__dict__["_manual_step"] = _Configured([run.optimizer], schedulers, names)
         return None
     check_manual_setup(run.trainer, run.strategy, run.optimizer)
     optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
     run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
-    step = ManualStep(run, optimizers, schedulers)
+    step = ManualStep(run, optimizers, schedulers, names)
     run.count_optimizer_calls()  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
     run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
     return step
@@ -139,17 +125,24 @@ class _Configured:
 
     active = False
 
-    def __init__(self, optimizers: list, schedulers: list):
-        self.optimizers, self.schedulers = optimizers, schedulers
+    def __init__(self, optimizers: list, schedulers: list, param_names: dict[int, str]):
+        self.optimizers = [LightningOptimizer(o, _automatic_step) for o in optimizers]
+        self.schedulers, self.param_names = schedulers, param_names
+
+
+def _automatic_step(optimizer: torch.optim.Optimizer, closure: Any, kwargs: dict) -> None:
+    raise RuntimeError(f"{type(optimizer).__name__}.step() from self.optimizers() under automatic optimization: the "
+                       "trainer steps the optimizer after training_step; set self.automatic_optimization = False in "
+                       "__init__ to step it yourself")
 
 
 class ManualStep:
     """The run side: the training step under manual optimization and what the module's calls do."""
 
-    def __init__(self, run: Any, optimizers: list[torch.optim.Optimizer], schedulers: list):
+    def __init__(self, run: Any, optimizers: list[torch.optim.Optimizer], schedulers: list, param_names: dict[int, str]):
         self.run = run
-        self.optimizers = [ManualOptimizer(o, self) for o in optimizers]
-        self.schedulers = schedulers
+        self.optimizers = [LightningOptimizer(o, self.step) for o in optimizers]
+        self.schedulers, self.param_names = schedulers, param_names
         self.active = False  # inside training_step
         self._factor = 1.0
         self._sync = True
@@ -233,7 +226,7 @@ class ManualStep:
         return self._unscaled[key]
 
     def clip(self, optimizer: Any, value: float | None, algorithm: str) -> torch.Tensor | None:
-        optimizer = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
+        optimizer = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
         if algorithm not in CLIP_ALGORITHMS:
             raise ValueError(f"clip_gradients: gradient_clip_algorithm={algorithm!r}; it is one of {list(CLIP_ALGORITHMS)}")
         if value is None:
@@ -251,9 +244,37 @@ class ManualStep:
                     local_tensor(p.grad).clamp_(-value, value)
         return None
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(self, optimizer: torch.optim.Optimizer, closure: Any, kwargs: dict) -> Any:
+        """``opt.step(closure, **kwargs)`` of an optimizer of ``self.optimizers()``; every call counts
+        in global_step, an fp16-skipped one too (as Lightning)."""
         if not self.active:
             raise RuntimeError("an optimizer of self.optimizers() can only step inside training_step")
+        if not self._sync:  # on several ranks the step would use this rank's unsynced (FSDP: unreduced) gradients
+            raise RuntimeError("opt.step() inside self.no_backward_sync(): the gradients are not synced across ranks "
+                               "there; step after the block, once a manual_backward outside it has synced them")
+        strategy = self.run.strategy
+        # A strategy that steps the optimizer its own way (ZeRO-1, a custom one) gets the call it knows.
+        direct = (self.run.precision.scaler is None and strategy.stepping_optimizer(optimizer) is optimizer
+                  and type(strategy).optimizer_step in (Strategy.optimizer_step, DDPStrategy.optimizer_step))
+        if direct:
+            # As Lightning: the optimizer calls the closure (LBFGS: several times), and
+            # on_before_optimizer_step runs after it, before the update.
+            def wrapped() -> Any:
+                result = closure() if closure is not None else None
+                self.run.module.on_before_optimizer_step(optimizer)
+                return result
+
+            result = optimizer.step(wrapped, **kwargs)
+        else:
+            if kwargs:
+                raise ValueError(f"optimizer.step(**{sorted(kwargs)}) under fp16 loss scaling or ZeRO-1: the trainer "
+                                 "steps the optimizer itself there and passes no arguments; call step() without them")
+            result = closure() if closure is not None else None
+            self.optimizer_step(optimizer)
+        self.run.optimizer_called()
+        return result
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.run.precision.scaler is not None:
             finite = self._unscale(optimizer)
             del self._unscaled[id(optimizer)]  # its next step (if any) unscales new gradients

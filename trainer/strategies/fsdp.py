@@ -37,7 +37,7 @@ from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies.base import Strategy, TrainingStepForward
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
-from trainer.strategies.wrap_policy import describe_units, select_units
+from trainer.strategies.wrap_policy import describe_units, leftover_units, own_parameters, select_units
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,10 @@ class FSDPStrategy(Strategy):
         shard_size: hybrid only: ranks per sharding group (default: the processes of one node);
             must divide the world size.
         wrap: which submodules become their own unit: "auto" (the module's ``block_classes()``,
-            else the children of its ModuleLists), "none", or a list of class names.
+            else the children of its ModuleLists), "none", or a list of class names. Under manual
+            optimization the parameters left outside these get units of their own (the topmost
+            modules holding them), so each ``manual_backward`` reduces them; parameters of the
+            module itself are refused there.
         min_num_params: also make a unit of every module holding at least this many parameters
             not already in a unit (size-based policy); None = off.
         param_dtype / reduce_dtype / output_dtype: mixed-precision policy ("bf16", "fp16", "fp32"
@@ -195,6 +198,9 @@ class FSDPStrategy(Strategy):
 
         declared = module.block_classes() if hasattr(module, "block_classes") else ()
         units = select_units(module, self.wrap_classes, declared, self.min_num_params)
+        manual = getattr(module, "automatic_optimization", True) is False
+        if manual:
+            units = units + _manual_units(module, units)
         log.info("FSDP sharding=%s, units: %s", self.sharding, describe_units(module, units))
         if not units:
             rank_zero_warn(
@@ -213,8 +219,14 @@ class FSDPStrategy(Strategy):
             _broadcast_from_rank0(module)
             for unit in units:
                 fully_shard(unit, **options)
+        outside = _root_owners(module, units)  # before fully_shard replaces the parameters
         root = TrainingStepForward(module)
         fully_shard(root, **options)
+        _gather_when_called_outside_a_step(root, outside)
+        if manual:
+            # The root is initialised by its first forward; a unit called first (a hook calling
+            # ``self(z)`` before any training step) would make itself the root. Do it now.
+            root._get_fsdp_state()._lazy_init()
         return root
 
     # ----- the step -------------------------------------------------------------------------------------
@@ -253,6 +265,61 @@ class FSDPStrategy(Strategy):
         # Gathers one tensor at a time into rank 0's CPU memory; other ranks get {}.
         state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return state if distributed.rank() == 0 else {}
+
+
+def _manual_units(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """Manual optimization: every parameter in a unit below the root.
+
+    ``training_step`` runs inside the root's forward, and ``manual_backward`` runs inside it too:
+    the root's own parameters would be gathered once for the whole step, their gradients never
+    reduce-scattered before ``opt.step()`` (FSDP does that in the backward of a forward that has
+    returned), and they stay gathered and stale into the next step. A unit's forward returns before
+    each backward, so its gradients are reduce-scattered at every ``manual_backward``, whichever
+    pattern the step uses (a network called several times, ``requires_grad`` toggled), and it
+    gathers itself when a hook calls it outside the step (``self(z)`` at an epoch end). So the
+    parameters no unit holds get units of their own (:func:`leftover_units`); those the module holds
+    itself (not through a submodule) cannot, and are refused."""
+    own = own_parameters(module)
+    if own:
+        raise ValueError(
+            f"manual optimization (automatic_optimization = False) under strategy=fsdp: the module holds the parameters "
+            f"{own} itself, and FSDP cannot reduce their gradients at each manual_backward; move them into a submodule "
+            "(e.g. an nn.Module holding them) or use strategy=ddp")
+    return leftover_units(module, units)
+
+
+def _root_owners(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """``module`` and the modules holding parameters that no unit holds (the root's own)."""
+    taken = {id(p) for unit in units for p in unit.parameters()}
+    owners = [m for m in module.modules() if any(id(p) not in taken for p in m.parameters(recurse=False))]
+    return [module] + [m for m in owners if m is not module] if owners else []
+
+
+def _gather_when_called_outside_a_step(root: nn.Module, owners: list[nn.Module]) -> None:
+    """A forward of ``owners`` outside the root's forward (a hook calling ``self(z)`` or
+    ``self.generator(z)`` at an epoch end) gathers the root's parameters for its duration, as a unit
+    gathers its own: without this it would compute on shards ("mixed torch.Tensor and DTensor").
+    Every rank must make the call, as for any FSDP forward."""
+    group = root._get_fsdp_state()._fsdp_param_group
+    if group is None or not owners:
+        return
+    depth, gathered = [0], [False]
+
+    def before(module: nn.Module, args: Any) -> None:
+        if depth[0] == 0 and not group.is_unsharded:  # inside a step the root holds them gathered
+            root.unshard()
+            gathered[0] = True
+        depth[0] += 1
+
+    def after(module: nn.Module, args: Any, output: Any) -> None:
+        depth[0] -= 1
+        if depth[0] == 0 and gathered[0]:
+            gathered[0] = False
+            root.reshard()
+
+    for owner in owners:
+        owner.register_forward_pre_hook(before)
+        owner.register_forward_hook(after)
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:

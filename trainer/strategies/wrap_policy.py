@@ -130,3 +130,30 @@ def describe_units(root: nn.Module, units: list[nn.Module]) -> str:
         for name, sizes in counts.items()
     ]
     return ", ".join(parts + [f"root ({root_params:,} params)"])
+
+
+def leftover_units(root: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """Modules that make every parameter of ``root`` not in one of ``units`` part of a unit of its
+    own: the topmost modules (below ``root``) that hold parameters directly, each with its subtree
+    (a module using a child's weights in its own forward stays whole). Children before parents is
+    kept: none of them contains another, and they go after ``units``."""
+    taken = {id(p) for unit in units for p in unit.parameters()}
+    found: list[nn.Module] = []
+
+    def visit(module: nn.Module) -> None:
+        if any(id(p) not in taken for p in module.parameters(recurse=False)):
+            found.append(module)
+            return
+        for child in module.children():
+            if any(id(p) not in taken for p in child.parameters()):
+                visit(child)
+
+    for child in root.children():
+        if any(id(p) not in taken for p in child.parameters()):
+            visit(child)
+    return found
+
+
+def own_parameters(root: nn.Module) -> list[str]:
+    """Names of the parameters ``root`` holds itself (not through a submodule)."""
+    return [name for name, _ in root.named_parameters(recurse=False)]
