@@ -114,10 +114,11 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
         strategy.after_evaluation(run.wrapped)
         module.train(was_training)
         if sanity:
+            logs.discard("validate")  # its values and the metric objects it updated, as if it had not run
             return {}
         metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
         call_hooks(run.callbacks, "on_validation_epoch_end")  # what it logs belongs to this pass
-        merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
+        merge_logged(metrics, logs.epoch_metrics("validate", strategy), logs)
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
