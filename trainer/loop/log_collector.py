@@ -18,6 +18,14 @@ different ``reduce_fx`` / ``sync_dist`` on two ranks is an error naming both. ``
 sample-weighted mean over every rank's micro-batches (exact, independent of the world size),
 ``"sum"`` the sum, ``"max"`` / ``"min"`` the extreme. ``sync_dist=False`` keeps this rank's own
 aggregate (rank 0's is the one the loggers write).
+
+A torchmetrics object logged as a value: its forward value of the batch is a step value (reduced as
+any value); its epoch value is ``compute()``, which syncs the metric's own states over the ranks (so
+it is not reduced again), after which every metric object the stage logged is reset. A batch that
+counts for nothing (padding) leaves the module's metric objects as they were.
+
+Names: a name the user logs is the user's. Where the trainer reports a value under the same name
+(``train/loss``, ``val/loss``, ...), the user's value is the one written and the trainer's is not.
 """
 
 from __future__ import annotations
