@@ -168,6 +168,7 @@ class LogCollector:
         self.shadowed: dict[str, float] = {}
         self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
         self._padding_metrics: list[Any] | None = None
+        self._reduced: set[str] = set()  # stages whose epoch values were reduced since their last step
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
     @property
@@ -214,6 +215,7 @@ class LogCollector:
     def begin_step(self, log_now: bool) -> None:
         """An optimizer step starts (training); ``log_now``: it is a logging step."""
         self._in_step, self._log_step = True, log_now
+        self._reduced.discard("train")
         self._step, self._pending = (self._pending if log_now else _Scope()), _Scope()
 
     def end_step(self, strategy: Any) -> dict[str, float] | None:
@@ -237,6 +239,7 @@ class LogCollector:
         and the stage's metric objects are reset."""
         scope = self._epochs.get(stage, _Scope())
         self._epochs[stage] = _Scope()
+        self._reduced.add(stage)
         try:
             return self._reduce(scope, strategy, "_epoch", always_agree=stage != "train", compute=True)
         finally:
@@ -322,6 +325,10 @@ class LogCollector:
         if known != options:
             raise ValueError(f"self.log({name!r}) in the {stage} stage with {options}, but earlier with {known}; "
                              "log one name with the same arguments every time")
+        if hook == "on_train_epoch_end" and "train" in self._reduced:  # (a callback's, where it runs after that)
+            raise RuntimeError(f"self.log({name!r}) in {hook}() after this training epoch's values were reduced and "
+                               "written: nothing would log it with its epoch; log it in the module's "
+                               "on_train_epoch_end or in a step")
         if metric:
             self._note_metric(stage, name, value)
         weight = self._weight

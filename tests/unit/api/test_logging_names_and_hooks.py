@@ -127,3 +127,16 @@ class LogsIn(Regressor):
 def test_lightnings_refusals(tmp_path, hook, args, match):
     with pytest.raises((ValueError, RuntimeError), match=match):
         run_trainer(tmp_path, LogsIn(hook, **args), batch_size=16, max_steps=-1, max_epochs=1)
+
+
+class LogsAtEpochEnd(Callback):
+    def on_train_epoch_end(self, trainer, module):
+        module.log("cb/epoch_end", 1.0)
+
+
+def test_a_callbacks_epoch_end_value_is_not_given_to_the_next_epoch(tmp_path):
+    # A callback's on_train_epoch_end runs after the epoch's values are reduced here: logging there is
+    # refused rather than counted in the next epoch.
+    with pytest.raises(RuntimeError, match=r"self.log\('cb/epoch_end'\) in on_train_epoch_end\(\) after this training"):
+        run_trainer(tmp_path, Regressor(num_samples=32), batch_size=16, max_steps=-1, max_epochs=2,
+                    callbacks=[LogsAtEpochEnd()])
