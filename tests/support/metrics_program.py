@@ -36,6 +36,7 @@ class LitClassifier(L.LightningModule):
         self.train_loss, self.val_loss = MeanMetric(), MeanMetric()
         self.val_count = SumMetric()
         self.val_acc_best = MaxMetric()
+        self.test_acc = MulticlassAccuracy(num_classes=CLASSES, average="micro")
         self.val_metrics = MetricCollection({
             "f1": MulticlassF1Score(num_classes=CLASSES, average="macro"),
             "precision": MulticlassPrecision(num_classes=CLASSES, average="macro"),
@@ -72,6 +73,11 @@ class LitClassifier(L.LightningModule):
             self.val_acc_best(acc)
             self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True, prog_bar=True)
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.test_acc(self(x), y)
+        self.log("test/acc", self.test_acc)
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.5)
 
@@ -81,6 +87,10 @@ class LitClassifier(L.LightningModule):
 
     def val_dataloader(self):
         x, y = make_data(self.hparams.val_samples, seed=2)
+        return DataLoader(TensorDataset(x, y), batch_size=self.hparams.batch_size)
+
+    def test_dataloader(self):
+        x, y = make_data(self.hparams.val_samples, seed=3)
         return DataLoader(TensorDataset(x, y), batch_size=self.hparams.batch_size)
 
 

@@ -49,6 +49,7 @@ def _lightning(**hparams):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module)
+        trainer.test(module, verbose=False)
     return _by_key(recorder.records), probe.seen
 
 
@@ -62,6 +63,7 @@ def _ours(run_dir, devices=1, strategy="single", **hparams):
     trainer = new_trainer(run_dir, max_steps=-1, max_epochs=EPOCHS, check_val_every_n_epoch=1, strategy=strategy,
                           devices=devices, num_sanity_val_steps=sanity, callbacks=[probe])
     trainer.fit(module)
+    trainer.test()
     return _by_key(read_metrics(str(run_dir))), probe.seen
 
 
@@ -74,7 +76,7 @@ def _by_key(records):
 
 
 LOGGED = ["train/acc_step", "train/acc_epoch", "train/loss", "probe/loss", "val/loss", "val/acc", "val/count",
-          "val/f1", "val/precision"]
+          "val/f1", "val/precision", "test/acc"]
 
 
 @pytest.mark.parametrize("sanity, track_best", [(2, False), (0, True)])
@@ -88,7 +90,7 @@ def test_the_same_logged_values_as_lightning(tmp_path, sanity, track_best):
     keys = LOGGED + (["val/acc_best"] if track_best else [])
     for key in keys:
         assert ours.get(key) == pytest.approx(theirs[key], **TOL), key
-    assert len(ours["train/acc_step"]) == EPOCHS * 8 and len(ours["val/acc"]) == EPOCHS
+    assert len(ours["train/acc_step"]) == EPOCHS * 8 and len(ours["val/acc"]) == EPOCHS and len(ours["test/acc"]) == 1
     assert ours["val/count"] == [32.0] * EPOCHS  # reset after the sanity pass and after each epoch
     # the user's epoch train/loss is the one value under that name (the trainer's own per-step loss is not written)
     assert len(ours["train/loss"]) == EPOCHS
@@ -100,12 +102,12 @@ def test_the_same_logged_values_as_lightning(tmp_path, sanity, track_best):
 
 
 EXACT_ON_ANY_WORLD = ["train/acc_step", "train/acc_epoch", "train/loss", "probe/loss", "val/acc", "val/count",
-                      "val/f1", "val/precision", "val/acc_best"]
+                      "val/f1", "val/precision", "val/acc_best", "test/acc"]
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_ranks_equal_one_process(tmp_path, strategy):
-    # 33 validation samples: ranks hold 17 and 16 (5 and 4 batches of 4; FSDP pads rank 1 with a batch
+    # 33 validation (and test) samples: ranks hold 17 and 16 (5 and 4 batches of 4; FSDP pads rank 1 with a batch
     # that must not count). val/loss is a MeanMetric of batch means, which depends on how the set is
     # batched, so it is left out; every other value is exact on any world size.
     args = dict(num_sanity_val_steps=2, track_best=True, val_samples=33)
