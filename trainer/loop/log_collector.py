@@ -31,6 +31,7 @@ Names: a name the user logs is the user's. Where the trainer reports a value und
 from __future__ import annotations
 
 import contextlib
+import logging
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -39,10 +40,12 @@ import torch
 
 from trainer.loop.log_hooks import HOOKS, allowed_hooks, calling_hook
 from trainer.runtime import distributed
+from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.runtime.metric_objects import (MetricStates, compute_value, forward_value, is_metric,
                                             is_metric_collection, module_metrics)
 
 REDUCE_FX = ("mean", "sum", "max", "min")
+log = logging.getLogger("trainer.loop.rank_run")
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class LogCollector:
         self.shadowed: dict[str, float] = {}
         self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
         self._padding_metrics: list[Any] | None = None
+        self._trainer_wrote: set[str] = set()  # the trainer's own names written at this training step
         self._reduced: set[str] = set()  # stages whose epoch values were reduced since their last step
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
@@ -216,6 +220,7 @@ class LogCollector:
         """An optimizer step starts (training); ``log_now``: it is a logging step."""
         self._in_step, self._log_step = True, log_now
         self._reduced.discard("train")
+        self._trainer_wrote = set()
         self._step, self._pending = (self._pending if log_now else _Scope()), _Scope()
 
     def end_step(self, strategy: Any) -> dict[str, float] | None:
@@ -241,9 +246,16 @@ class LogCollector:
         self._epochs[stage] = _Scope()
         self._reduced.add(stage)
         try:
-            return self._reduce(scope, strategy, "_epoch", always_agree=stage != "train", compute=True)
+            out = self._reduce(scope, strategy, "_epoch", always_agree=stage != "train", compute=True)
         finally:
             self._reset_metrics(stage)
+        if stage == "train" and (both := sorted(self._trainer_wrote & set(out))):
+            # A name first logged in an epoch-end hook: the trainer had written its own value under it at
+            # this step already (from now on only the user's is written).
+            rank_zero_warn(log, "self.log names %s, first logged at this epoch end, were also written by the trainer "
+                           "at this step (its own values under those names); from now on only yours are written",
+                           both)
+        return out
 
     def discard(self, stage: str) -> None:
         """Drop what ``stage`` collected without logging it (a sanity pass): its aggregates and the
@@ -275,6 +287,8 @@ class LogCollector:
         user = self.known_names()
         self.shadowed.clear()  # (in place: the progress bar holds it)
         self.shadowed.update({name: metrics.pop(name) for name in list(metrics) if name in user})
+        if self.current_stage == "train":  # (a training step's merge)
+            self._trainer_wrote = set(metrics)
         if logged:
             metrics.update(logged)
         return metrics

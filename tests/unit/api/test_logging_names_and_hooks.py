@@ -6,6 +6,7 @@ hooks it refuses are refused."""
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 from tests.support.helpers import Regressor, read_metrics, run_trainer
@@ -140,3 +141,30 @@ def test_a_callbacks_epoch_end_value_is_not_given_to_the_next_epoch(tmp_path):
     with pytest.raises(RuntimeError, match=r"self.log\('cb/epoch_end'\) in on_train_epoch_end\(\) after this training"):
         run_trainer(tmp_path, Regressor(num_samples=32), batch_size=16, max_steps=-1, max_epochs=2,
                     callbacks=[LogsAtEpochEnd()])
+
+
+class EpochLossAtEpochEnd(Regressor):
+    """Logs train/loss only from on_train_epoch_end (the mean of its steps' losses)."""
+
+    def __init__(self):
+        super().__init__(num_samples=32)
+        self.losses = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.losses.append(loss.detach())
+        return loss
+
+    def on_train_epoch_end(self):
+        self.log("train/loss", torch.stack(self.losses).mean())
+        self.losses.clear()
+
+
+def test_a_trainer_name_first_logged_at_an_epoch_end_is_said_then_the_users(tmp_path, caplog):
+    # Epoch 0's last step wrote the trainer's train/loss before on_train_epoch_end logged the user's: said
+    # once; from then on only the user's value is written under that name.
+    run_trainer(tmp_path, EpochLossAtEpochEnd(), batch_size=16, max_steps=-1, max_epochs=2)
+    assert "first logged at this epoch end, were also written by the trainer" in caplog.text
+    records = read_metrics(str(tmp_path))
+    assert [r["step"] for r in records if "train/loss" in r] == [1, 2, 2, 4]
