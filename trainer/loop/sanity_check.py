@@ -5,8 +5,9 @@ validation, possibly hours later.
 It must not change the training stream: the random states a validation step could draw from
 (Python's, NumPy's, torch's on the CPU and on every CUDA device) are saved before and restored
 after, and the validation data have their own seeds (``derive_seed(seed, "val", ...)``), so the
-sample order and the losses are bitwise those of a run without it. Nothing is logged, no hook
-runs and nothing is reduced across ranks (no collective but the forwards' own under FSDP).
+sample order and the losses are bitwise those of a run without it; the module's metric objects
+(torchmetrics) are put back as they were too. Nothing is logged, no hook runs and nothing is
+reduced across ranks (no collective but the forwards' own under FSDP).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from trainer.runtime.metric_objects import MetricStates, module_metrics
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import _Run
@@ -56,8 +59,12 @@ def run_sanity_check(run: _Run) -> None:
     from trainer.loop.validation import run_validation
 
     states = random_states()
+    # The module's metric objects too: what the pass fed them, logged or not, must not count in the
+    # first validation.
+    metrics = MetricStates(module_metrics(run.module))
     try:
         run_validation(run, sanity_batches=batches)
     finally:
         restore_random_states(states)
+        metrics.restore()
     log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

@@ -168,3 +168,28 @@ def test_a_trainer_name_first_logged_at_an_epoch_end_is_said_then_the_users(tmp_
     assert "first logged at this epoch end, were also written by the trainer" in caplog.text
     records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records if "train/loss" in r] == [1, 2, 2, 4]
+
+
+class CountsByHand(Regressor):
+    """Updates a SumMetric in validation_step and logs its compute() itself at the epoch end (not logged
+    as an object: nothing resets it but the user's own reset)."""
+
+    def __init__(self):
+        super().__init__(num_samples=32, val_samples=20)
+        from torchmetrics import SumMetric
+
+        self.count = SumMetric()
+
+    def validation_step(self, batch, batch_idx):
+        self.count(torch.ones(len(batch[0])))
+        return super().validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self):
+        self.log("val/count", self.count.compute())
+        self.count.reset()
+
+
+def test_the_sanity_pass_leaves_metric_objects_as_they_were(tmp_path):
+    run_trainer(tmp_path, CountsByHand(), batch_size=8, max_steps=-1, max_epochs=2, check_val_every_n_epoch=1,
+                num_sanity_val_steps=2)
+    assert [r["val/count"] for r in read_metrics(str(tmp_path)) if "val/count" in r] == [20.0, 20.0]
