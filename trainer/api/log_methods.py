@@ -1,13 +1,15 @@
 """``self.log`` / ``self.log_dict``: the module's logging methods (argument checks; the values go to the
 run's collector in ``trainer/loop/log_collector.py``, which reduces and writes them).
 
-A mixin of ``TrainModule``; ``module_logging._caller`` skips this file's frames when it names the hook
-that logged.
+A mixin of ``TrainModule``; the hook that logged is found from the caller's frames
+(trainer/loop/log_hooks.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from trainer.runtime.metric_objects import collection_items, is_metric, is_metric_collection
 
 
 class ModuleLogMethods:
@@ -17,33 +19,40 @@ class ModuleLogMethods:
             prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool | None = None,
             batch_size: int | None = None, rank_zero_only: bool = False, enable_graph: bool = False,
             add_dataloader_idx: bool = True, sync_dist_group: Any = None, metric_attribute: str | None = None) -> None:
-        """Log ``value`` (a Python number or a one-element tensor) under ``name``, kept as given (no
-        prefix), from ``training_step``, ``validation_step``, ``test_step``, ``on_before_optimizer_step``
-        or ``on_train_epoch_end``. As Lightning's: ``on_step`` (default True in training steps) writes
-        it on logging steps (every ``log_every_n_steps``), ``on_epoch`` (default True elsewhere)
-        aggregates it over the epoch / the evaluation run; both: ``name_step`` and ``name_epoch``.
-        ``reduce_fx``: "mean" (weighted by ``batch_size``, default the batch's real samples), "sum",
-        "max", "min". ``sync_dist`` (default True, Lightning's is False): reduced exactly over the
-        ranks; False: this rank's value (rank 0's is written). ``prog_bar``: shown in the progress
-        bar; ``logger=False``: only in ``trainer.callback_metrics`` (and the hooks' metrics).
-        ``rank_zero_only=True``: logged by rank 0 alone (not synced). ``add_dataloader_idx`` has no
-        effect (one dataloader per stage); ``enable_graph=True``, ``sync_dist_group`` and
-        ``metric_attribute`` are refused (values are detached and reduced over the data-parallel
-        ranks; metric objects are not logged)."""
+        """Log ``value`` (a Python number, a one-element tensor or a torchmetrics ``Metric``) under
+        ``name``, kept as given (no prefix), from the hooks Lightning logs from (module and callback
+        hooks; their table and defaults: trainer/loop/log_hooks.py). As Lightning's: ``on_step``
+        (default True in training steps and batch hooks) writes it on logging steps (every
+        ``log_every_n_steps``), ``on_epoch`` (default True elsewhere) aggregates it over the epoch /
+        the evaluation run; both: ``name_step`` and ``name_epoch``. ``reduce_fx``: "mean" (weighted by
+        ``batch_size``, default the batch's real samples), "sum", "max", "min". ``sync_dist`` (default
+        True, Lightning's is False): reduced exactly over the ranks; False: this rank's value (rank
+        0's is written). A ``Metric``: its forward value of the batch on steps, its ``compute()`` at
+        the epoch end (the metric syncs its own states over the ranks), after which it is reset.
+        ``prog_bar``: shown in the progress bar; ``logger=False``: only in
+        ``trainer.callback_metrics`` (and the hooks' metrics). ``rank_zero_only=True``: logged by
+        rank 0 alone (not synced). ``add_dataloader_idx`` has no effect (one dataloader per stage);
+        ``metric_attribute`` names the module attribute holding a logged ``Metric`` (checked, else
+        unused); ``enable_graph=True`` and ``sync_dist_group`` are refused (values are detached and
+        reduced over the data-parallel ranks)."""
         if enable_graph is not False:
             raise ValueError(f"self.log({name!r}, enable_graph={enable_graph!r}): logged values are detached; "
                              "remove enable_graph")
         if sync_dist_group is not None:
             raise ValueError(f"self.log({name!r}, sync_dist_group=...): values are reduced over the data-parallel "
                              "ranks; remove sync_dist_group")
-        if metric_attribute is not None:
-            raise ValueError(f"self.log({name!r}, metric_attribute={metric_attribute!r}): metric objects are not "
-                             "logged here; log the metric's computed value")
+        if metric_attribute is not None and getattr(self, str(metric_attribute), None) is not value:
+            raise ValueError(f"self.log({name!r}, metric_attribute={metric_attribute!r}): that attribute of "
+                             f"{type(self).__name__} is not the logged value; name the attribute holding the Metric, "
+                             "or leave metric_attribute out")
         if not isinstance(add_dataloader_idx, bool) or not isinstance(rank_zero_only, bool):
             raise TypeError(f"self.log({name!r}): add_dataloader_idx and rank_zero_only take True or False")
         if rank_zero_only and sync_dist:
             raise ValueError(f"self.log({name!r}, rank_zero_only=True, sync_dist=True): a value logged by rank 0 "
                              "alone cannot be reduced over the ranks; drop sync_dist")
+        if rank_zero_only and is_metric(value):
+            raise ValueError(f"self.log({name!r}, <{type(value).__name__}>, rank_zero_only=True): a Metric syncs its "
+                             "states over every rank when computed; drop rank_zero_only")
         collector = getattr(self, "_log_collector", None)
         if collector is None:
             raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "
@@ -57,8 +66,15 @@ class ModuleLogMethods:
                       batch_size=batch_size)
 
     def log_dict(self, dictionary: Any, **options: Any) -> None:
-        """``self.log(name, value, **options)`` for each item of ``dictionary``."""
-        if not hasattr(dictionary, "items"):
-            raise TypeError(f"self.log_dict takes a mapping of name -> value, got {type(dictionary).__name__}")
-        for name, value in dictionary.items():
+        """``self.log(name, value, **options)`` for each item of ``dictionary``: a mapping of names to
+        values (numbers, tensors, Metrics), or a torchmetrics ``MetricCollection`` (each of its metrics
+        under its name with the collection's prefix / postfix)."""
+        if is_metric_collection(dictionary):
+            items = collection_items(dictionary)
+        elif hasattr(dictionary, "items"):
+            items = list(dictionary.items())
+        else:
+            raise TypeError(f"self.log_dict takes a mapping of name -> value or a MetricCollection, got "
+                            f"{type(dictionary).__name__}")
+        for name, value in items:
             self.log(name, value, **options)

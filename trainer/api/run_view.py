@@ -137,8 +137,15 @@ class RunView:
 
     @property
     def callback_metrics(self) -> Mapping[str, float]:
-        """The last logged value of each metric, reduced over all ranks (read-only)."""
-        return MappingProxyType(self._run.last_metrics)
+        """The last logged value of each metric, reduced over all ranks (read-only). Inside a training
+        step (e.g. ``on_train_batch_end``), the values ``self.log`` took in that batch, as this rank
+        logged them (tensors, not reduced: no sync on steps that do not log), until the logging step's
+        reduced values replace them."""
+        run = self._run
+        batch_values = getattr(getattr(run, "module_logs", None), "batch_values", None)
+        if batch_values:
+            return MappingProxyType({**run.last_metrics, **batch_values})
+        return MappingProxyType(run.last_metrics)
 
     @property
     def stop_requested(self) -> bool:

@@ -147,7 +147,7 @@ def run_test(run: _Run) -> dict[str, float]:
     with logs.stage("test"):  # self.log in test_step: aggregated over the whole test set
         modes = _pass(run, "test", add)
         metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
-        merge_logged(metrics, logs.epoch_metrics("test", run.strategy), "test")
+        merge_logged(metrics, logs.epoch_metrics("test", run.strategy), logs)
     if metrics:
         run.log(metrics)
         log.info("test at step %d  %s", run.step, format_metrics(metrics))

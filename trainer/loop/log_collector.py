@@ -18,24 +18,34 @@ different ``reduce_fx`` / ``sync_dist`` on two ranks is an error naming both. ``
 sample-weighted mean over every rank's micro-batches (exact, independent of the world size),
 ``"sum"`` the sum, ``"max"`` / ``"min"`` the extreme. ``sync_dist=False`` keeps this rank's own
 aggregate (rank 0's is the one the loggers write).
+
+A torchmetrics object logged as a value: its forward value of the batch is a step value (reduced as
+any value); its epoch value is ``compute()``, which syncs the metric's own states over the ranks (so
+it is not reduced again), after which every metric object the stage logged is reset. A batch that
+counts for nothing (padding) leaves the module's metric objects as they were.
+
+Names: a name the user logs is the user's. Where the trainer reports a value under the same name
+(``train/loss``, ``val/loss``, ...), the user's value is the one written and the trainer's is not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import numbers
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 
+from trainer.loop.log_hooks import HOOKS, allowed_hooks, calling_hook
 from trainer.runtime import distributed
+from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.runtime.metric_objects import (MetricStates, compute_value, forward_value, is_metric,
+                                            is_metric_collection, module_metrics)
 
 REDUCE_FX = ("mean", "sum", "max", "min")
-#: The step hooks: values logged while a stage runs them go to that stage.
-STEP_HOOKS = "training_step, validation_step, test_step, on_before_optimizer_step, on_train_epoch_end"
+log = logging.getLogger("trainer.loop.rank_run")
 
 
 @dataclass(frozen=True)
@@ -48,16 +58,24 @@ class LogOptions:
     sync_dist: bool
     prog_bar: bool
     logger: bool
+    metric: bool = False  # the value is a torchmetrics object: its epoch value is its compute()
+
+    @property
+    def agreed(self) -> bool:
+        """Whether every rank takes part in this name's reduction (synced values, metric objects)."""
+        return self.sync_dist or self.metric
 
 
 @dataclass
 class _Aggregate:
     """One name's running aggregate on this rank: ``total`` (sum of value x weight, sum, max or min:
-    a Python float or a device tensor) and ``weight`` (a Python float; mean only)."""
+    a Python float or a device tensor) and ``weight`` (a Python float; mean only); or, for the epoch
+    value of a metric object, ``metric`` (computed when the epoch's values are reduced)."""
 
     options: LogOptions
     total: Any = None
     weight: float = 0.0
+    metric: Any = None
 
     def add(self, value: Any, weight: float) -> None:
         fx = self.options.reduce_fx
@@ -89,21 +107,6 @@ class _Scope:
     values: dict[str, _Aggregate] = field(default_factory=dict)
 
 
-def _caller() -> str:
-    """The hook (``on_...`` / ``..._step``) that called ``self.log``, maybe through helpers, else the
-    user's function that did (for error messages)."""
-    frame = sys._getframe(1)
-    ours = (os.path.join("trainer", "module_logging.py"), os.path.join("trainer", "module_log_api.py"))
-    while frame is not None and frame.f_code.co_filename.endswith(ours):
-        frame = frame.f_back
-    user = frame.f_code.co_name if frame is not None else "?"
-    while frame is not None and not frame.f_code.co_filename.endswith(os.path.join("trainer", "loop.py")):
-        if frame.f_code.co_name.startswith("on_") or frame.f_code.co_name.endswith("_step"):
-            return frame.f_code.co_name
-        frame = frame.f_back
-    return user
-
-
 def _checked_value(name: str, value: Any) -> Any:
     """A Python float, or a detached float64 tensor of one element (metadata checks only: no sync)."""
     if isinstance(value, torch.Tensor):
@@ -115,8 +118,10 @@ def _checked_value(name: str, value: Any) -> Any:
         return value.detach().reshape(()).to(torch.float64)
     if isinstance(value, numbers.Real):
         return float(value)
-    raise TypeError(f"self.log({name!r}, ...): the value is a {type(value).__name__}; log a Python number or a "
-                    "one-element tensor (a metric object: log its computed value)")
+    if is_metric_collection(value):
+        raise TypeError(f"self.log({name!r}, ...): the value is a MetricCollection; log it with self.log_dict")
+    raise TypeError(f"self.log({name!r}, ...): the value is a {type(value).__name__}; log a Python number, a "
+                    "one-element tensor or a torchmetrics Metric")
 
 
 class LogCollector:
@@ -124,8 +129,10 @@ class LogCollector:
 
     The loop drives it: :meth:`stage` (or :meth:`begin` / :meth:`end`) around a stage,
     :meth:`micro_batch` around each step call, :meth:`begin_step` / :meth:`end_step` around an
-    optimizer step, :meth:`epoch_end_hooks` around an epoch-end hook and :meth:`epoch_metrics`
-    at the end of an epoch or evaluation run. An evaluation stage (validation, test) is::
+    optimizer step, and :meth:`epoch_metrics` at the end of an epoch or evaluation run
+    (:meth:`discard` after a pass whose values are not logged: the sanity check). Which stage and
+    level a value belongs to follows the hook that logged it (trainer/loop/log_hooks.py). An
+    evaluation stage (validation, test) is::
 
         with run.module_logs.stage("test"):
             for index, (weight, batch) in ...:          # weight: the batch's real samples (0: padding)
@@ -133,23 +140,39 @@ class LogCollector:
                     output = module.test_step(batch, index)
             # hooks that may log epoch values (e.g. an on_test_epoch_end) go here, inside the stage
         logged = run.module_logs.epoch_metrics("test", run.strategy)   # on every rank: collectives
+
+    Metric objects (torchmetrics): the forward value of the batch is the step value, ``compute()``
+    the epoch value; every metric object logged in a stage is reset once that stage's epoch values
+    are reduced (or discarded).
     """
 
-    def __init__(self, device: torch.device, refused: str | None = None):
+    def __init__(self, device: torch.device, refused: str | None = None, module: torch.nn.Module | None = None):
         self.device = device
         self.refused = refused  # why self.log cannot work in this run (e.g. under the pipeline), or None
+        self.module = module  # whose metric objects a padding batch must leave as they were
         self._stages: list[str | None] = [None]  # the innermost last; None: no stage runs
         self._weight: float | None = None  # the current micro-batch's weight; None: a hook
+        self._batch_weight: float | None = None  # the last micro-batch's weight (its batch-end hooks)
         self._in_step = False  # between begin_step and end_step (training)
         self._log_step = False  # this optimizer step is a logging step
-        self._epoch_end = False  # in an epoch-end hook (on_epoch only)
         self._step = _Scope()
+        self._pending = _Scope()  # on_step values logged between two steps: the next step's
         self._epochs: dict[str, _Scope] = {}
         self._options: dict[str, dict[str, LogOptions]] = {}  # stage -> name -> options (first call's)
+        self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
+        self._known_metrics: dict[str, Any] = {}  # name -> metric object, over the run
         #: output names the progress bar shows (``prog_bar=True``) and names kept off the loggers
         self.prog_bar: set[str] = set()
         self.hidden: set[str] = set()
+        #: training values as this rank logged them in the latest batch (tensors, not reduced); the
+        #: reduced values replace them on logging steps (``trainer.callback_metrics`` reads both)
+        self.batch_values: dict[str, Any] = {}
+        #: the trainer's own values of the latest logging step whose names the user logs (not written)
+        self.shadowed: dict[str, float] = {}
         self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
+        self._padding_metrics: list[Any] | None = None
+        self._trainer_wrote: set[str] = set()  # the trainer's own names written at this training step
+        self._reduced: set[str] = set()  # stages whose epoch values were reduced since their last step
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
     @property
@@ -157,14 +180,15 @@ class LogCollector:
         return self._stages[-1]
 
     def begin(self, stage: str) -> None:
-        """Enter ``stage`` ("train", "validate", "test", ...): its epoch aggregates start empty."""
+        """Enter ``stage`` ("train", "validate", "test", ...). Its epoch aggregates hold what a start
+        hook logged before (e.g. ``on_train_start``); each epoch's reduction empties them."""
         self._stages.append(stage)
-        self._epochs[stage] = _Scope()
+        self._epochs.setdefault(stage, _Scope())
 
     def end(self) -> None:
         """Leave the current stage (back to the one it interrupted, e.g. training after a validation)."""
         self._stages.pop()
-        self._weight = None
+        self._weight = self._batch_weight = None
 
     @contextlib.contextmanager
     def stage(self, stage: str) -> Iterator[None]:
@@ -177,39 +201,71 @@ class LogCollector:
     @contextlib.contextmanager
     def micro_batch(self, weight: int | float) -> Iterator[None]:
         """Around one step call: values logged inside weigh ``weight`` (the batch's real samples;
-        0 for a padding batch, whose values are not counted)."""
-        self._weight = weight
+        0 for a padding batch, whose values are not counted and whose updates of the module's
+        metric objects are undone)."""
+        self._weight = self._batch_weight = weight
+        saved = None
+        if weight == 0 and self.module is not None:
+            if self._padding_metrics is None:
+                self._padding_metrics = module_metrics(self.module)
+            saved = MetricStates(self._padding_metrics) if self._padding_metrics else None
         try:
             yield
         finally:
             self._weight = None
+            if saved is not None:
+                saved.restore()
 
     def begin_step(self, log_now: bool) -> None:
         """An optimizer step starts (training); ``log_now``: it is a logging step."""
-        self._in_step, self._log_step, self._step = True, log_now, _Scope()
+        self._in_step, self._log_step = True, log_now
+        self._reduced.discard("train")
+        self._trainer_wrote = set()
+        self._step, self._pending = (self._pending if log_now else _Scope()), _Scope()
 
     def end_step(self, strategy: Any) -> dict[str, float] | None:
         """The step's ``on_step`` values, reduced (logging steps; on every rank), or None."""
         self._in_step = False
+        self._batch_weight = None
         if not self._log_step:
             return None
-        return self._reduce(self._step, strategy, "_step", always_agree=True)
+        reduced = self._reduce(self._step, strategy, "_step", always_agree=True)
+        self.batch_values.clear()  # the reduced values take over
+        return reduced
 
     @contextlib.contextmanager
     def epoch_end_hooks(self) -> Iterator[None]:
-        """Around ``on_train_epoch_end``: values logged there are epoch values (on_epoch)."""
-        self._epoch_end = True
-        try:
-            yield
-        finally:
-            self._epoch_end = False
+        """Around ``on_train_epoch_end`` (values logged there are epoch values: its row in the hooks' table)."""
+        yield
 
     def epoch_metrics(self, stage: str, strategy: Any) -> dict[str, float]:
         """The ``on_epoch`` values of ``stage`` since it began (or since its last epoch), reduced
-        over the ranks (on every rank); the aggregates start again empty."""
+        over the ranks (on every rank), metric objects computed; the aggregates start again empty
+        and the stage's metric objects are reset."""
         scope = self._epochs.get(stage, _Scope())
         self._epochs[stage] = _Scope()
-        return self._reduce(scope, strategy, "_epoch", always_agree=stage != "train")
+        self._reduced.add(stage)
+        try:
+            out = self._reduce(scope, strategy, "_epoch", always_agree=stage != "train", compute=True)
+        finally:
+            self._reset_metrics(stage)
+        if stage == "train" and (both := sorted(self._trainer_wrote & set(out))):
+            # A name first logged in an epoch-end hook: the trainer had written its own value under it at
+            # this step already (from now on only the user's is written).
+            rank_zero_warn(log, "self.log names %s, first logged at this epoch end, were also written by the trainer "
+                           "at this step (its own values under those names); from now on only yours are written",
+                           both)
+        return out
+
+    def discard(self, stage: str) -> None:
+        """Drop what ``stage`` collected without logging it (a sanity pass): its aggregates and the
+        state of the metric objects it logged, as if it had not run."""
+        self._epochs[stage] = _Scope()
+        self._reset_metrics(stage)
+
+    def _reset_metrics(self, stage: str) -> None:
+        for metric in self._metrics.pop(stage, {}).values():
+            metric.reset()
 
     def pending_epoch_values(self, stage: str) -> bool:
         """Whether ``stage`` holds on_epoch values not yet reduced (this rank)."""
@@ -224,16 +280,31 @@ class LogCollector:
                 names.update((name + "_step", name + "_epoch") if both else (name,))
         return names
 
+    def merge(self, metrics: dict[str, float], logged: dict[str, float] | None) -> dict[str, float]:
+        """The trainer's ``metrics`` with the ``self.log`` values added. A name the user logs (now or
+        at any time in this run) is the user's: the trainer's value under that name is not written
+        (it stays in :attr:`shadowed`, e.g. for the progress bar)."""
+        user = self.known_names()
+        self.shadowed.clear()  # (in place: the progress bar holds it)
+        self.shadowed.update({name: metrics.pop(name) for name in list(metrics) if name in user})
+        if self.current_stage == "train":  # (a training step's merge)
+            self._trainer_wrote = set(metrics)
+        if logged:
+            metrics.update(logged)
+        return metrics
+
     # ----- self.log ------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
             logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
         if self.refused:
             raise RuntimeError(f"self.log({name!r}): {self.refused}")
-        stage = self.current_stage
-        if stage is None or (stage == "train" and not self._in_step and not self._epoch_end):
-            raise RuntimeError(f"self.log({name!r}) called from {_caller()}(), where nothing collects it: log from "
-                               f"{STEP_HOOKS} (values logged elsewhere, e.g. in on_validation_end or "
-                               "on_train_step_end, would come after their metrics were reduced)")
+        hook, function = calling_hook()
+        rule = HOOKS.get(hook) if hook is not None else None
+        if rule is None:
+            where = f"{hook}()" if hook is not None else f"{function}(), which is not a hook Lightning logs from,"
+            raise RuntimeError(f"self.log({name!r}) called from {where} where values cannot be logged; log from one "
+                               f"of: {allowed_hooks()}")
+        stage = rule.stage or self.current_stage
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log: the name must be a non-empty string, got {name!r}")
         if reduce_fx not in REDUCE_FX:
@@ -244,17 +315,21 @@ class LogCollector:
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"self.log({name!r}, batch_size={batch_size!r}): give an integer >= 1 (the samples this "
                              "value is a mean over), or None for the batch's real sample count")
-        train_step = stage == "train" and not self._epoch_end
-        on_step = train_step if on_step is None else on_step
-        on_epoch = (not train_step) if on_epoch is None else on_epoch
-        if on_step and not train_step:
-            where = "on_train_epoch_end" if stage == "train" else f"the {stage} stage"
-            raise ValueError(f"self.log({name!r}, on_step=True) in {where}: per-step values exist only in training "
-                             "steps here; give on_step=False (the value is aggregated over the whole "
-                             f"{'epoch' if stage == 'train' else stage + ' run'} with on_epoch=True)")
+        on_step = rule.default_on_step if on_step is None else on_step
+        on_epoch = rule.default_on_epoch if on_epoch is None else on_epoch
+        for level, given, allowed in (("on_step", on_step, rule.allowed_on_step),
+                                      ("on_epoch", on_epoch, rule.allowed_on_epoch)):
+            if given not in allowed:
+                raise ValueError(f"self.log({name!r}, {level}={given}) in {hook}(): {hook} logs with {level} in "
+                                 f"{list(allowed)}")
+        if on_step and stage != "train":
+            raise ValueError(f"self.log({name!r}, on_step=True) in {hook}(): per-step values exist only in training "
+                             "here (an evaluation's batches differ with the number of ranks); give on_step=False (the "
+                             f"value is aggregated over the whole {stage} run with on_epoch=True)")
         if not on_step and not on_epoch:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) would log nothing; set one of them")
-        options = LogOptions(on_step, on_epoch, reduce_fx, sync_dist, prog_bar, logger)
+        metric = is_metric(value)
+        options = LogOptions(on_step, on_epoch, reduce_fx, sync_dist, prog_bar, logger, metric)
         if name not in self._options.get(stage, {}):
             other = next((s for s, names in self._options.items() if name in names), None)
             if other is not None:  # one name for two things: monitors and callback_metrics would mix them
@@ -264,18 +339,49 @@ class LogCollector:
         if known != options:
             raise ValueError(f"self.log({name!r}) in the {stage} stage with {options}, but earlier with {known}; "
                              "log one name with the same arguments every time")
-        value = _checked_value(name, value)
+        if hook == "on_train_epoch_end" and "train" in self._reduced:  # (a callback's, where it runs after that)
+            raise RuntimeError(f"self.log({name!r}) in {hook}() after this training epoch's values were reduced and "
+                               "written: nothing would log it with its epoch; log it in the module's "
+                               "on_train_epoch_end or in a step")
+        if metric:
+            self._note_metric(stage, name, value)
         weight = self._weight
+        if weight is None and rule.per_batch:
+            weight = self._batch_weight
         if weight is not None and weight == 0:
             return  # a padding batch (no real samples): its values do not count
         if batch_size is not None:
             weight = batch_size
         elif weight is None:
             weight = 1  # a hook outside a batch: one value per rank
-        if on_step and self._log_step:  # on other steps it would never be written: not even kept
-            self._add(self._step, name, options, value, weight)
+        if on_step:
+            step_value = value
+            if metric:
+                step_value = forward_value(name, value)
+                if step_value is None:
+                    raise ValueError(f"self.log({name!r}, <{type(value).__name__}>, on_step=True): the metric has no "
+                                     "value for this batch; call the metric object (metric(preds, target)), not only "
+                                     "its update(), or log it with on_step=False")
+            step_value = _checked_value(name, step_value)
+            self.batch_values[name + "_step" if on_epoch else name] = step_value
+            if not self._in_step:  # (a hook between two steps: the next step's)
+                self._add(self._pending, name, options, step_value, weight)
+            elif self._log_step:  # on other steps it would never be written: not even kept
+                self._add(self._step, name, options, step_value, weight)
         if on_epoch:
-            self._add(self._epochs.setdefault(stage, _Scope()), name, options, value, weight)
+            scope = self._epochs.setdefault(stage, _Scope())
+            if metric:
+                scope.values[name] = _Aggregate(options, metric=value)
+            else:
+                self._add(scope, name, options, _checked_value(name, value), weight)
+
+    def _note_metric(self, stage: str, name: str, metric: Any) -> None:
+        """Remember the metric object logged under ``name`` (reset at its stage's epoch end)."""
+        known = self._known_metrics.setdefault(name, metric)
+        if known is not metric:
+            raise ValueError(f"self.log({name!r}, <{type(metric).__name__}>): another metric object was logged under "
+                             "this name before; log each metric object under its own name")
+        self._metrics.setdefault(stage, {})[name] = metric
 
     @staticmethod
     def _add(scope: _Scope, name: str, options: LogOptions, value: Any, weight: float) -> None:
@@ -284,12 +390,15 @@ class LogCollector:
         scope.values[name].add(value, weight)
 
     # ----- reduction --------------------------------------------------------------------------------------
-    def _reduce(self, scope: _Scope, strategy: Any, suffix: str, always_agree: bool = False) -> dict[str, float]:
+    def _reduce(self, scope: _Scope, strategy: Any, suffix: str, always_agree: bool = False,
+                compute: bool = False) -> dict[str, float]:
         """Every name of ``scope`` (and, with sync_dist, of the other ranks' scopes) -> its value.
-        ``suffix`` is added when the name is logged both on_step and on_epoch (Lightning's names)."""
+        ``suffix`` is added when the name is logged both on_step and on_epoch (Lightning's names).
+        ``compute``: metric objects give their ``compute()`` (synced by the metric itself, so not
+        reduced again); otherwise a metric's values are its forward values, reduced as any value."""
         if self.refused:
             return {}
-        synced = {n: a.options for n, a in scope.values.items() if a.options.sync_dist}
+        synced = {n: a.options for n, a in scope.values.items() if a.options.agreed}
         # Every rank takes part when any rank logged a synced name: a flag first (one tiny all-reduce),
         # then the names. A run that never calls self.log pays that flag on logging steps and evaluation
         # ends only (which make collectives anyway), where it also learns whether any rank has called
@@ -304,7 +413,8 @@ class LogCollector:
             self._anyone_logs = self._anyone_logs or anyone_logs > 0
             if anyone_synced > 0:
                 synced = self._agree(synced)
-        names = sorted(synced)
+        computed = sorted(n for n, o in synced.items() if compute and o.metric)
+        names = sorted(n for n, o in synced.items() if o.sync_dist and not (compute and o.metric))
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         sums, extremes = [], []  # all-reduced with sum / max (a min is the max of negatives)
         for name in names:
@@ -325,7 +435,9 @@ class LogCollector:
             results.append(packed)
         if extremes:
             results.append(strategy.all_reduce_max(torch.stack(extremes)))
-        local = [n for n, a in sorted(scope.values.items()) if not a.options.sync_dist]
+        if computed:  # in one order on every rank: each compute() may gather the metric's states
+            results.append(torch.stack([compute_value(n, self._metric_for(scope, n)).to(self.device) for n in computed]))
+        local = [n for n, a in sorted(scope.values.items()) if not a.options.sync_dist and not (compute and a.options.metric)]
         local_values = []
         for name in local:
             aggregate = scope.values[name]
@@ -338,6 +450,7 @@ class LogCollector:
         it = iter(flat)
         sum_values = [next(it) for _ in range(len(sums))]
         extreme_values = [next(it) for _ in range(len(extremes))]
+        computed_values = [next(it) for _ in range(len(computed))]
         sum_iter, extreme_iter = iter(sum_values), iter(extreme_values)
         for name in names:
             fx = synced[name].reduce_fx
@@ -349,13 +462,25 @@ class LogCollector:
             else:
                 value = next(extreme_iter) * (1 if fx == "max" else -1)
             out[self._output_name(name, synced[name], suffix)] = value
+        for name, value in zip(computed, computed_values):
+            out[self._output_name(name, synced[name], suffix)] = value
         for name in local:
             out[self._output_name(name, scope.values[name].options, suffix)] = next(it)
         return out
 
+    def _metric_for(self, scope: _Scope, name: str) -> Any:
+        """The metric object whose epoch value ``name`` is: this rank's, or (a rank that ran no batch
+        of this stage) the object logged under that name earlier in the run."""
+        aggregate = scope.values.get(name)
+        metric = aggregate.metric if aggregate is not None else self._known_metrics.get(name)
+        if metric is None:
+            raise RuntimeError(f"self.log({name!r}, <metric>): other ranks logged this metric object, this rank never "
+                               "did; log it on every rank")
+        return metric
+
     def _logs_synced(self) -> bool:
         """Whether this rank has logged a synced name in this run."""
-        return any(o.sync_dist for names in self._options.values() for o in names.values())
+        return any(o.agreed for names in self._options.values() for o in names.values())
 
     def _agree(self, synced: dict[str, LogOptions]) -> dict[str, LogOptions]:
         """The union of the ranks' synced names; one name with other options on two ranks is an error."""
@@ -364,7 +489,7 @@ class LogCollector:
         for rank, names in enumerate(per_rank):
             for name, options in names.items():
                 first = union.setdefault(name, options)
-                if (first.reduce_fx, first.sync_dist) != (options.reduce_fx, options.sync_dist):
+                if (first.reduce_fx, first.sync_dist, first.metric) != (options.reduce_fx, options.sync_dist, options.metric):
                     owner = next(r for r, n in enumerate(per_rank) if name in n)
                     raise distributed.MetricKeyMismatch(
                         f"self.log({name!r}): rank {owner} logs it with reduce_fx={first.reduce_fx!r}, rank {rank} "
@@ -381,12 +506,7 @@ class LogCollector:
         return out
 
 
-def merge_logged(metrics: dict[str, float], logged: dict[str, float] | None, where: str) -> dict[str, float]:
-    """``metrics`` with the ``self.log`` values added; a name the trainer already reports is an error."""
-    if logged:
-        clash = sorted(set(metrics) & set(logged))
-        if clash:
-            raise ValueError(f"self.log names {clash} clash with the {where} metrics the trainer reports under the "
-                             "same names (returned from the step or its own); log them under other names")
-        metrics.update(logged)
-    return metrics
+def merge_logged(metrics: dict[str, float], logged: dict[str, float] | None, collector: LogCollector) -> dict[str, float]:
+    """``metrics`` (the trainer's own) with the ``self.log`` values added; a name the user logs is
+    the user's (see :meth:`LogCollector.merge`)."""
+    return collector.merge(metrics, logged)

@@ -342,4 +342,4 @@ class ManualStep:
             run.fp16.on_logging_step(run.step + 1, reduced)
         reduced.update(run.throughput.metrics(None))
         reduced.update(timer.metrics())
-        return merge_logged(reduced, logged, "training")
+        return merge_logged(reduced, logged, run.module_logs)

@@ -120,7 +120,7 @@ class _Run(RunCounters):
         logged_hparams = merged_for_loggers(module, trainer.datamodule)  # every rank: a clash fails them all alike
         trainer._run_view = self.view  # the run-state properties read this run (trainer/api/run_state.py)
         refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
-        self.module_logs = module._log_collector = LogCollector(self.device, refused)  # self.log's values
+        self.module_logs = module._log_collector = LogCollector(self.device, refused, module)  # self.log's values
         self.callbacks.add_configured(module.configure_callbacks())
         self.hooks = RunHooks(trainer, module, trainer.datamodule, self.callbacks)
         with distributed.rank_zero_first(local=True) as first:
@@ -272,6 +272,7 @@ class _Run(RunCounters):
         progress = ProgressBar(total_steps, trainer.progress_bar if self.rank == 0 else False,
                                initial=limits.progress_position(self))
         progress.also_show = self.module_logs.prog_bar  # self.log(..., prog_bar=True) names, as they come
+        progress.own_values = self.module_logs.shadowed  # the returned loss, where the user logs train/loss
         self.module_logs.begin("train")
         validated_at = saved_at = -1
         try:

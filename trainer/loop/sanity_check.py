@@ -5,10 +5,11 @@ validation, possibly hours later.
 It must not change the training stream: the random states a validation step could draw from
 (Python's, NumPy's, torch's on the CPU and on every CUDA device) are saved before and restored
 after, and the validation data have their own seeds (``derive_seed(seed, "val", ...)``), so the
-sample order and the losses are bitwise those of a run without it. The validation hooks run as in
-any pass, between ``on_sanity_check_start`` and ``on_sanity_check_end`` (``trainer.sanity_checking``
-is True meanwhile, as Lightning); nothing is logged and nothing is reduced across ranks (no
-collective but the forwards' own under FSDP).
+sample order and the losses are bitwise those of a run without it; the module's metric objects
+(torchmetrics) are put back as they were too. The validation hooks run as in any pass, between
+``on_sanity_check_start`` and ``on_sanity_check_end`` (``trainer.sanity_checking`` is True meanwhile,
+as Lightning); nothing is logged and nothing is reduced across ranks (no collective but the forwards'
+own under FSDP).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from trainer.runtime.metric_objects import MetricStates, module_metrics
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import _Run
@@ -60,10 +63,14 @@ def run_sanity_check(run: _Run) -> None:
     states = random_states()
     run.hooks.call("on_sanity_check_start")
     run.sanity_checking = True
+    # The module's metric objects too: what the pass fed them, logged or not, must not count in the
+    # first validation.
+    metrics = MetricStates(module_metrics(run.module))
     try:
         run_validation(run, sanity_batches=batches)
     finally:
         run.sanity_checking = False
         restore_random_states(states)
+        metrics.restore()
     run.hooks.call("on_sanity_check_end")
     log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

@@ -76,7 +76,7 @@ class TrainStep:
         logged = run.module_logs.end_step(run.strategy)  # the step's self.log values (reduced on logging steps)
         if sums is None:
             return None
-        return merge_logged(self.metrics(sums, grad_norm), logged, "training")
+        return merge_logged(self.metrics(sums, grad_norm), logged, run.module_logs)
 
     # ----- 1. the micro-batches ----------------------------------------------------------------------------
     def next_batch(self, batches: Iterator[Any]) -> Any:

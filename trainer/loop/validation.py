@@ -115,9 +115,12 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
         bar.close()
         strategy.after_evaluation(run.wrapped)
         hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
-        metrics = {} if sanity else sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
-        if not sanity:
-            merge_logged(metrics, logs.epoch_metrics("validate", strategy), "validation")
+        if sanity:
+            logs.discard("validate")  # its values and the metric objects it updated, as if it had not run
+            metrics: dict[str, float] = {}
+        else:
+            metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+            merge_logged(metrics, logs.epoch_metrics("validate", strategy), logs)
     if metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))

@@ -17,6 +17,8 @@ class ProgressBar:
                  unit: str = "step", leave: bool = True):
         self._bar = None
         self.also_show: set[str] = set()  # more metric names to show as they are (self.log's prog_bar=True)
+        #: the trainer's own values where the user logs the same names (its returned loss is shown as "loss")
+        self.own_values: Mapping[str, float] = {}
         self._postfix: dict[str, str] = {}  # what the bar shows, kept until a newer value comes
         if enabled is None:
             enabled = sys.stderr.isatty()
@@ -36,7 +38,8 @@ class ProgressBar:
         """Show the values of ``metrics`` the bar shows (e.g. a validation's), without advancing."""
         if self._bar is None or not metrics:
             return
-        shown = {label: fmt.format(metrics[key]) for key, (label, fmt) in SHOWN.items() if key in metrics}
+        own = {**metrics, **self.own_values}
+        shown = {label: fmt.format(own[key]) for key, (label, fmt) in SHOWN.items() if key in own}
         shown.update({key: f"{metrics[key]:.4g}" for key in sorted(self.also_show) if key in metrics})
         if shown:
             self._postfix.update(shown)
