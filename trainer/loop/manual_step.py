@@ -261,7 +261,7 @@ class ManualStep:
             # on_before_optimizer_step runs after it, before the update.
             def wrapped() -> Any:
                 result = closure() if closure is not None else None
-                self.run.module.on_before_optimizer_step(optimizer)
+                self.run.hooks.call("on_before_optimizer_step", optimizer)
                 return result
 
             result = optimizer.step(wrapped, **kwargs)

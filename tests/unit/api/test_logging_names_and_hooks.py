@@ -135,12 +135,25 @@ class LogsAtEpochEnd(Callback):
         module.log("cb/epoch_end", 1.0)
 
 
-def test_a_callbacks_epoch_end_value_is_not_given_to_the_next_epoch(tmp_path):
-    # A callback's on_train_epoch_end runs after the epoch's values are reduced here: logging there is
+class WatcherLogsAtEpochEnd(LogsAtEpochEnd):
+    watches_metrics = True  # runs after the module's on_train_epoch_end and the epoch's reduction
+
+
+def test_a_callbacks_epoch_end_value_belongs_to_its_epoch(tmp_path):
+    # As Lightning: a callback's on_train_epoch_end runs before the module's and before the epoch's values
+    # are reduced, so what it logs is that epoch's.
+    run_trainer(tmp_path, Regressor(num_samples=32), batch_size=16, max_steps=-1, max_epochs=2,
+                callbacks=[LogsAtEpochEnd()])
+    rows = [r for r in read_metrics(str(tmp_path)) if "cb/epoch_end" in r]
+    assert [(r["epoch"], r["cb/epoch_end"]) for r in rows] == [(0, 1.0), (1, 1.0)]
+
+
+def test_a_metric_watchers_epoch_end_value_is_not_given_to_the_next_epoch(tmp_path):
+    # A metric watcher's on_train_epoch_end runs after the epoch's values are reduced: logging there is
     # refused rather than counted in the next epoch.
     with pytest.raises(RuntimeError, match=r"self.log\('cb/epoch_end'\) in on_train_epoch_end\(\) after this training"):
         run_trainer(tmp_path, Regressor(num_samples=32), batch_size=16, max_steps=-1, max_epochs=2,
-                    callbacks=[LogsAtEpochEnd()])
+                    callbacks=[WatcherLogsAtEpochEnd()])
 
 
 class EpochLossAtEpochEnd(Regressor):
