@@ -45,7 +45,7 @@ class VersionedDir:
 
     @property
     def root_dir(self) -> str:
-        return os.path.join(self._save_dir, self._name)
+        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
 
     @property
     def version(self) -> int | str:
