@@ -129,7 +129,9 @@ class ModelCheckpoint(Callback):
 
         if self.monitor is None:
             return {}
-        return {path: torch.tensor(value) for value, path in self._scored()}
+        scored = self._scored()
+        kept = scored if self.save_top_k == -1 else scored[:self.save_top_k]  # (the newest is kept besides them)
+        return {path: torch.tensor(value) for value, path in kept}
 
     @property
     def best_model_path(self) -> str:
@@ -150,8 +152,8 @@ class ModelCheckpoint(Callback):
     @property
     def kth_best_model_path(self) -> str:
         """The worst of the kept best checkpoints ("" without monitor or save)."""
-        scored = self._scored() if self.monitor is not None else []
-        return scored[-1][1] if scored else ""
+        kept = list(self.best_k_models)
+        return kept[-1] if kept else ""
 
     @property
     def last_saved_path(self) -> str:
