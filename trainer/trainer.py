@@ -16,6 +16,7 @@ from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
 from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs, settle_versions
+from trainer.loggers.trainer_loggers import TrainerLoggers
 from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
 from trainer.entry_points import launch_result, remember_fitted, resolve_call
 from trainer.api.lightning_hooks import refuse_unknown_hooks
@@ -33,7 +34,7 @@ from trainer.loop.weights_return import receive_result, refuse_stale_module
 
 log = logging.getLogger(__name__)
 
-class Trainer(TrainerRunState):
+class Trainer(TrainerRunState, TrainerLoggers):
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:

@@ -89,43 +89,6 @@ class TrainerRunState:
         on every rank during a run (rank 0's)."""
         return self.run_dir
 
-    # loggers: Logger objects built from ``logger_specs``, on every rank (only rank 0's write)
-    @property
-    def loggers(self) -> list[Any]:
-        """The run's Logger objects (Lightning's ``trainer.loggers``): those of the current or last
-        call; before any, the ones it will use. On ranks other than 0 they write nothing and their
-        ``experiment`` accepts any call and does nothing."""
-        return list(self.logger_objects(self.run_dir))
-
-    @loggers.setter
-    def loggers(self, value: Any) -> None:
-        from trainer.loggers import resolve_logger_specs
-
-        self.logger_specs = resolve_logger_specs(value)
-        self._logger_objects = None
-
-    @property
-    def logger(self) -> Any:
-        """The first of ``loggers``, or None (Lightning's ``trainer.logger``)."""
-        objects = self.logger_objects(self.run_dir)
-        return objects[0] if objects else None
-
-    @logger.setter
-    def logger(self, value: Any) -> None:
-        self.loggers = [] if value is None else [value]
-
-    def logger_objects(self, run_dir: str) -> list[Any]:
-        """The Logger objects for ``logger_specs`` writing under ``run_dir``: built once, then the same
-        objects (a new run directory or a new choice builds them anew). Building writes nothing."""
-        from trainer.loggers import build_loggers
-
-        key = (run_dir, id(self.logger_specs))
-        cached = self.__dict__.get("_logger_objects")
-        if cached is None or cached[0] != key:
-            cached = (key, build_loggers(self.logger_specs, run_dir))
-            self._logger_objects = cached
-        return cached[1]
-
     @property
     def checkpoint_callback(self) -> Any:
         """The ModelCheckpoint given in ``callbacks``, or the one of Lightning's default checkpointing
