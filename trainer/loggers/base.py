@@ -30,6 +30,19 @@ class DummyExperiment:
         return False
 
 
+class _NoExperiment:
+    """The ``experiment`` of a backend that has none: any use is an error naming the loggers that have one."""
+
+    def __init__(self, backend: str):
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"{self._backend} has no experiment object ({name!r} asked for); use a TensorBoardLogger "
+                             "(a SummaryWriter), WandbLogger (a W&B run) or CSVLogger as the first logger")
+
+
 def writes_here() -> bool:
     """Whether this process writes log files: global rank 0 (or a process outside a run)."""
     return distributed.rank() == 0
@@ -61,8 +74,8 @@ class Logger:
     @property
     def experiment(self) -> Any:
         """The backend's own object (a SummaryWriter, a W&B run, ...) on rank 0; a
-        :class:`DummyExperiment` on other ranks and for backends that have none."""
-        return DummyExperiment()
+        :class:`DummyExperiment` on other ranks. A backend without one refuses any use on rank 0."""
+        return _NoExperiment(type(self).__name__) if writes_here() else DummyExperiment()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` (name -> number) at optimizer step ``step``."""
@@ -85,6 +98,10 @@ class Logger:
 class DummyLogger(Logger):
     """A logger that writes nothing (what ``fast_dev_run`` puts in place of the run's loggers, as
     Lightning): ``self.logger.experiment.add_image(...)`` still runs."""
+
+    @property
+    def experiment(self) -> Any:
+        return DummyExperiment()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         pass

@@ -21,7 +21,9 @@ LOGGERS: dict[str, type[Logger]] = {
 }
 
 #: What ``Trainer()`` writes with when no logger is chosen (and with Lightning's ``logger=True``).
-DEFAULT_LOGGERS = ("jsonl", "tensorboard")
+#: TensorBoard first: ``trainer.logger`` (a module's ``self.logger``) is then a TensorBoard logger, as
+#: Lightning's default, so ``self.logger.experiment.add_image(...)`` writes.
+DEFAULT_LOGGERS = ("tensorboard", "jsonl")
 
 #: A checked logger choice: a Logger instance as given, or (name, options) built on rank 0.
 LoggerSpec = Union[Logger, "tuple[str, dict[str, Any]]"]

@@ -69,7 +69,7 @@ def events(log_dir: str):
 
 def test_logger_argument_takes_lightning_forms_and_refuses_both_names(tmp_path):
     tb, csv_logger = TensorBoardLogger(str(tmp_path)), CSVLogger(str(tmp_path))
-    assert Trainer(logger=True).logger_specs == Trainer().logger_specs == [("jsonl", {}), ("tensorboard", {})]
+    assert Trainer(logger=True).logger_specs == Trainer().logger_specs == [("tensorboard", {}), ("jsonl", {})]
     assert Trainer(logger=False).logger_specs == [] and Trainer(logger=False).logger is None
     assert Trainer(logger=tb).logger is tb and Trainer(logger=tb).loggers == [tb]
     assert Trainer(logger=[tb, csv_logger]).loggers == [tb, csv_logger]
@@ -78,9 +78,11 @@ def test_logger_argument_takes_lightning_forms_and_refuses_both_names(tmp_path):
         Trainer(logger=tb, loggers=["csv"])
     with pytest.raises(TypeError, match=r"names go to loggers="):
         Trainer(logger="csv")
+    with pytest.raises(AttributeError, match=r"JSONLLogger has no experiment object \('add_image' asked for\)"):
+        JSONLLogger(str(tmp_path)).experiment.add_image
     built = Trainer(run_dir=str(tmp_path / "r")).loggers  # before a run: the objects the run will use
-    assert [type(logger) for logger in built] == [JSONLLogger, TensorBoardLogger]
-    assert built[1].log_dir == str(tmp_path / "r") and not os.path.exists(tmp_path / "r")  # nothing written yet
+    assert [type(logger) for logger in built] == [TensorBoardLogger, JSONLLogger]  # as Lightning: TensorBoard first
+    assert built[0].log_dir == str(tmp_path / "r") and not os.path.exists(tmp_path / "r")  # nothing written yet
 
 
 def test_folders_and_versions_are_lightnings(tmp_path):
@@ -154,3 +156,10 @@ def test_fast_dev_run_keeps_a_logger_that_writes_nothing(tmp_path):
     trainer, module = fit_with(TensorBoardLogger(str(tmp_path / "tb")), tmp_path, fast_dev_run=1)
     assert isinstance(trainer.logger, DummyLogger) and module.seen_experiments == ["DummyExperiment"]
     assert not os.path.exists(tmp_path / "tb")
+
+
+def test_default_loggers_put_tensorboard_first_so_images_are_written(tmp_path):
+    trainer, module = fit_with(True, tmp_path)  # Lightning's default logger=True
+    assert isinstance(trainer.logger, TensorBoardLogger) and trainer.logger.log_dir == str(tmp_path / "run")
+    assert [image.step for image in events(str(tmp_path / "run")).Images("generated_images")] == [0, 1]
+    assert os.path.isfile(tmp_path / "run" / "metrics.jsonl")
