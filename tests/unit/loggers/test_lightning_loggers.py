@@ -11,6 +11,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.unit.loggers.test_loggers import (  # noqa: F401 (no_network_wandb: an autouse fixture)
+    no_network_wandb,
+    offline_runs,
+    wandb_run,
+)
 from trainer import Trainer
 from trainer.api.module import TrainModule
 from trainer.loggers import CSVLogger, DummyExperiment, JSONLLogger, TensorBoardLogger, WandbLogger
@@ -163,3 +168,14 @@ def test_default_loggers_put_tensorboard_first_so_images_are_written(tmp_path):
     assert isinstance(trainer.logger, TensorBoardLogger) and trainer.logger.log_dir == str(tmp_path / "run")
     assert [image.step for image in events(str(tmp_path / "run")).Images("generated_images")] == [0, 1]
     assert os.path.isfile(tmp_path / "run" / "metrics.jsonl")
+
+
+def test_wandb_logger_with_lightnings_arguments_logs_one_run(tmp_path):
+    logger = WandbLogger(name="gan", save_dir=str(tmp_path / "wb"), project="p", offline=True, prefix="x")
+    trainer, module = fit_with(logger, tmp_path, MetricsOnly)
+    assert module.seen_experiments == ["Run", "Run"]  # the W&B run on rank 0
+    (run_dir,) = offline_runs(tmp_path / "wb")
+    run_id, _, history = wandb_run(os.path.join(run_dir, f"run-{logger.version}.wandb"))
+    assert run_id == logger.version
+    values = [entry["x-g_loss"] for _, entry in history if "x-g_loss" in entry]
+    assert len(values) == 2 and values[-1] == pytest.approx(trainer.logged_metrics["g_loss"], rel=1e-6)
