@@ -78,7 +78,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
         loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
             ``conf/logger/`` composes to), Logger instances, or a list mixing them. An unknown name
-            or option fails here. Keep "jsonl" for ``metrics.jsonl``.
+            or option fails here. Keep "jsonl" for ``metrics.jsonl``. Default: tensorboard, then jsonl.
         logger: Lightning's: True (the default loggers), False (none), a Logger (``TensorBoardLogger(save_dir)``,
             ``CSVLogger``, ``WandbLogger``) or a list of them; giving ``loggers`` too is an error.
             ``trainer.loggers`` / ``trainer.logger`` are the run's Logger objects (the list / the first).

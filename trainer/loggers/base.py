@@ -26,9 +26,6 @@ class DummyExperiment:
     def __setitem__(self, index: Any, value: Any) -> None:
         pass
 
-    def __bool__(self) -> bool:
-        return False
-
 
 class _NoExperiment:
     """The ``experiment`` of a backend that has none: any use is an error naming the loggers that have one."""

@@ -131,7 +131,7 @@ def agree_versions(loggers: list[Logger]) -> None:
     any logger has a version folder (every rank holds the same kinds of loggers)."""
     from trainer.runtime import distributed
 
-    versioned = [logger for logger in loggers if hasattr(logger, "_dirs")]
+    versioned = [logger for logger in loggers if isinstance(logger, (TensorBoardLogger, CSVLogger))]
     if not versioned or not distributed.is_distributed():
         return
     versions = distributed.broadcast_object([logger.version if distributed.rank() == 0 else None for logger in versioned])
