@@ -61,6 +61,7 @@ def make_module(base):
 
 
 Module = make_module(TrainModule)
+Module.__qualname__ = Module.__name__ = "Module"  # picklable by reference, for spawned workers
 
 
 class ParamsAtEpochEnd(Callback):
