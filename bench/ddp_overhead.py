@@ -107,7 +107,7 @@ def ours(steps: int, stamps: str) -> None:
 
     module = TimedGPTModule(stamps, optimizer=partial(torch.optim.AdamW, lr=1e-3), **MODEL)
     Trainer(strategy="ddp", devices=2, max_steps=steps, batch_size=BATCH, log_every_n_steps=50, loggers=["jsonl"],
-            progress_bar=False, run_dir=os.path.join(stamps, "run")).fit(module)
+            progress_bar=False, checkpoint=None, run_dir=os.path.join(stamps, "run")).fit(module)
 
 
 # ----- Lightning -----------------------------------------------------------------------------------

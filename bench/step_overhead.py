@@ -67,7 +67,7 @@ def ours(steps: int) -> float:
     module = _TimedModule(optimizer=partial(torch.optim.AdamW, lr=1e-3), block_size=64)
     with tempfile.TemporaryDirectory() as run_dir:
         Trainer(max_steps=steps, batch_size=BATCH, log_every_n_steps=50, loggers=["jsonl"], progress_bar=False,
-                run_dir=run_dir).fit(module)
+                checkpoint=None, run_dir=run_dir).fit(module)
     return module.elapsed
 
 

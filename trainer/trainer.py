@@ -15,7 +15,9 @@ from trainer.loop.resume import resolve_ckpt_path
 from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
 from trainer.api.lightning_names import unknown_argument_error
-from trainer.loggers import Logger, resolve_logger_specs
+from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs, settle_versions
+from trainer.loggers.trainer_loggers import TrainerLoggers
+from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
 from trainer.entry_points import launch_result, remember_fitted, resolve_call
 from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
@@ -32,7 +34,7 @@ from trainer.loop.weights_return import receive_result, refuse_stale_module
 
 log = logging.getLogger(__name__)
 
-class Trainer(TrainerRunState):
+class Trainer(TrainerRunState, TrainerLoggers):
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
@@ -76,7 +78,10 @@ class Trainer(TrainerRunState):
         loggers: metric sinks, built on rank 0 only: names among "jsonl", "csv", "tensorboard",
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
             ``conf/logger/`` composes to), Logger instances, or a list mixing them. An unknown name
-            or option fails here. Keep "jsonl" for ``metrics.jsonl``.
+            or option fails here. Keep "jsonl" for ``metrics.jsonl``. Default: tensorboard, then jsonl.
+        logger: Lightning's: True (the default loggers), False (none), a Logger (``TensorBoardLogger(save_dir)``,
+            ``CSVLogger``, ``WandbLogger``) or a list of them; giving ``loggers`` too is an error.
+            ``trainer.loggers`` / ``trainer.logger`` are the run's Logger objects (the list / the first).
         progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
@@ -96,7 +101,11 @@ class Trainer(TrainerRunState):
         profile: ``{"wall_clock_breakdown": bool, "trace_steps": [first, last], "comms_steps": [first, last]}``:
             per-phase step times (``time/*`` metrics; synchronises CUDA, so off by default), a
             torch.profiler trace, and a log of the collectives over those steps (``<run_dir>/comms/``).
-        checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never).
+        checkpoint: when and how to save (a CheckpointConfig or its fields as a dict; None: never). Not
+            given: a ``ModelCheckpoint`` among ``callbacks`` decides, else Lightning's default (a checkpoint
+            at every epoch end and at the end, the newest kept, in ``<run_dir>/checkpoints``;
+            ``trainer/callbacks/model_checkpoint.py``). ``train.py`` always gives it (``conf/config.yaml``).
+        enable_checkpointing: Lightning's: False turns the default checkpointing off.
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch. ``fit`` / ``validate``
             take the same per call as ``ckpt_path=`` ("last" = auto); given both, they must agree.
@@ -119,7 +128,7 @@ class Trainer(TrainerRunState):
         fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
         num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
             (world-size independent) in ``trainer/loop/run_limits.py``'s docstring.
-        Another argument (Lightning's ``logger=``, ``enable_checkpointing=``, a typo) is a TypeError
+        Another argument (Lightning's ``profiler=``, a typo) is a TypeError
         naming ours (``trainer/api/lightning_names.py``).
 
     Run state during and after a run (``trainer/api/run_state.py``): ``global_step``, ``current_epoch``,
@@ -157,7 +166,8 @@ class Trainer(TrainerRunState):
         pin_memory: bool | None = None,
         stream_mode: str = "invariant",
         run_dir: str | None = None,
-        loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = ("jsonl", "tensorboard"),
+        loggers: str | Logger | Mapping | Sequence[str | Logger | Mapping] | None = DEFAULT_LOGGERS,
+        logger: bool | Logger | Sequence[Logger] | None = None,
         progress_bar: bool | None = None,
         collective_timeout_s: float = 1800.0,
         sync_batchnorm: bool = False,
@@ -166,7 +176,8 @@ class Trainer(TrainerRunState):
         compile: bool = False,
         nonfinite_loss: str = "error",
         profile: Mapping[str, Any] | None = None,
-        checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
+        checkpoint: CheckpointConfig | Mapping[str, Any] | None = CHECKPOINT_DEFAULT,
+        enable_checkpointing: bool | None = None,
         resume: str | None = None,
         init_from: str | None = None,
         return_weights: bool = True,
@@ -206,7 +217,6 @@ class Trainer(TrainerRunState):
         self.compile = compile
         self.nonfinite_loss = nonfinite_loss
         self.profile = profile_options(profile)
-        self.checkpoint = CheckpointConfig.from_any(checkpoint)
         self.resume = resume
         self.init_from = init_from
         _require(isinstance(return_weights, bool), f"trainer.return_weights must be true or false, got {return_weights!r}")
@@ -235,6 +245,12 @@ class Trainer(TrainerRunState):
             f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
         )
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
+        checkpoint, self._checkpoint_callback = checkpointing(  # Lightning's ModelCheckpoint / default checkpointing
+            checkpoint, enable_checkpointing, self.callbacks, self.strategy.checkpoint_formats,
+            configured=checkpoint is not CHECKPOINT_DEFAULT)
+        if self._checkpoint_callback is not None:
+            self._checkpoint_callback._trainer = self
+        self.checkpoint = CheckpointConfig.from_any(checkpoint)
         if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
             rank_zero_warn(
                 log, "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
@@ -277,7 +293,8 @@ class Trainer(TrainerRunState):
                  "(invariant: every rank reads the whole stream; sharded: each rank its own shards)")
         self.stream_mode = stream_mode
         self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
-        self.loggers = resolve_logger_specs(loggers)
+        #: the checked ``loggers`` / ``logger`` choice; ``trainer.loggers`` are the Logger objects built from it
+        self.logger_specs = resolve_logger_specs(choose_loggers(logger, loggers, loggers is not DEFAULT_LOGGERS))
         self.progress_bar = progress_bar
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
@@ -361,6 +378,7 @@ class Trainer(TrainerRunState):
         env = detect_environment()
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
+            settle_versions(self.logger_specs)  # the caller's logger objects name the folders the workers write
             results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
             results = launch_result(mode, results, receive_result(self, module, mode))
             module._trainer = self  # as after an in-process run: module.global_step ... read this trainer

@@ -10,7 +10,7 @@
 - Under ``train.py``: ``trainer.precision=16-mixed`` (any name above; the ``precision`` group keeps
   our names and the loss-scaler options), ``trainer.devices=auto``.
 - An argument the Trainer does not take: an error naming ours where Lightning's name differs
-  (``logger=`` -> ``loggers=``), else the closest of our names (difflib).
+  (``profiler=`` -> ``profile=``), else the closest of our names (difflib).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ PRECISION_ALIASES: dict[Any, str] = {
 
 #: Lightning Trainer arguments that exist here under another name, or not at all: what to use instead.
 LIGHTNING_ARGUMENTS = {
-    "logger": "loggers= (a name, a Logger, or a list: loggers=['jsonl', 'csv']; loggers=[] for none)",
-    "enable_checkpointing": "checkpoint= (a CheckpointConfig or its fields as a dict; None: never save)",
     "enable_progress_bar": "progress_bar= (True / False / None: when stderr is a terminal)",
     "gradient_clip_algorithm": "gradient_clip_val= (this trainer always clips the global gradient norm; "
                                "'value' clipping does not exist here)",

@@ -96,6 +96,19 @@ class TrainerRunState:
         return self.run_dir
 
     @property
+    def checkpoint_callback(self) -> Any:
+        """The ModelCheckpoint given in ``callbacks``, or the one of Lightning's default checkpointing
+        (``best_model_path``, ``last_model_path`` ...); None when checkpoints are set with ``checkpoint=``
+        or turned off."""
+        return self.__dict__.get("_checkpoint_callback")
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        """``[checkpoint_callback]``, or [] (Lightning's list)."""
+        callback = self.checkpoint_callback
+        return [] if callback is None else [callback]
+
+    @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The run's optimizers as a list (as the strategy set them up: ZeRO-1's wrapper): one item,
         or several under manual optimization; [] before ``configure_optimizers`` ran."""
@@ -164,6 +177,19 @@ class ModuleRunState:
         """The epoch being trained (``trainer.current_epoch``; 0 without a trainer)."""
         trainer = self.__dict__.get("_trainer")
         return trainer.current_epoch if trainer is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        """The trainer's first logger (``trainer.logger``; None without a trainer or loggers). On
+        ranks other than 0, ``self.logger.experiment`` accepts any call and does nothing."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The trainer's loggers (``trainer.loggers``; [] without a trainer)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.loggers if trainer is not None else []
 
     @property
     def global_rank(self) -> int:

@@ -68,7 +68,11 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
                   "callbacks", "checkpoint", "datamodule", "deepspeed_config")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
-_TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "callbacks", *_DATA_KEYS)
+#: Lightning's Trainer arguments the Python API takes that train.py sets elsewhere: where.
+_PYTHON_API_ONLY = {"logger": "the logger group (logger=[jsonl,csv]; logger=[] for none)",
+                    "enable_checkpointing": "checkpoint=null, or the checkpoint.* settings"}
+_TRAINER_ARGS_FROM_ELSEWHERE = ("strategy", "run_dir", "config", "loggers", "checkpoint", "callbacks", *_DATA_KEYS,
+                                *_PYTHON_API_ONLY)
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
@@ -102,7 +106,9 @@ def check_config_keys(cfg: Any) -> None:
         raise ValueError(f"trainer.{extra[0]} is not a trainer setting; the trainer settings are {', '.join(known)}"
                          + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
                          + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS
-                            else ""))
+                            else "")
+                         + (f"; under train.py Lightning's {extra[0]} is {_PYTHON_API_ONLY[extra[0]]}"
+                            if extra[0] in _PYTHON_API_ONLY else ""))
     nodes = [(name, cfg.get(name)) for name in ("module", "strategy", "optimizer", "scheduler", "datamodule")]
     if isinstance(cfg.get("callbacks"), DictConfig):
         nodes += [(f"callbacks.{name}", node) for name, node in cfg.callbacks.items()]

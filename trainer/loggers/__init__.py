@@ -16,7 +16,13 @@ name             class                               writes
 ``wandb``        :class:`WandbLogger`                ``<run_dir>/wandb/``, one run per job
 ===============  ==================================  =========================================
 
-Files: ``base.py`` (the ``Logger`` interface), ``registry.py`` (names -> backends; the accepted forms
+Lightning's constructors work too (``TensorBoardLogger(save_dir, name="lightning_logs", version=None)``,
+``CSVLogger(save_dir, ...)``, ``WandbLogger(name=None, save_dir=".", ...)``): they write into
+``<save_dir>/<name>/version_<n>`` as Lightning's do; ``Trainer(logger=...)`` takes them. Every rank
+holds the run's logger objects; only rank 0's write (elsewhere ``experiment`` is a
+:class:`DummyExperiment` that accepts any call).
+
+Files: ``base.py`` (the ``Logger`` interface, ``DummyExperiment``), ``versions.py`` (Lightning's version folders), ``registry.py`` (names -> backends; the accepted forms
 of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,
 ``tensorboard_logger.py``, ``wandb_logger.py``), ``hparams_file.py`` (``hparams.yaml`` of the file
 loggers), ``redact.py`` (secrets kept out of everything a logger writes).
@@ -26,20 +32,30 @@ from trainer.loggers.base import Logger
 from trainer.loggers.csv_logger import CSVLogger
 from trainer.loggers.jsonl_logger import JSONLLogger
 from trainer.runtime.redact import redact_secrets
-from trainer.loggers.registry import LOGGERS, LoggerSpec, build_loggers, resolve_logger_specs
+from trainer.loggers.base import DummyExperiment, DummyLogger
+from trainer.loggers.registry import (
+    DEFAULT_LOGGERS, LOGGERS, LoggerSpec, agree_versions, build_loggers, choose_loggers, resolve_logger_specs,
+    settle_versions,
+)
 from trainer.loggers.tensorboard_logger import TensorBoardLogger
 from trainer.loggers.wandb_logger import WandbLogger, adopt_run_id
 
 __all__ = [
+    "DEFAULT_LOGGERS",
     "LOGGERS",
     "CSVLogger",
+    "DummyExperiment",
+    "DummyLogger",
     "JSONLLogger",
     "Logger",
     "LoggerSpec",
     "TensorBoardLogger",
     "WandbLogger",
     "adopt_run_id",
+    "agree_versions",
     "build_loggers",
+    "choose_loggers",
     "redact_secrets",
     "resolve_logger_specs",
+    "settle_versions",
 ]

@@ -7,12 +7,13 @@ import io
 import os
 from typing import Any, Mapping
 
-from trainer.loggers.base import Logger
+from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.versions import VersionedDir
 
 
 class CSVLogger(Logger):
-    """Writes ``<run_dir>/metrics.csv`` in wide format: a ``step`` column, then one column per
+    """Writes ``metrics.csv`` in wide format: a ``step`` column, then one column per
     metric in the order the names first appeared; one row per step, a blank cell where a metric
     was not logged at that step.
 
@@ -25,17 +26,63 @@ class CSVLogger(Logger):
     - Every row is flushed as it is written. An existing file (a resumed run in the same run
       directory) is appended to, keeping its columns.
 
+    Built as Lightning's: ``CSVLogger(save_dir, name="lightning_logs", version=None)`` writes
+    ``<save_dir>/<name>/version_<n>/metrics.csv`` (``log_dir``; the next free version unless given).
+    Built by name (``loggers=["csv"]``, ``conf/logger/``): into the run directory itself (``in_run_dir``).
+    Nothing is written before the first row. ``experiment`` is the logger itself (rank 0).
+
     Args:
-        run_dir: the directory the file goes to.
-        filename: the file's name in ``run_dir``.
-        log_dir: the directory for the file instead of ``run_dir`` (null: ``run_dir``; a DeepSpeed config's
-            ``csv_monitor.output_path/job_name``).
+        save_dir / name / version: where the file goes (see above).
+        prefix: put before every metric name, joined with "-".
+        flush_logs_every_n_steps: accepted for Lightning's programs; every row is flushed as it is written.
+        filename: the file's name in ``log_dir``.
     """
 
-    def __init__(self, run_dir: str, filename: str = "metrics.csv", log_dir: str | None = None):
-        run_dir = log_dir or run_dir
-        os.makedirs(run_dir, exist_ok=True)
-        self.path = os.path.join(run_dir, filename)
+    def __init__(self, save_dir: Any, name: str | None = "lightning_logs", version: int | str | None = None,
+                 prefix: str = "", flush_logs_every_n_steps: int = 100, filename: str = "metrics.csv"):
+        if not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
+            raise ValueError(f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an integer >= 1")
+        self._dirs = VersionedDir(save_dir, name, version)
+        self._prefix = prefix
+        self._filename = filename
+        self._file: Any = None  # opened at the first row
+
+    @classmethod
+    def in_run_dir(cls, run_dir: str, filename: str = "metrics.csv", log_dir: str | None = None) -> CSVLogger:
+        """The logger ``loggers=["csv"]`` builds: ``filename`` in ``log_dir`` (a DeepSpeed config's
+        ``csv_monitor.output_path/job_name``), else in the run directory."""
+        return cls(log_dir or run_dir, name="", version="", filename=filename)
+
+    # Lightning's attributes
+    name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
+    save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
+    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
+    log_dir = property(lambda self: self._dirs.log_dir, doc="Where metrics.csv and hparams.yaml go.")
+
+    @property
+    def version(self) -> int | str:
+        """The version folder's number (or name): the next free one unless given."""
+        return self._dirs.version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._dirs.version = value
+
+    @property
+    def path(self) -> str:
+        """The CSV file."""
+        return os.path.join(self.log_dir, self._filename)
+
+    metrics_file_path = path  # Lightning's experiment writer's name
+
+    @property
+    def experiment(self) -> Any:
+        """This logger (Lightning's CSV experiment writer: ``log_metrics``, ``log_hparams``,
+        ``save``) on rank 0; a DummyExperiment elsewhere."""
+        return self if writes_here() else DummyExperiment()
+
+    def _open(self) -> None:
+        os.makedirs(self.log_dir, exist_ok=True)
         self._columns: list[str] = ["step"]
         self._has_header = False
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
@@ -47,8 +94,16 @@ class CSVLogger(Logger):
         self._last_row: dict[str, Any] | None = None  # the row this logger wrote last
         self._last_row_offset = 0  # where that row starts in the file
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        row: dict[str, Any] = {"step": step, **metrics}
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not writes_here():
+            return
+        if self._file is None:
+            self._open()
+        if step is None:  # (Lightning's writer: the row after the last one)
+            step = self._last_row["step"] + 1 if self._last_row is not None else 0
+        values = {(f"{self._prefix}-{k}" if self._prefix else k): (v.item() if hasattr(v, "item") else v)
+                  for k, v in metrics.items()}
+        row: dict[str, Any] = {"step": step, **values}
         same_step = self._last_row is not None and self._last_row["step"] == step
         if same_step:
             row = {**self._last_row, **row}
@@ -66,10 +121,21 @@ class CSVLogger(Logger):
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""
-        write_hparams_yaml(os.path.dirname(self.path), params)
+        if writes_here():
+            os.makedirs(self.log_dir, exist_ok=True)
+            write_hparams_yaml(self.log_dir, params)
 
-    def finalize(self) -> None:
-        self._file.close()
+    log_hparams = log_hyperparams  # Lightning's experiment writer's name
+
+    def finalize(self, status: str = "success") -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_file"] = None  # a copy (a spawned worker's) opens the file itself
+        return state
 
     def _encode(self, rows: list[Mapping[str, Any]], header: bool = False) -> bytes:
         buffer = io.StringIO()

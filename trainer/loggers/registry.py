@@ -20,6 +20,11 @@ LOGGERS: dict[str, type[Logger]] = {
     "wandb": WandbLogger,
 }
 
+#: What ``Trainer()`` writes with when no logger is chosen (and with Lightning's ``logger=True``).
+#: TensorBoard first: ``trainer.logger`` (a module's ``self.logger``) is then a TensorBoard logger, as
+#: Lightning's default, so ``self.logger.experiment.add_image(...)`` writes.
+DEFAULT_LOGGERS = ("tensorboard", "jsonl")
+
 #: A checked logger choice: a Logger instance as given, or (name, options) built on rank 0.
 LoggerSpec = Union[Logger, "tuple[str, dict[str, Any]]"]
 
@@ -55,11 +60,44 @@ def resolve_logger_specs(loggers: Any) -> list[LoggerSpec]:
     return specs
 
 
+def choose_loggers(logger: Any, loggers: Any, loggers_given: bool) -> Any:
+    """The ``loggers=`` value for Lightning's ``Trainer(logger=...)``: True (the default loggers),
+    False (none), a Logger or a list of them; None: not given, ``loggers`` as it is. Giving both is
+    an error."""
+    if logger is None:
+        return loggers
+    if loggers_given:
+        raise TypeError(f"Trainer(logger={logger!r}, loggers={loggers!r}): give one of them (logger= is Lightning's "
+                        "name: True, False, a Logger or a list of them; loggers= also takes names)")
+    if logger is True:
+        return DEFAULT_LOGGERS
+    if logger is False:
+        return []
+    items = [logger] if isinstance(logger, Logger) else logger
+    if not isinstance(items, Iterable) or isinstance(items, (str, Mapping)) or not all(isinstance(i, Logger) for i in items):
+        raise TypeError(f"Trainer(logger={logger!r}): give True, False, a Logger (TensorBoardLogger(save_dir), "
+                        "CSVLogger(save_dir), WandbLogger(...)) or a list of them; names go to loggers=")
+    return list(items)
+
+
 def build_loggers(loggers: Any, run_dir: str) -> list[Logger]:
     """The Logger objects for ``loggers`` (any form :func:`resolve_logger_specs` accepts); a
-    backend chosen by name is built as ``Backend(run_dir, **options)``. Called on rank 0 only."""
+    backend chosen by name is built as ``Backend.in_run_dir(run_dir, **options)`` (or
+    ``Backend(run_dir, **options)``). Building writes nothing: files open at the first write."""
     specs = resolve_logger_specs(loggers)
-    return [spec if isinstance(spec, Logger) else LOGGERS[spec[0]](run_dir, **spec[1]) for spec in specs]
+    return [spec if isinstance(spec, Logger) else _builder(LOGGERS[spec[0]])(run_dir, **spec[1]) for spec in specs]
+
+
+def settle_versions(loggers: Any) -> None:
+    """Fix the version folder of every Logger instance given (the next free ``version_<n>``) before
+    worker processes copy them, so that the caller's objects name the folder the run writes."""
+    for spec in resolve_logger_specs(loggers):
+        if isinstance(spec, Logger):
+            _ = spec.version
+
+
+def _builder(backend: type[Logger]) -> Any:
+    return getattr(backend, "in_run_dir", backend)
 
 
 def _as_list(loggers: Any) -> list:
@@ -77,7 +115,7 @@ def _checked(name: Any, options: Any) -> tuple[str, dict[str, Any]]:
         raise TypeError(f"the options of logger {name!r} must be a mapping, got {options!r}")
     options = dict(options)
     backend = LOGGERS[name]
-    accepted = list(inspect.signature(backend).parameters)[1:]  # after run_dir
+    accepted = list(inspect.signature(_builder(backend)).parameters)[1:]  # after run_dir
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"logger {name!r} has no option(s) {unknown}; its options: {', '.join(accepted)}")
@@ -85,3 +123,17 @@ def _checked(name: Any, options: Any) -> tuple[str, dict[str, Any]]:
     if check is not None:
         check(**options)
     return name, options
+
+
+def agree_versions(loggers: list[Logger]) -> None:
+    """Rank 0's version folder for every logger that picks one (Lightning's ``version_<n>``), on every
+    rank: ranks that chose on their own may have seen another rank's new folder. A collective when
+    any logger has a version folder (every rank holds the same kinds of loggers)."""
+    from trainer.runtime import distributed
+
+    versioned = [logger for logger in loggers if isinstance(logger, (TensorBoardLogger, CSVLogger))]
+    if not versioned or not distributed.is_distributed():
+        return
+    versions = distributed.broadcast_object([logger.version if distributed.rank() == 0 else None for logger in versioned])
+    for logger, version in zip(versioned, versions):
+        logger.version = version

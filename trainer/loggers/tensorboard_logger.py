@@ -1,48 +1,133 @@
-"""TensorBoard event files (``tensorboard --logdir <run_dir>``)."""
+"""TensorBoard event files (``tensorboard --logdir <dir>``)."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping
 
-from trainer.loggers.base import Logger
+from trainer.loggers.base import DummyExperiment, Logger, writes_here
+from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.versions import VersionedDir
 from trainer.runtime.redact import redact_secrets
+
+#: ``torch.utils.tensorboard.SummaryWriter`` options a TensorBoardLogger passes on (Lightning's ``**kwargs``).
+WRITER_OPTIONS = ("comment", "purge_step", "filename_suffix")
 
 
 class TensorBoardLogger(Logger):
-    """Scalars in one event file in the run directory; the config as a text summary named
-    ``config`` and in the HPARAMS tab (secrets redacted). TensorBoard is imported here, only when this logger is used.
+    """Scalars in event files; the config as a text summary named ``config`` and in the HPARAMS tab
+    (secrets redacted). TensorBoard is imported at the first write, only when this logger is used.
+
+    Built as Lightning's: ``TensorBoardLogger(save_dir, name="lightning_logs", version=None)`` writes
+    into ``<save_dir>/<name>/version_<n>`` (``log_dir``; the next free version unless given) with
+    ``hparams.yaml`` beside the events. Built by name (``loggers=["tensorboard"]``, ``conf/logger/``):
+    into the run directory itself (``in_run_dir``).
 
     Args:
-        run_dir: the directory the event file goes to.
+        save_dir / name / version / sub_dir: where the events go (see above; ``sub_dir`` one more folder).
+        log_graph: True is refused (call ``logger.experiment.add_graph(model, example_input)`` yourself).
+        default_hp_metric: with the hyperparameters, also an ``hp_metric`` of -1 (as Lightning).
+        prefix: put before every metric name, joined with "-".
         flush_secs: write pending events to disk at least this often.
         max_queue: events buffered before a write.
-        log_dir: the directory for the event file instead of ``run_dir`` (null: ``run_dir``; a DeepSpeed
-            config's ``tensorboard.output_path/job_name``).
+        comment / purge_step / filename_suffix: as ``SummaryWriter``'s; other keywords are refused.
     """
 
-    def __init__(self, run_dir: str, flush_secs: int = 30, max_queue: int = 10, log_dir: str | None = None):
-        from torch.utils.tensorboard import SummaryWriter
+    def __init__(self, save_dir: Any, name: str | None = "lightning_logs", version: int | str | None = None,
+                 log_graph: bool = False, default_hp_metric: bool = True, prefix: str = "", sub_dir: Any = None,
+                 flush_secs: int = 30, max_queue: int = 10, **writer_options: Any):
+        if log_graph:
+            raise ValueError("TensorBoardLogger(log_graph=True) is not supported here; call "
+                             "self.logger.experiment.add_graph(self, example_input) from a hook instead")
+        unknown = sorted(set(writer_options) - set(WRITER_OPTIONS))
+        if unknown:
+            raise TypeError(f"TensorBoardLogger got unknown option(s) {unknown}; it takes save_dir, name, version, "
+                            f"default_hp_metric, prefix, sub_dir, flush_secs, max_queue, {', '.join(WRITER_OPTIONS)}")
+        self._dirs = VersionedDir(save_dir, name, version, sub_dir)
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._writer_options = dict(writer_options, flush_secs=flush_secs, max_queue=max_queue)
+        self._hparams_file = True  # Lightning's hparams.yaml beside the events (not in a run directory)
+        self._writer: Any = None
 
-        self._writer = SummaryWriter(log_dir=log_dir or run_dir, flush_secs=flush_secs, max_queue=max_queue)
+    @classmethod
+    def in_run_dir(cls, run_dir: str, flush_secs: int = 30, max_queue: int = 10,
+                   log_dir: str | None = None) -> TensorBoardLogger:
+        """The logger ``loggers=["tensorboard"]`` builds: the event file in ``log_dir`` (a DeepSpeed
+        config's ``tensorboard.output_path/job_name``), else in the run directory itself."""
+        logger = cls(log_dir or run_dir, name="", version="", default_hp_metric=False,
+                     flush_secs=flush_secs, max_queue=max_queue)
+        logger._hparams_file = False
+        return logger
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    # Lightning's attributes
+    name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
+    save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
+    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
+    log_dir = property(lambda self: self._dirs.log_dir, doc="Where the event files go.")
+
+    @property
+    def version(self) -> int | str:
+        """The version folder's number (or name): the next free one unless given."""
+        return self._dirs.version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._dirs.version = value
+
+    @property
+    def experiment(self) -> Any:
+        """The ``torch.utils.tensorboard.SummaryWriter`` (rank 0; a DummyExperiment elsewhere)."""
+        if not writes_here():
+            return DummyExperiment()
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            os.makedirs(self.log_dir, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_options)
+        return self._writer
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not writes_here():
+            return
         for name, value in metrics.items():
+            if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+                value = value.item()
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._writer.add_scalar(name, value, global_step=step)
+                self.experiment.add_scalar(f"{self._prefix}-{name}" if self._prefix else name, value, global_step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+        if not writes_here():
+            return
         redacted = redact_secrets(dict(params))
         text = json.dumps(redacted, indent=2, default=str)
-        self._writer.add_text("config", "```\n" + text + "\n```")
+        self.experiment.add_text("config", "```\n" + text + "\n```")
         # Also TensorBoard's HPARAMS tab (as Lightning): flat "a/b" names, scalar values.
         from torch.utils.tensorboard.summary import hparams
 
-        for summary in hparams(_flatten(redacted), {}):
-            self._writer.file_writer.add_summary(summary)
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        for summary in hparams(_flatten(redacted), dict(metrics or {})):
+            self.experiment.file_writer.add_summary(summary)
+        if metrics:
+            self.log_metrics(metrics, 0)
+        if self._hparams_file:
+            write_hparams_yaml(self.log_dir, params)
 
-    def finalize(self) -> None:
-        self._writer.close()
+    def save(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def finalize(self, status: str = "success") -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_writer"] = None  # a copy (a spawned worker's) opens its own writer
+        return state
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
-from trainer.loggers.base import Logger
+from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.runtime.redact import redact_argv, redact_secrets
 
 log = logging.getLogger(__name__)
@@ -133,38 +133,131 @@ class WandbLogger(Logger):
     does not answer a TCP connect within 3 s, or an init that fails within ``init_timeout_s``,
     makes it offline with a warning. In ``online`` mode the same failures raise an error instead.
 
+    Built as Lightning's (``WandbLogger(name=None, save_dir=".", version=None, offline=False,
+    project=None, ...)``): ``save_dir`` (or ``dir``) is the run's folder, ``version`` (or ``id``) its id;
+    more keywords go to ``wandb.init``. Built by name (``loggers=["wandb"]``, ``conf/logger/``): in the
+    run directory (``in_run_dir``). Lightning's ``name`` attribute is the project, ``version`` the run id.
+
     Args:
-        run_dir: the run directory (W&B writes into ``<run_dir>/wandb``).
-        project / entity / name / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
+        name / project / entity / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
             e.g. ``$WANDB_PROJECT``).
+        save_dir / dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
+        version / id: the run id to use (None: the stored one, else a new one). Set it (or call
+            :func:`adopt_run_id`) to continue a run from another run directory.
+        offline: True is ``mode="offline"``.
+        anonymous: True lets W&B log without an account (``anonymous="allow"``).
+        experiment: a W&B run already started, to log into.
+        prefix: put before every metric name, joined with "-".
+        log_model / checkpoint_name: uploading checkpoints as W&B artifacts is not supported (refused).
         mode: ``auto`` (``$WANDB_MODE`` if set, else online with an API key, offline without),
             ``online``, ``offline`` or ``disabled`` (log nothing, import nothing).
-        id: the run id to use (None: the stored one, else a new one). Set it (or call
-            :func:`adopt_run_id`) to continue a run from another run directory.
         init_timeout_s: how long ``wandb.init`` may wait for the server.
+        **init_options: more ``wandb.init`` keywords (``job_type``, ``config``, ...).
     """
 
     def __init__(
         self,
-        run_dir: str,
-        project: str | None = None,
-        entity: str | None = None,
         name: str | None = None,
+        save_dir: Any = ".",
+        version: str | None = None,
+        offline: bool = False,
+        dir: Any = None,
+        id: str | None = None,
+        anonymous: bool | None = None,
+        project: str | None = None,
+        log_model: Any = False,
+        experiment: Any = None,
+        prefix: str = "",
+        checkpoint_name: str | None = None,
+        entity: str | None = None,
         group: str | None = None,
         tags: list[str] | None = None,
         notes: str | None = None,
         mode: str = "auto",
-        id: str | None = None,
         init_timeout_s: float = 60.0,
+        **init_options: Any,
     ):
+        if log_model or checkpoint_name is not None:
+            raise ValueError(f"WandbLogger(log_model={log_model!r}, checkpoint_name={checkpoint_name!r}): uploading "
+                             "checkpoints as W&B artifacts is not supported here; leave both unset (checkpoints stay "
+                             "in the run's checkpoints/ folder)")
+        taken = sorted(set(init_options) & {"resume", "settings", "reinit"})
+        if init_options.get("add_file_policy", "mutable") != "mutable":
+            raise ValueError("WandbLogger(add_file_policy=...) concerns log_model, which is not supported; leave it unset")
+        init_options.pop("add_file_policy", None)
+        if taken:
+            raise ValueError(f"WandbLogger({', '.join(taken)}=...): set by the trainer (one run per job, resumed "
+                             "with the job); use mode= / init_timeout_s= instead")
+        if offline:
+            if mode not in ("auto", "offline"):
+                raise ValueError(f"WandbLogger(offline=True, mode={mode!r}): give one of them")
+            mode = "offline"
+        if version is not None and id is not None and version != id:
+            raise ValueError(f"WandbLogger(version={version!r}, id={id!r}): give one of them (the same run id)")
         self.check_options(mode=mode)
-        self.run_dir = run_dir
+        self.run_dir = os.fspath(dir if dir is not None else save_dir)
         self.mode = mode
-        self.run_id = id
-        self._init_args = dict(project=project, entity=entity, name=name, group=group, tags=tags, notes=notes)
+        self.run_id = id if id is not None else version
+        if anonymous:
+            init_options["anonymous"] = "allow"
+        self._init_args = dict(init_options, project=project, entity=entity, name=name, group=group, tags=tags, notes=notes)
+        self._project = project
+        self._prefix = prefix
         self.init_timeout_s = init_timeout_s
-        self.run: Any = None  # the wandb Run once started
+        self.run: Any = experiment  # the wandb Run once started
         self._disabled = False
+
+    @classmethod
+    def in_run_dir(cls, run_dir: str, project: str | None = None, entity: str | None = None, name: str | None = None,
+                   group: str | None = None, tags: list[str] | None = None, notes: str | None = None,
+                   mode: str = "auto", id: str | None = None, init_timeout_s: float = 60.0) -> WandbLogger:
+        """The logger ``loggers=["wandb"]`` builds, writing into ``<run_dir>/wandb``."""
+        return cls(name=name, save_dir=run_dir, project=project, entity=entity, group=group, tags=tags, notes=notes,
+                   mode=mode, id=id, init_timeout_s=init_timeout_s)
+
+    # Lightning's attributes
+    save_dir = property(lambda self: self.run_dir, doc="The folder W&B writes into.")
+    log_dir = save_dir
+    name = property(lambda self: self._project, doc="The project (as Lightning's; the run's name is experiment.name).")
+
+    @property
+    def version(self) -> str | None:
+        """The run id (None until the run starts unless given)."""
+        return getattr(self.run, "id", None) or self.run_id
+
+    @property
+    def experiment(self) -> Any:
+        """The W&B run (started now if need be) on rank 0; a DummyExperiment elsewhere or when disabled."""
+        if not writes_here():
+            return DummyExperiment()
+        if self.run is None:
+            self._start(None)
+        return self.run if self.run is not None else DummyExperiment()
+
+    def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
+        """``wandb.watch`` the model (rank 0)."""
+        self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
+
+    def log_image(self, key: str, images: list, step: int | None = None, **kwargs: Any) -> None:
+        """Log ``images`` (tensors, arrays, PIL images or paths) as ``wandb.Image`` s under ``key`` (rank 0);
+        list-valued keywords (``caption``) give one value per image."""
+        if not writes_here():
+            return
+        import wandb
+
+        per_image = [{k: v[i] for k, v in kwargs.items()} for i in range(len(images))]
+        self.log_metrics({key: [wandb.Image(image, **extra) for image, extra in zip(images, per_image)]}, step)
+
+    def log_table(self, key: str, columns: list | None = None, data: list | None = None, dataframe: Any = None,
+                  step: int | None = None) -> None:
+        """Log a ``wandb.Table`` under ``key`` (rank 0)."""
+        if not writes_here():
+            return
+        import wandb
+
+        self.log_metrics({key: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step)
+
+    log_text = log_table
 
     @staticmethod
     def check_options(mode: str = "auto", **_: Any) -> None:
@@ -173,23 +266,33 @@ class WandbLogger(Logger):
             raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        if not writes_here():
+            return
         config = redact_secrets(dict(params))
         if self.run is None:
             self._start(config)
         else:
             self.run.config.update(config, allow_val_change=True)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not writes_here():
+            return
         if self.run is None:
             self._start(None)
         if self.run is not None:
-            self.run.log(dict(metrics), step=step)
+            values = {(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in metrics.items()}
+            self.run.log(values, step=step)
 
-    def finalize(self) -> None:
+    def finalize(self, status: str = "success") -> None:
         if self.run is not None:
             self.run.finish()
             self.run = None
         self._disabled = True
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["run"] = None  # a copy (a spawned worker's) starts or continues the run itself
+        return state
 
     def _start(self, config: dict | None) -> None:
         if self._disabled:
@@ -224,3 +327,4 @@ class WandbLogger(Logger):
             raise RuntimeError(f"logger.wandb.mode=online but {reason}; use mode=offline (then `wandb sync`) or auto")
         where = os.path.join(self.run_dir, "wandb")
         log.warning("W&B: %s; logging offline to %s (upload later with `wandb sync`)", reason, where)
+

@@ -34,7 +34,7 @@ from trainer.api.hparams import for_loggers, merged_for_loggers
 from trainer.api.hparams_archive import HparamsArchive, hparams_name
 from trainer.api.hparams_display import checkpoint_record
 from trainer.runtime.launch import ClusterEnvironment
-from trainer.loggers import Logger, build_loggers
+from trainer.loggers import Logger, agree_versions
 from trainer.optim.lr_scheduling import LRScheduling
 from trainer.loop.hooks import RunHooks
 from trainer.loop.optimizer_step import gradient_clipper
@@ -166,6 +166,8 @@ class _Run(RunCounters):
         trainer.model = self.wrapped
         if trainer.init_from is not None:
             load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
+        # Every rank holds the logger objects (self.logger on a module); rank 0's write (self.loggers).
+        agree_versions(trainer.logger_objects(self.run_dir))
         if self.rank == 0:
             source = getattr(trainer, "ckpt_path", None) or trainer.resume  # (fit's ckpt_path= or trainer.resume)
             if source not in (None, "auto", "last", "best"):
@@ -173,7 +175,7 @@ class _Run(RunCounters):
                 from trainer.loggers.wandb_logger import adopt_run_of_checkpoint
 
                 adopt_run_of_checkpoint(source, self.run_dir)
-            self.loggers = build_loggers(trainer.loggers, self.run_dir)
+            self.loggers = trainer.logger_objects(self.run_dir)
             params = for_loggers(trainer.config, logged_hparams)  # the config and save_hyperparameters()'s
             if params is not None:
                 for logger in self.loggers:

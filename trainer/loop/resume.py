@@ -46,6 +46,8 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: str | None, checkpoint: Che
         if value in ("last", "auto"):
             return "last"
         if value == "best":
+            if checkpoint is not None and not checkpoint.monitor and getattr(checkpoint, "best_is_latest_without_monitor", False):
+                return "last"  # Lightning's ModelCheckpoint without monitor: its best is the newest
             if checkpoint is None or not checkpoint.monitor:
                 raise ValueError(f"{name}='best' needs checkpoint.monitor (the metric that ranks checkpoints); "
                                  "give ckpt_path='last' or a checkpoint path instead")

@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from trainer.loggers.base import DummyLogger
+
 log = logging.getLogger(__name__)
 
 
@@ -152,4 +154,6 @@ def apply(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_b
     if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
         log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
         trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
-        trainer.num_sanity_val_steps, trainer.checkpoint, trainer.loggers = 0, None, []
+        trainer.num_sanity_val_steps, trainer.checkpoint = 0, None
+        # A logger that writes nothing in place of the chosen ones (as Lightning): self.logger still answers.
+        trainer.logger_specs = [DummyLogger()] if trainer.logger_specs else []

@@ -148,7 +148,7 @@ def test_multi_select_group_composes_and_builds(group, options, tmp_path):
     assert list(container[group]) == options
     built_trainer, _ = build(container, run_dir=str(tmp_path))
     if group == "logger":  # the Trainer checked every option against its backend
-        assert built_trainer.loggers == [(option, container[group][option]) for option in options]
+        assert built_trainer.logger_specs == [(option, container[group][option]) for option in options]
     if group == "callbacks":  # one instance per option, of its _target_, in the order selected
         assert [type(callback) for callback in built_trainer.callbacks] == [
             get_class(container[group][option]["_target_"]) for option in options

@@ -53,8 +53,8 @@ def test_logger_group_selects_backends_with_their_options(overrides, expected, t
 
     config = compose(["recipe=mlp"] + overrides)
     built, _ = build(config, str(tmp_path))
-    assert [name for name, _ in built.loggers] == expected
-    for name, options in built.loggers:
+    assert [name for name, _ in built.logger_specs] == expected
+    for name, options in built.logger_specs:
         assert options == config["logger"][name]  # every option in the yaml reaches the backend
 
 
@@ -63,7 +63,7 @@ def test_logger_option_override_reaches_the_backend(tmp_path):
 
     config = compose(["recipe=mlp", "logger=[jsonl,wandb]", "logger.wandb.project=demo", "logger.wandb.mode=offline"])
     built, _ = build(config, str(tmp_path))
-    assert dict(built.loggers)["wandb"]["project"] == "demo" and dict(built.loggers)["wandb"]["mode"] == "offline"
+    assert dict(built.logger_specs)["wandb"]["project"] == "demo" and dict(built.logger_specs)["wandb"]["mode"] == "offline"
     assert "loggers" not in config["trainer"]  # the choice lives in the logger group only
 
 

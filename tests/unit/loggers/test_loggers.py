@@ -206,10 +206,10 @@ def test_logger_choices_in_every_form(tmp_path):
         None: [],
     }
     for given, expected in forms.items():
-        assert Trainer(loggers=given).loggers == expected
-    assert Trainer(loggers={"jsonl": None, "wandb": {"project": "p", "mode": "offline"}}).loggers == [
+        assert Trainer(loggers=given).logger_specs == expected
+    assert Trainer(loggers={"jsonl": None, "wandb": {"project": "p", "mode": "offline"}}).logger_specs == [
         ("jsonl", {}), ("wandb", {"project": "p", "mode": "offline"})]
-    mixed = Trainer(loggers=["jsonl", {"csv": {"filename": "m.csv"}}, mine]).loggers
+    mixed = Trainer(loggers=["jsonl", {"csv": {"filename": "m.csv"}}, mine]).logger_specs
     assert mixed == [("jsonl", {}), ("csv", {"filename": "m.csv"}), mine]
     built = build_loggers(mixed, str(tmp_path))
     assert [type(logger) for logger in built] == [JSONLLogger, CSVLogger, JSONLLogger] and built[2] is mine
@@ -237,7 +237,7 @@ def test_bad_logger_choice_fails_when_the_trainer_is_built(loggers, match):
 
 # ----- backends ----------------------------------------------------------------------------------------
 def test_tensorboard_scalars_and_config_read_back(tmp_path):
-    logger = TensorBoardLogger(str(tmp_path))
+    logger = TensorBoardLogger.in_run_dir(str(tmp_path))
     logger.log_hyperparams(CONFIG_WITH_SECRETS)
     for step in (1, 2, 3):
         logger.log_metrics({"train/loss": 1.0 / step, "epoch": 0}, step)
@@ -257,7 +257,7 @@ def test_tensorboard_scalars_and_config_read_back(tmp_path):
 
 def test_csv_rows_columns_grow_and_a_step_is_one_row(tmp_path):
     path = tmp_path / "metrics.csv"
-    logger = CSVLogger(str(tmp_path))
+    logger = CSVLogger.in_run_dir(str(tmp_path))
     logger.log_metrics({"train/loss": 1.5}, 1)
     assert read_csv(path) == (["step", "train/loss"], [{"step": "1", "train/loss": "1.5"}])  # flushed per row
     logger.log_metrics({"train/loss": 1.25}, 2)
@@ -277,7 +277,7 @@ def test_csv_rows_columns_grow_and_a_step_is_one_row(tmp_path):
     ]
     assert not os.path.exists(str(path) + ".tmp")
 
-    resumed = CSVLogger(str(tmp_path))  # a resumed run in the same directory appends
+    resumed = CSVLogger.in_run_dir(str(tmp_path))  # a resumed run in the same directory appends
     resumed.log_metrics({"train/loss": 0.25}, 5)
     resumed.log_metrics({"lr": 0.1}, 6)
     resumed.finalize()
@@ -290,7 +290,7 @@ def test_csv_rows_columns_grow_and_a_step_is_one_row(tmp_path):
 def test_wandb_offline_run_holds_config_and_history_and_resume_continues_it(tmp_path, monkeypatch):
     # W&B records the command line: an override with a secret must not reach its files either.
     monkeypatch.setattr(sys, "argv", ["train.py", f"+data.api_key={CONFIG_SECRET}", "trainer.max_steps=3"])
-    logger = WandbLogger(str(tmp_path), project="proj", name="first")
+    logger = WandbLogger.in_run_dir(str(tmp_path), project="proj", name="first")
     logger.log_hyperparams(CONFIG_WITH_SECRETS)
     for step in (1, 2, 3):
         logger.log_metrics({"train/loss": 1.0 / step}, step)
@@ -307,7 +307,7 @@ def test_wandb_offline_run_holds_config_and_history_and_resume_continues_it(tmp_
     assert [(step, values["train/loss"]) for step, values in history] == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))]
 
     # The job resumed in the same run directory: the same W&B run continues.
-    resumed = WandbLogger(str(tmp_path), project="proj")
+    resumed = WandbLogger.in_run_dir(str(tmp_path), project="proj")
     resumed.log_metrics({"train/loss": 0.2}, 4)
     resumed.finalize()
     assert resumed.run_id == run_id
@@ -323,7 +323,7 @@ def test_wandb_offline_run_holds_config_and_history_and_resume_continues_it(tmp_
 
     # Resumed into a new run directory (from a checkpoint of this one): the id is carried over.
     assert adopt_run_id(str(tmp_path), str(tmp_path / "next")) == run_id
-    assert WandbLogger(str(tmp_path / "next")).run_id is None  # read when the run starts, not before
+    assert WandbLogger.in_run_dir(str(tmp_path / "next")).run_id is None  # read when the run starts, not before
     assert (tmp_path / "next" / RUN_ID_FILE).read_text().strip() == run_id
     assert adopt_run_id(str(tmp_path / "elsewhere"), str(tmp_path / "fresh")) is None
 
@@ -350,14 +350,14 @@ def test_wandb_with_a_key_but_no_server_goes_offline_quickly_or_fails_clearly(tm
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("WANDB_API_KEY", key)  # auto mode would go online; the server URL is a closed port
     start = time.monotonic()
-    logger = WandbLogger(str(tmp_path / "auto"))
+    logger = WandbLogger.in_run_dir(str(tmp_path / "auto"))
     logger.log_metrics({"loss": 1.0}, 1)
     logger.finalize()
     assert time.monotonic() - start < 30
     assert len(offline_runs(tmp_path / "auto")) == 1
     assert files_containing(tmp_path / "auto", [key]) == []
 
-    strict = WandbLogger(str(tmp_path / "online"), mode="online")
+    strict = WandbLogger.in_run_dir(str(tmp_path / "online"), mode="online")
     with pytest.raises(RuntimeError, match="mode=online but the W&B server .* is unreachable"):
         strict.log_metrics({"loss": 1.0}, 1)
     assert offline_runs(tmp_path / "online") == []
@@ -371,7 +371,7 @@ def test_wandb_server_that_never_answers_makes_the_run_offline_after_init_timeou
         monkeypatch.setenv("WANDB_API_KEY", "k0123456789" * 4)
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{silent_server.getsockname()[1]}")
         start = time.monotonic()
-        logger = WandbLogger(str(tmp_path), init_timeout_s=1)
+        logger = WandbLogger.in_run_dir(str(tmp_path), init_timeout_s=1)
         logger.log_hyperparams({"a": 1})
         logger.log_metrics({"loss": 1.0}, 1)
         logger.finalize()
@@ -383,7 +383,7 @@ def test_wandb_server_that_never_answers_makes_the_run_offline_after_init_timeou
 
 
 def test_wandb_disabled_writes_nothing(tmp_path):
-    logger = WandbLogger(str(tmp_path), mode="disabled")
+    logger = WandbLogger.in_run_dir(str(tmp_path), mode="disabled")
     logger.log_hyperparams({"a": 1})
     logger.log_metrics({"loss": 1.0}, 1)
     logger.finalize()

@@ -141,7 +141,7 @@ def test_ckpt_path_and_resume_that_differ_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ckpt_path='last' and trainer.resume=.* name different checkpoints"):
         trainer.validate(Regressor(), ckpt_path="last")
     with pytest.raises(ValueError, match=r"ckpt_path='best' needs checkpoint.monitor"):
-        Trainer(run_dir=str(tmp_path), loggers=["jsonl"]).fit(Regressor(), ckpt_path="best")
+        Trainer(run_dir=str(tmp_path), loggers=["jsonl"], checkpoint=dict(save_last=True)).fit(Regressor(), ckpt_path="best")
     with pytest.raises(ValueError, match=r"ckpt_path='nowhere' does not exist"):
         Trainer(run_dir=str(tmp_path), loggers=["jsonl"]).validate(Regressor(), ckpt_path="nowhere")
 

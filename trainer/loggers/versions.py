@@ -1,0 +1,66 @@
+"""Lightning's ``<save_dir>/<name>/version_<n>`` directories for loggers built with ``save_dir``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def next_version(root: str) -> int:
+    """One more than the highest ``version_<n>`` folder in ``root`` (0 if none)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    found = [int(name[len("version_"):]) for name in names
+             if name.startswith("version_") and name[len("version_"):].isdigit() and os.path.isdir(os.path.join(root, name))]
+    return max(found) + 1 if found else 0
+
+
+class VersionedDir:
+    """``save_dir`` / ``name`` / ``version``: where a logger writes, as Lightning's file loggers lay it out.
+
+    ``name`` "" or None: no per-experiment folder. ``version`` None: the next free ``version_<n>``
+    (chosen at the first read, then fixed; the trainer fixes it before workers start and gives rank 0's
+    to every rank); an int: ``version_<n>``; a string: that folder ("" : none).
+    """
+
+    def __init__(self, save_dir: Any, name: str | None, version: int | str | None, sub_dir: Any = None):
+        if save_dir is None:
+            raise TypeError("save_dir is required: the folder the logger writes into")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise TypeError(f"version={version!r} must be None, an int or a string")
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(self.root_dir)
+        return self._version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._version = value
+
+    @property
+    def log_dir(self) -> str:
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        path = os.path.join(self.root_dir, version) if version else self.root_dir
+        if self._sub_dir:
+            path = os.path.join(path, self._sub_dir)
+        return os.path.expanduser(os.path.expandvars(path))
