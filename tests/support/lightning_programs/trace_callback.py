@@ -1,0 +1,47 @@
+"""A Lightning callback that records every Callback hook the trainer calls, with its scalar arguments,
+into a :class:`~tests.support.hook_trace.TraceSink`; at the hooks of
+:data:`~tests.support.hook_trace.VALUE_HOOKS` it also takes ``trainer.callback_metrics`` (and the
+loss a training step returned)."""
+
+import inspect
+
+from lightning.pytorch import Callback
+
+from tests.support.hook_trace import (
+    CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, metrics_snapshot, returned_loss, scalar_arguments,
+)
+
+
+def _recording_hook(name):
+    base = getattr(Callback, name)
+    signature = inspect.signature(base)
+
+    def hook(self, *args, **kwargs):
+        self.sink.record("callback", name, scalar_arguments(signature, (self, *args), kwargs))
+        if name in VALUE_HOOKS:
+            bound = signature.bind(self, *args, **kwargs).arguments
+            values = metrics_snapshot(bound["trainer"].callback_metrics)
+            if name == "on_train_batch_end":
+                loss = returned_loss(bound.get("outputs"))
+                if loss is not None:
+                    values["<returned loss>"] = loss
+            self.sink.record_values(name, values)
+        return base(self, *args, **kwargs)
+
+    # Lightning's signature (a trainer may look at a hook's parameters), but not Lightning's code:
+    # the hook counts as defined by this callback.
+    hook.__name__ = hook.__qualname__ = name
+    hook.__signature__ = signature
+    return hook
+
+
+class HookTracer(Callback):
+    """Records every Callback hook into ``sink`` (role ``"callback"``)."""
+
+    def __init__(self, sink: TraceSink):
+        super().__init__()
+        self.sink = sink
+
+    for _name in CALLBACK_HOOKS:
+        locals()[_name] = _recording_hook(_name)
+    del _name
