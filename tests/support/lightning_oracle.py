@@ -12,6 +12,7 @@ flattened to tensors, so that :func:`assert_same_calls` / :func:`assert_same_num
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -102,6 +103,8 @@ def flatten(prefix: str, value: Any, out: dict[str, torch.Tensor | str]) -> None
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             flatten(f"{prefix}[{index}]", item, out)
+    elif isinstance(value, enum.Enum):  # Lightning's stages are str enums: their plain value
+        out[prefix] = repr(value.value)
     elif isinstance(value, bool) or value is None or isinstance(value, str):
         out[prefix] = repr(value)
     elif isinstance(value, (int, float)):
