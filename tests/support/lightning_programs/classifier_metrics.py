@@ -56,7 +56,7 @@ class PointsDataModule(L.LightningDataModule):
 
 
 class PointsClassifier(L.LightningModule):
-    def __init__(self, hidden: int = 16, lr: float = 0.1):
+    def __init__(self, hidden: int = 16, lr: float = 1.0):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES))
