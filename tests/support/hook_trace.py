@@ -7,8 +7,8 @@ keeps the scalar arguments the hook was given (``stage``, ``batch_idx``, ``datal
 two runs that call the same hooks with other stages or batch indices differ.
 
 Nothing here imports Lightning or the trainer: the same code traces a program under both.
-Under spawned ranks each rank writes its records to ``<directory>/trace-rank<R>.json`` at every record
-(the caller reads them back with :func:`read_rank_trace`).
+Under spawned ranks each rank appends its records to ``<directory>/trace-rank<R>.jsonl`` (the caller
+reads them back with :func:`read_rank_trace`).
 """
 
 from __future__ import annotations
@@ -95,6 +95,13 @@ def scalar_arguments(signature: inspect.Signature | None, args: tuple, kwargs: d
     return kept
 
 
+def lightning_callback_signature(name: str) -> inspect.Signature:
+    """The signature of Lightning's ``Callback.<name>`` (Lightning is the tests' oracle: installed)."""
+    import lightning.pytorch
+
+    return inspect.signature(getattr(lightning.pytorch.Callback, name))
+
+
 def to_number(value: Any) -> float | None:
     """A logged value as a float (a one-element tensor or a Python number); None for anything else."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
@@ -132,8 +139,8 @@ class TraceSink:
     """The one list both recorders append to, plus the numbers taken at :data:`VALUE_HOOKS`.
 
     Args:
-        directory: where spawned ranks write their records (``trace-rank<R>.json``); None keeps them in
-            this process only.
+        directory: where spawned ranks append their records (``trace-rank<R>.jsonl``); None keeps them
+            in this process only.
     """
 
     def __init__(self, directory: str | None = None):
@@ -143,29 +150,33 @@ class TraceSink:
 
     def record(self, role: str, hook: str, arguments: dict[str, Any]) -> None:
         self.calls.append((role, hook, arguments))
-        self._write()
+        self._append({"call": [role, hook, arguments]})
 
     def record_values(self, hook: str, values: dict[str, float]) -> None:
         self.values.append((hook, values))
-        self._write()
+        self._append({"values": [hook, values]})
 
-    def _write(self) -> None:
+    def _append(self, entry: dict[str, Any]) -> None:
+        # One line per record, appended: a rank started for fit and another started for test (each
+        # with its own copy of this sink) add to one file, in the order the calls happened.
         if self.directory is None:
             return
         os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"trace-rank{current_rank()}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump({"calls": self.calls, "values": self.values}, f)
-        os.replace(path + ".tmp", path)
+        with open(os.path.join(self.directory, f"trace-rank{current_rank()}.jsonl"), "a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 def read_rank_trace(directory: str, rank: int = 0) -> TraceSink:
-    """The records one rank of a spawned run wrote (see :class:`TraceSink`)."""
-    with open(os.path.join(directory, f"trace-rank{rank}.json")) as f:
-        data = json.load(f)
+    """The records one rank wrote, in order (see :class:`TraceSink`); the caller's own records count
+    as rank 0's."""
     sink = TraceSink()
-    sink.calls = [(role, hook, arguments) for role, hook, arguments in data["calls"]]
-    sink.values = [(hook, values) for hook, values in data["values"]]
+    with open(os.path.join(directory, f"trace-rank{rank}.jsonl")) as f:
+        for line in f:
+            entry = json.loads(line)
+            if "call" in entry:
+                sink.calls.append(tuple(entry["call"]))
+            else:
+                sink.values.append(tuple(entry["values"]))
     return sink
 
 

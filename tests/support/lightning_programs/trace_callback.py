@@ -3,30 +3,33 @@ into a :class:`~tests.support.hook_trace.TraceSink`; at the hooks of
 :data:`~tests.support.hook_trace.VALUE_HOOKS` it also takes ``trainer.callback_metrics`` (and the
 loss a training step returned)."""
 
-import inspect
-
 from lightning.pytorch import Callback
 
 from tests.support.hook_trace import (
-    CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, metrics_snapshot, returned_loss, scalar_arguments,
+    CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, lightning_callback_signature, metrics_snapshot, returned_loss,
+    scalar_arguments,
 )
 
 
 def _recording_hook(name):
-    base = getattr(Callback, name)
-    signature = inspect.signature(base)
+    base = getattr(Callback, name, None)
+    # arguments are named as Lightning names them, whichever Callback class this file imports
+    signature = lightning_callback_signature(name)
 
     def hook(self, *args, **kwargs):
         self.sink.record("callback", name, scalar_arguments(signature, (self, *args), kwargs))
         if name in VALUE_HOOKS:
-            bound = signature.bind(self, *args, **kwargs).arguments
-            values = metrics_snapshot(bound["trainer"].callback_metrics)
+            try:
+                bound = signature.bind(self, *args, **kwargs).arguments
+            except TypeError:  # (the call record above says how it was called)
+                bound = {}
+            values = metrics_snapshot(getattr(bound.get("trainer"), "callback_metrics", None))
             if name == "on_train_batch_end":
                 loss = returned_loss(bound.get("outputs"))
                 if loss is not None:
                     values["<returned loss>"] = loss
             self.sink.record_values(name, values)
-        return base(self, *args, **kwargs)
+        return None if base is None else base(self, *args, **kwargs)
 
     # Lightning's signature (a trainer may look at a hook's parameters), but not Lightning's code:
     # the hook counts as defined by this callback.

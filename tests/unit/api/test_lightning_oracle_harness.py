@@ -10,6 +10,8 @@ import inspect
 import os
 import pickle
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -19,8 +21,8 @@ from tests.support.hook_trace import MODULE_HOOKS, TraceSink, format_calls, inst
 from tests.support.lightning_oracle import PROGRAMS, assert_same_numbers, ProgramRun
 from tests.support.lightning_rewrite import rewrite_imports
 
-PROGRAM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "support",
-                           "lightning_programs")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PROGRAM_DIR = os.path.join(REPO, "tests", "support", "lightning_programs")
 
 
 def _lightning_import_lines(tree: ast.Module) -> set[int]:
@@ -151,3 +153,14 @@ def test_the_number_comparison_can_fail():
                   {"loss": torch.tensor(1.0)}):
         with pytest.raises(AssertionError):
             assert_same_numbers(run, ProgramRun([], [], {}, other), rtol=1e-5)
+
+
+def test_a_fresh_process_finds_the_rewritten_programs():
+    # A spawned rank unpickles a program's class by its module name: importing the alias package
+    # installs the finder there too.
+    code = ("import importlib.util\n"
+            "spec = importlib.util.find_spec('tests.support.lightning_as_ours.manual_gan')\n"
+            "print(type(spec.loader).__name__, spec.origin.endswith('lightning_programs/manual_gan.py'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
+    assert done.stdout.split() == ["RewritingFinder", "True"], done.stderr
