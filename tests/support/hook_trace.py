@@ -51,19 +51,46 @@ DATAMODULE_HOOKS = (
     "state_dict", "load_state_dict", "on_save_checkpoint", "on_load_checkpoint", "on_exception",
 )
 
-#: every hook of a Callback
-CALLBACK_HOOKS = (
-    "setup", "teardown", "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end",
-    "on_train_batch_start", "on_train_batch_end", "on_train_epoch_start", "on_train_epoch_end",
-    "on_validation_epoch_start", "on_validation_epoch_end", "on_test_epoch_start", "on_test_epoch_end",
-    "on_predict_epoch_start", "on_predict_epoch_end",
-    "on_validation_batch_start", "on_validation_batch_end", "on_test_batch_start", "on_test_batch_end",
-    "on_predict_batch_start", "on_predict_batch_end",
-    "on_train_start", "on_train_end", "on_validation_start", "on_validation_end",
-    "on_test_start", "on_test_end", "on_predict_start", "on_predict_end",
-    "on_exception", "state_dict", "load_state_dict", "on_save_checkpoint", "on_load_checkpoint",
-    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
-)
+#: every hook of a Callback: the parameters after ``(self, trainer, pl_module)`` as Lightning names them
+#: (``state_dict`` / ``load_state_dict`` take no trainer and module); ``name=0``: a default of 0
+CALLBACK_HOOKS = {
+    "setup": ("stage",), "teardown": ("stage",),
+    "on_fit_start": (), "on_fit_end": (), "on_sanity_check_start": (), "on_sanity_check_end": (),
+    "on_train_batch_start": ("batch", "batch_idx"), "on_train_batch_end": ("outputs", "batch", "batch_idx"),
+    "on_train_epoch_start": (), "on_train_epoch_end": (),
+    "on_validation_epoch_start": (), "on_validation_epoch_end": (),
+    "on_test_epoch_start": (), "on_test_epoch_end": (), "on_predict_epoch_start": (), "on_predict_epoch_end": (),
+    "on_validation_batch_start": ("batch", "batch_idx", "dataloader_idx=0"),
+    "on_validation_batch_end": ("outputs", "batch", "batch_idx", "dataloader_idx=0"),
+    "on_test_batch_start": ("batch", "batch_idx", "dataloader_idx=0"),
+    "on_test_batch_end": ("outputs", "batch", "batch_idx", "dataloader_idx=0"),
+    "on_predict_batch_start": ("batch", "batch_idx", "dataloader_idx=0"),
+    "on_predict_batch_end": ("outputs", "batch", "batch_idx", "dataloader_idx=0"),
+    "on_train_start": (), "on_train_end": (), "on_validation_start": (), "on_validation_end": (),
+    "on_test_start": (), "on_test_end": (), "on_predict_start": (), "on_predict_end": (),
+    "on_exception": ("exception",),
+    "state_dict": None, "load_state_dict": None,
+    "on_save_checkpoint": ("checkpoint",), "on_load_checkpoint": ("checkpoint",),
+    "on_before_backward": ("loss",), "on_after_backward": (), "on_before_optimizer_step": ("optimizer",),
+    "on_before_zero_grad": ("optimizer",),
+}
+
+
+def callback_signature(name: str) -> inspect.Signature:
+    """The signature of Lightning's ``Callback.<name>`` (from :data:`CALLBACK_HOOKS`: spawned ranks
+    that build the tracer need not import Lightning)."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    parameters = [inspect.Parameter("self", kind)]
+    rest = CALLBACK_HOOKS[name]
+    if rest is None:  # state_dict(self), load_state_dict(self, state_dict)
+        rest = ("state_dict",) if name == "load_state_dict" else ()
+    else:
+        parameters += [inspect.Parameter("trainer", kind), inspect.Parameter("pl_module", kind)]
+    for spec in rest:
+        parameter, _, default = spec.partition("=")
+        parameters.append(inspect.Parameter(parameter, kind, default=int(default) if default else inspect.Parameter.empty))
+    return inspect.Signature(parameters)
+
 
 #: the callback hooks at which the tracer also takes the numbers: ``trainer.callback_metrics`` and,
 #: at a train batch's end, the loss the step returned
@@ -93,13 +120,6 @@ def scalar_arguments(signature: inspect.Signature | None, args: tuple, kwargs: d
         elif value is None or isinstance(value, (int, float, bool)):
             kept[name] = value
     return kept
-
-
-def lightning_callback_signature(name: str) -> inspect.Signature:
-    """The signature of Lightning's ``Callback.<name>`` (Lightning is the tests' oracle: installed)."""
-    import lightning.pytorch
-
-    return inspect.signature(getattr(lightning.pytorch.Callback, name))
 
 
 def to_number(value: Any) -> float | None:

@@ -6,7 +6,7 @@ loss a training step returned)."""
 from lightning.pytorch import Callback
 
 from tests.support.hook_trace import (
-    CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, lightning_callback_signature, metrics_snapshot, returned_loss,
+    CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, callback_signature, metrics_snapshot, returned_loss,
     scalar_arguments,
 )
 
@@ -14,7 +14,7 @@ from tests.support.hook_trace import (
 def _recording_hook(name):
     base = getattr(Callback, name, None)
     # arguments are named as Lightning names them, whichever Callback class this file imports
-    signature = lightning_callback_signature(name)
+    signature = callback_signature(name)
 
     def hook(self, *args, **kwargs):
         self.sink.record("callback", name, scalar_arguments(signature, (self, *args), kwargs))

@@ -164,3 +164,17 @@ def test_a_fresh_process_finds_the_rewritten_programs():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
     assert done.stdout.split() == ["RewritingFinder", "True"], done.stderr
+
+
+def test_the_callback_hook_table_is_lightnings():
+    import lightning.pytorch
+
+    from tests.support.hook_trace import CALLBACK_HOOKS, callback_signature
+
+    defined = {name for name, value in vars(lightning.pytorch.Callback).items()
+               if callable(value) and not name.startswith("_")}
+    assert set(CALLBACK_HOOKS) == defined
+    for name in CALLBACK_HOOKS:
+        ours = callback_signature(name).parameters.values()
+        theirs = inspect.signature(getattr(lightning.pytorch.Callback, name)).parameters.values()
+        assert [(p.name, p.kind, p.default) for p in ours] == [(p.name, p.kind, p.default) for p in theirs], name
