@@ -4,7 +4,7 @@ and under this trainer (the same file, its import lines rewritten), and compare 
 Each program has ``main(root_dir, devices, strategy, callbacks, instrument)``: it builds its objects
 (passing each module and DataModule through ``instrument``), fits, and returns a dict of what it got
 (the fitted module, the lists validate / test / predict returned, ...). :func:`run_program` runs it with
-a tracing callback and instrumented hooks (tests/support/hook_trace.py) and returns a
+a tracing callback and instrumented hooks (tests/support/lightning_trace.py) and returns a
 :class:`ProgramRun`: the hook calls in order, the numbers taken at the value hooks, and the results
 flattened to tensors, so that :func:`assert_same_calls` / :func:`assert_same_numbers` compare runs.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.support.hook_trace import (
+from tests.support.lightning_trace import (
     DATAMODULE_HOOKS, MODULE_HOOKS, TraceSink, close, format_calls, instrument, read_rank_trace,
 )
 

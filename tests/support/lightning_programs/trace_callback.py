@@ -1,11 +1,11 @@
 """A Lightning callback that records every Callback hook the trainer calls, with its scalar arguments,
-into a :class:`~tests.support.hook_trace.TraceSink`; at the hooks of
-:data:`~tests.support.hook_trace.VALUE_HOOKS` it also takes ``trainer.callback_metrics`` (and the
+into a :class:`~tests.support.lightning_trace.TraceSink`; at the hooks of
+:data:`~tests.support.lightning_trace.VALUE_HOOKS` it also takes ``trainer.callback_metrics`` (and the
 loss a training step returned)."""
 
 from lightning.pytorch import Callback
 
-from tests.support.hook_trace import (
+from tests.support.lightning_trace import (
     CALLBACK_HOOKS, VALUE_HOOKS, TraceSink, callback_signature, metrics_snapshot, returned_loss,
     scalar_arguments,
 )

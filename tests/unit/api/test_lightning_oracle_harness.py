@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.support.hook_trace import MODULE_HOOKS, TraceSink, format_calls, instrument, read_rank_trace
+from tests.support.lightning_trace import MODULE_HOOKS, TraceSink, format_calls, instrument, read_rank_trace
 from tests.support.lightning_oracle import PROGRAMS, assert_same_numbers, ProgramRun
 from tests.support.lightning_rewrite import rewrite_imports
 
@@ -169,7 +169,7 @@ def test_a_fresh_process_finds_the_rewritten_programs():
 def test_the_callback_hook_table_is_lightnings():
     import lightning.pytorch
 
-    from tests.support.hook_trace import CALLBACK_HOOKS, callback_signature
+    from tests.support.lightning_trace import CALLBACK_HOOKS, callback_signature
 
     defined = {name for name, value in vars(lightning.pytorch.Callback).items()
                if callable(value) and not name.startswith("_")}

@@ -1,7 +1,7 @@
 """Programs of our own in Lightning's idioms (tests/support/lightning_programs/) run under Lightning
 itself, the oracle, and under this trainer with only their import lines rewritten
 (``trainer.lightning``): the same hook calls in the same order (a tracing callback and traced module /
-DataModule hooks, tests/support/hook_trace.py), and on one process with shuffling off the same losses,
+DataModule hooks, tests/support/lightning_trace.py), and on one process with shuffling off the same losses,
 logged metrics, results and final parameters (rtol 1e-5).
 
 The first tests check the programs under Lightning (they are the reference: each does what its
@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from tests.support.hook_trace import close
+from tests.support.lightning_trace import close
 from tests.support.lightning_oracle import (
     PROGRAMS, ProgramRun, assert_same_calls, assert_same_numbers, assert_same_values,
 )
