@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from tests.support.lightning_trace import (
-    DATAMODULE_HOOKS, MODULE_HOOKS, TraceSink, close, format_calls, instrument, read_rank_trace,
+    DATAMODULE_HOOKS, FRAMEWORK_MARK, MODULE_HOOKS, TraceSink, close, format_calls, instrument, read_rank_trace,
 )
 
 #: where each side's programs come from: as written, or with the imports rewritten to trainer.lightning
@@ -120,12 +120,18 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().cpu().clone()
 
 
+def compared_calls(run: ProgramRun, ignore: tuple[str, ...] = ()) -> list[tuple[str, str, dict[str, Any]]]:
+    """The calls a comparison looks at: every callback hook, and the module / DataModule hooks the
+    program defines (a default hook is called by Lightning and skipped by this trainer: either way it
+    does nothing); ``ignore``: hook names left out."""
+    return [call for call in run.calls if not call[0].endswith(FRAMEWORK_MARK) and call[1] not in ignore]
+
+
 def assert_same_calls(expected: ProgramRun, got: ProgramRun, ignore: tuple[str, ...] = ()) -> None:
-    """The same hooks, with the same scalar arguments, in the same order; the message shows the first
-    difference with the calls around it. ``ignore``: hook names left out of both sides."""
-    if ignore:
-        expected = ProgramRun([c for c in expected.calls if c[1] not in ignore], expected.values, expected.results)
-        got = ProgramRun([c for c in got.calls if c[1] not in ignore], got.values, got.results)
+    """The same hooks (:func:`compared_calls`), with the same scalar arguments, in the same order; the
+    message shows the first difference with the calls around it."""
+    expected = ProgramRun(compared_calls(expected, ignore), expected.values, expected.results)
+    got = ProgramRun(compared_calls(got, ignore), got.values, got.results)
     if expected.calls == got.calls:
         return
     first = next((i for i, (a, b) in enumerate(zip(expected.calls, got.calls)) if a != b),

@@ -4,7 +4,8 @@ Two recorders share one :class:`TraceSink`: the tracing callback (tests/support/
 trace_callback.py: a Callback defining every Callback hook) and :func:`instrument`, which wraps the
 hook methods of a module or DataModule instance. A record is ``(role, hook, arguments)``: ``arguments``
 keeps the scalar arguments the hook was given (``stage``, ``batch_idx``, ``dataloader_idx``, ...), so
-two runs that call the same hooks with other stages or batch indices differ.
+two runs that call the same hooks with other stages or batch indices differ; ``role`` is "callback",
+"module" or "datamodule", with :data:`FRAMEWORK_MARK` where the program does not define the hook.
 
 Nothing here imports Lightning or the trainer: the same code traces a program under both.
 Under spawned ranks each rank appends its records to ``<directory>/trace-rank<R>.jsonl`` (the caller
@@ -95,6 +96,13 @@ def callback_signature(name: str) -> inspect.Signature:
 #: the callback hooks at which the tracer also takes the numbers: ``trainer.callback_metrics`` and,
 #: at a train batch's end, the loss the step returned
 VALUE_HOOKS = ("on_train_batch_end", "on_train_epoch_end", "on_validation_end", "on_test_end", "on_fit_end")
+
+#: where a hook the program does not define comes from (the base classes of either side, torch)
+FRAMEWORK_PACKAGES = ("lightning", "pytorch_lightning", "lightning_utilities", "trainer", "torch")
+#: appended to the role of a call of a module / DataModule hook that the program does not define: the
+#: base class's default. Lightning calls such defaults, this trainer skips a hook nobody overrides: the
+#: comparison leaves them out (calling a default or not cannot change what a program computes).
+FRAMEWORK_MARK = "*"
 
 #: the objects a hook is given that are not recorded (the run itself)
 _NOT_RECORDED = ("self", "trainer", "pl_module")
@@ -227,8 +235,15 @@ class TracedHook:
             signature = inspect.signature(method)
         except (TypeError, ValueError):
             signature = None
-        self.sink.record(self.role, self.name, scalar_arguments(signature, args, kwargs))
+        role = self.role if defined_by_program(type(self.owner), self.name) else self.role + FRAMEWORK_MARK
+        self.sink.record(role, self.name, scalar_arguments(signature, args, kwargs))
         return method(*args, **kwargs)
+
+
+def defined_by_program(cls: type, name: str) -> bool:
+    """Whether ``cls.<name>`` is the program's own (not the framework's default, nor torch's)."""
+    module = getattr(getattr(cls, name, None), "__module__", None) or ""
+    return module.split(".")[0] not in FRAMEWORK_PACKAGES
 
 
 def instrument(obj: Any, sink: TraceSink, role: str, hooks: tuple[str, ...]) -> Any:

@@ -2,7 +2,9 @@
 ``EarlyStopping`` on the same metric (it stops the run before ``max_epochs``), a ``ReduceLROnPlateau``
 scheduler with a ``monitor`` in the dict ``configure_optimizers`` returns (it halves the learning rate
 once), dataloaders given to ``fit`` directly, and the best checkpoint read back with
-``load_from_checkpoint(best_model_path)`` and tested.
+``load_from_checkpoint(best_model_path)`` and tested. The module overrides ``optimizer_step`` (a
+learning-rate warm-up), ``optimizer_zero_grad`` and ``configure_gradient_clipping`` (clipping by norm
+with ``self.clip_gradients``).
 """
 
 import os
@@ -16,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 FEATURES = 4
 GLOBAL_BATCH = 8
+WARMUP_STEPS = 2
 
 
 def waves(samples, seed):
@@ -47,6 +50,19 @@ class PlateauRegressor(L.LightningModule):
     def test_step(self, batch, batch_idx):
         x, y = batch
         self.log("test_loss", F.mse_loss(self(x), y))
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        # learning-rate warm-up over the first two steps, then the optimizer's own step
+        if self.trainer.global_step < WARMUP_STEPS:
+            for group in optimizer.param_groups:
+                group["lr"] = self.hparams.lr * (self.trainer.global_step + 1) / WARMUP_STEPS
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        optimizer.zero_grad(set_to_none=True)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.clip_gradients(optimizer, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr)

@@ -1,7 +1,7 @@
 """A DataModule as Lightning's documentation writes one: ``save_hyperparameters``, data written once by
 ``prepare_data`` and read back in ``setup(stage)``, the per-device batch size derived from
 ``self.trainer.world_size`` (the hyperparameter is the global batch), ``teardown(stage)``, and
-``state_dict`` / ``load_state_dict`` that a checkpoint carries. The module logs its loss with the most
+``state_dict`` / ``load_state_dict`` that a checkpoint carries, and its own batch transfer hooks. The module logs its loss with the most
 common line of all, ``self.log("train_loss", loss)`` in a ``training_step`` that returns it, and its
 ``predict_step`` takes no ``batch_idx``.
 """
@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 FEATURES = 4
 GLOBAL_BATCH = 8
+INPUT_SCALE = 0.5
 SPLITS = {"train": 16, "val": 16, "test": 8, "predict": 8}
 
 
@@ -66,6 +67,13 @@ class StoredPointsDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict):
         self.restored_state = dict(state_dict)
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        # the DataModule's batch hooks run instead of the module's: inputs scaled before the move
+        return [batch[0] * INPUT_SCALE, *batch[1:]]
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        return [tensor.contiguous() for tensor in batch]
 
     def _loader(self, split):
         return DataLoader(self.datasets[split], batch_size=self.batch_size_per_device, shuffle=False)

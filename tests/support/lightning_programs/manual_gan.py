@@ -45,6 +45,7 @@ class RingGAN(L.LightningModule):
         self.automatic_optimization = False
         self.generator = nn.Sequential(nn.Linear(LATENT, 16), nn.ReLU(), nn.Linear(16, 2))
         self.discriminator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+        self.batches_started = 0
         self.register_buffer("fixed_noise", torch.linspace(-1.0, 1.0, 4 * LATENT).reshape(4, LATENT))
 
     def forward(self, z):
@@ -79,6 +80,9 @@ class RingGAN(L.LightningModule):
         with torch.no_grad():
             samples = self(self.fixed_noise)
         self.log("sample_radius", samples.norm(dim=1).mean())
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.batches_started += 1
 
     def predict_step(self, batch, batch_idx):
         _, z = batch

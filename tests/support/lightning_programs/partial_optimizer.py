@@ -2,7 +2,8 @@
 optimizer and scheduler factories are given to ``__init__`` and kept with ``save_hyperparameters``;
 ``configure_optimizers`` builds them from ``self.hparams``. No checkpoint callback is configured (so
 Lightning's default one saves at every epoch's end), and the checkpoint rebuilds the module with
-``load_from_checkpoint(path)`` and no arguments.
+``load_from_checkpoint(path)`` and no arguments. The module adds a callback with ``configure_callbacks``
+and steps its scheduler in ``lr_scheduler_step``.
 """
 
 from functools import partial
@@ -10,6 +11,7 @@ from functools import partial
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import EarlyStopping
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -54,6 +56,15 @@ class FactoryModule(pl.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val/loss", F.binary_cross_entropy_with_logits(self(x), y), prog_bar=True)
+
+    def configure_callbacks(self):
+        return [EarlyStopping(monitor="val/loss", mode="min", patience=5)]
+
+    def lr_scheduler_step(self, scheduler, metric):
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
 
     def configure_optimizers(self):
         optimizer = self.hparams.optimizer(params=self.parameters())

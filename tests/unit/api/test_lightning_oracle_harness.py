@@ -178,3 +178,24 @@ def test_the_callback_hook_table_is_lightnings():
         ours = callback_signature(name).parameters.values()
         theirs = inspect.signature(getattr(lightning.pytorch.Callback, name)).parameters.values()
         assert [(p.name, p.kind, p.default) for p in ours] == [(p.name, p.kind, p.default) for p in theirs], name
+
+
+def test_a_default_hook_is_marked_and_left_out_of_the_comparison():
+    import lightning.pytorch
+
+    from tests.support.lightning_oracle import compared_calls
+
+    class Program(lightning.pytorch.LightningModule):
+        def on_fit_start(self):
+            pass
+
+    sink = TraceSink()
+    module = instrument(Program(), sink, "module", MODULE_HOOKS)
+    module.on_fit_start()
+    module.on_train_start()  # Lightning's own no-op
+    assert sink.calls == [("module", "on_fit_start", {}), ("module*", "on_train_start", {})]
+    assert compared_calls(ProgramRun(sink.calls, [], {})) == [("module", "on_fit_start", {})]
+    # a trainer that calls only the hooks a program overrides sees the same through the wrapper
+    for name, overridden in (("on_fit_start", True), ("on_train_start", False)):
+        method = getattr(module, name)
+        assert (getattr(method, "__func__", method) is not getattr(lightning.pytorch.LightningModule, name)) == overridden

@@ -14,10 +14,10 @@ import os
 
 import pytest
 
-from tests.support.lightning_trace import close
 from tests.support.lightning_oracle import (
-    PROGRAMS, ProgramRun, assert_same_calls, assert_same_numbers, assert_same_values,
+    PROGRAMS, ProgramRun, assert_same_calls, assert_same_numbers, assert_same_values, compared_calls,
 )
+from tests.support.lightning_trace import FRAMEWORK_MARK, close
 from tests.support.program_runs import ProgramRuns
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,7 +35,9 @@ def runs(tmp_path_factory):
 
 
 def _calls(run: ProgramRun, role: str | None = None, hook: str | None = None) -> list[dict]:
-    return [arguments for r, h, arguments in run.calls if (role is None or r == role) and (hook is None or h == hook)]
+    """The arguments of each call of ``hook`` by ``role`` (defined by the program or not)."""
+    return [arguments for r, h, arguments in run.calls
+            if (role is None or r.rstrip(FRAMEWORK_MARK) == role) and (hook is None or h == hook)]
 
 
 def _values(run: ProgramRun, hook: str) -> list[dict[str, float]]:
@@ -86,7 +88,9 @@ def test_monitored_checkpoint_early_stopping_and_plateau_scheduler(runs):
     assert run.results["best_file"] == f"best-epoch={best_epoch}.ckpt"
     assert close(float(run.results["best_score"]), val_losses[best_epoch], RTOL)
     lrs = [values["lr"] for values in _values(run, "on_train_batch_end")]
-    assert lrs == pytest.approx([0.2] * 4 + [0.1] * 2)  # epoch 1 did not improve by 1.0: halved once
+    # the module's warm-up over two steps, then epoch 1 did not improve by 1.0: halved once
+    assert lrs == pytest.approx([0.1, 0.2, 0.2, 0.2, 0.1, 0.1])
+    assert _calls(run, "module", "optimizer_step")[:2] == [{"epoch": 0, "batch_idx": 0}, {"epoch": 0, "batch_idx": 1}]
     assert run.results["test_best"][0]["test_loss"] > 0
 
 
@@ -116,10 +120,12 @@ def test_the_comparisons_can_fail(runs):
     run = runs.get("classifier_metrics", "lightning")
     assert_same_calls(run, run)
     assert_same_values(run, run, RTOL)
-    dropped = ProgramRun(calls=run.calls[:40] + run.calls[41:], values=run.values, results={}, numbers={})
+    compared = compared_calls(run)
+    assert 100 < len(compared) < len(run.calls)  # the defaults the program does not override are left out
+    dropped = ProgramRun(calls=compared[:40] + compared[41:], values=run.values, results={}, numbers={})
     with pytest.raises(AssertionError, match="hook sequences differ at call 40"):
         assert_same_calls(run, dropped)
-    assert_same_calls(run, dropped, ignore=(run.calls[40][1],))
+    assert_same_calls(run, dropped, ignore=(compared[40][1],))
     hook, values = run.values[-1]
     moved = ProgramRun(calls=[], results={}, numbers={},
                        values=run.values[:-1] + [(hook, {k: v * (1 + 1e-4) for k, v in values.items()})])
