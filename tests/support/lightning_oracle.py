@@ -144,13 +144,21 @@ def assert_same_calls(expected: ProgramRun, got: ProgramRun, ignore: tuple[str, 
     )
 
 
-def assert_same_values(expected: ProgramRun, got: ProgramRun, rtol: float) -> None:
-    """The numbers taken at the value hooks: the same hooks, the same names, values equal to ``rtol``."""
+def assert_same_values(expected: ProgramRun, got: ProgramRun, rtol: float, extra_names: bool = False,
+                       skip: tuple[str, ...] = ()) -> None:
+    """The numbers taken at the value hooks: the same hooks, the same names, values equal to ``rtol``.
+
+    ``extra_names``: ``got`` may hold names ``expected`` does not (this trainer's own reports, such as
+    ``train/lr``, sit in ``callback_metrics`` beside the user's; every name Lightning has must be there
+    with Lightning's value). ``skip``: name prefixes left out of both (values that differ by nature,
+    such as step times)."""
     problems = []
     if [hook for hook, _ in expected.values] != [hook for hook, _ in got.values]:
         problems.append(f"value hooks differ: {[h for h, _ in expected.values]} != {[h for h, _ in got.values]}")
     for index, ((hook, a), (_, b)) in enumerate(zip(expected.values, got.values)):
-        if set(a) != set(b):
+        a = {k: v for k, v in a.items() if not k.startswith(skip)}
+        b = {k: v for k, v in b.items() if not k.startswith(skip)}
+        if not set(a) <= set(b) or (set(a) != set(b) and not extra_names):
             problems.append(f"#{index} {hook}: names {sorted(a)} != {sorted(b)}")
         for name in sorted(set(a) & set(b)):
             if not close(a[name], b[name], rtol):
@@ -160,13 +168,16 @@ def assert_same_values(expected: ProgramRun, got: ProgramRun, rtol: float) -> No
 
 
 def assert_same_numbers(expected: ProgramRun, got: ProgramRun, rtol: float, atol: float = 1e-7,
-                        skip: tuple[str, ...] = ()) -> None:
-    """The flattened results: the same paths, tensors equal to ``rtol`` / ``atol``, strings equal."""
+                        skip: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> None:
+    """The flattened results: the same paths, tensors equal to ``rtol`` / ``atol``, strings equal.
+    ``skip``: path prefixes left out of both; ``extra``: path prefixes under which ``got`` may hold
+    paths ``expected`` does not (``"fit/"``: this trainer's own reports in ``callback_metrics``)."""
     a = {k: v for k, v in expected.numbers.items() if not k.startswith(skip)}
     b = {k: v for k, v in got.numbers.items() if not k.startswith(skip)}
     problems = []
-    if set(a) != set(b):
-        problems.append(f"only expected: {sorted(set(a) - set(b))}; only got: {sorted(set(b) - set(a))}")
+    missing, surplus = set(a) - set(b), {k for k in set(b) - set(a) if not k.startswith(extra)}
+    if missing or surplus:
+        problems.append(f"only expected: {sorted(missing)}; only got: {sorted(surplus)}")
     for key in sorted(set(a) & set(b)):
         x, y = a[key], b[key]
         if isinstance(x, str) or isinstance(y, str):

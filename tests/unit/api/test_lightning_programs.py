@@ -131,6 +131,12 @@ def test_the_comparisons_can_fail(runs):
                        values=run.values[:-1] + [(hook, {k: v * (1 + 1e-4) for k, v in values.items()})])
     with pytest.raises(AssertionError, match="test/loss"):
         assert_same_values(run, moved, RTOL)
+    more = ProgramRun(calls=[], results={}, numbers={}, values=run.values[:-1] + [(hook, {**values, "x": 1.0})])
+    assert_same_values(run, more, RTOL, extra_names=True)
+    with pytest.raises(AssertionError, match="names"):
+        assert_same_values(run, more, RTOL)
+    with pytest.raises(AssertionError, match="names"):  # a name of Lightning's missing: never allowed
+        assert_same_values(more, run, RTOL, extra_names=True)
 
 
 # ----- the same programs under this trainer, imports rewritten ----------------------------------------------
@@ -144,5 +150,6 @@ def test_same_hook_calls_as_lightning(runs, name):
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_same_losses_metrics_and_weights_as_lightning(runs, name):
     lightning, ours = runs.get(name, "lightning"), runs.get(name, "ours")
-    assert_same_values(lightning, ours, RTOL)
-    assert_same_numbers(lightning, ours, RTOL)
+    # every name the program logs, with Lightning's value; the trainer's own reports may sit beside them
+    assert_same_values(lightning, ours, RTOL, extra_names=True)
+    assert_same_numbers(lightning, ours, RTOL, extra=("fit/",))
