@@ -12,7 +12,6 @@ from tests.support.lightning_trace import (
 
 
 def _recording_hook(name):
-    base = getattr(Callback, name, None)
     # arguments are named as Lightning names them, whichever Callback class this file imports
     signature = callback_signature(name)
 
@@ -29,7 +28,8 @@ def _recording_hook(name):
                 if loss is not None:
                     values["<returned loss>"] = loss
             self.sink.record_values(name, values)
-        return None if base is None else base(self, *args, **kwargs)
+        # the base class's hooks do nothing (their shapes may differ between the two: not called)
+        return {} if name == "state_dict" else None
 
     # Lightning's signature (a trainer may look at a hook's parameters), but not Lightning's code:
     # the hook counts as defined by this callback.
