@@ -155,14 +155,18 @@ def assert_same_values(expected: ProgramRun, got: ProgramRun, rtol: float, extra
     problems = []
     if [hook for hook, _ in expected.values] != [hook for hook, _ in got.values]:
         problems.append(f"value hooks differ: {[h for h, _ in expected.values]} != {[h for h, _ in got.values]}")
-    for index, ((hook, a), (_, b)) in enumerate(zip(expected.values, got.values)):
-        a = {k: v for k, v in a.items() if not k.startswith(skip)}
-        b = {k: v for k, v in b.items() if not k.startswith(skip)}
-        if not set(a) <= set(b) or (set(a) != set(b) and not extra_names):
-            problems.append(f"#{index} {hook}: names {sorted(a)} != {sorted(b)}")
-        for name in sorted(set(a) & set(b)):
-            if not close(a[name], b[name], rtol):
-                problems.append(f"#{index} {hook}: {name} {a[name]!r} != {b[name]!r}")
+    # the n-th call of each hook against the n-th call of the same hook (so one missing call does not
+    # shift every comparison after it)
+    for hook in dict.fromkeys(h for h, _ in expected.values):
+        ours = [values for h, values in got.values if h == hook]
+        for index, (a, b) in enumerate(zip([values for h, values in expected.values if h == hook], ours)):
+            a = {k: v for k, v in a.items() if not k.startswith(skip)}
+            b = {k: v for k, v in b.items() if not k.startswith(skip)}
+            if not set(a) <= set(b) or (set(a) != set(b) and not extra_names):
+                problems.append(f"{hook} #{index}: names {sorted(a)} != {sorted(b)}")
+            for name in sorted(set(a) & set(b)):
+                if not close(a[name], b[name], rtol):
+                    problems.append(f"{hook} #{index}: {name} {a[name]!r} != {b[name]!r}")
     if problems:
         raise AssertionError("\n".join(problems[:40]))
 
