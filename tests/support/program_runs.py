@@ -1,0 +1,32 @@
+"""Runs of the Lightning-idiom programs, each done once and shared by the tests that read it.
+
+``ProgramRuns(root).get(name, side, devices, strategy)`` runs the program on first use and returns the
+same :class:`~tests.support.lightning_oracle.ProgramRun` afterwards; a run that failed raises its error
+again on every use (so each test that needs it fails, or xfails, with the real cause).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tests.support.lightning_oracle import ProgramRun, run_program
+
+
+class ProgramRuns:
+    def __init__(self, root: str):
+        self.root = str(root)
+        self._done: dict[tuple, Any] = {}
+
+    def get(self, name: str, side: str, devices: int = 1, strategy: str = "auto") -> ProgramRun:
+        key = (name, side, devices, strategy)
+        if key not in self._done:
+            run_dir = os.path.join(self.root, f"{name}-{side}-{strategy}-{devices}")
+            try:
+                self._done[key] = run_program(name, side, run_dir, devices=devices, strategy=strategy)
+            except Exception as error:  # kept: every test that needs this run sees the same error
+                self._done[key] = error
+        done = self._done[key]
+        if isinstance(done, Exception):
+            raise done
+        return done
