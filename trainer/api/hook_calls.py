@@ -32,3 +32,18 @@ def _binds(method: Any, *args: Any) -> bool:
     except ValueError:  # no signature to read: called as given
         return not args
     return True
+
+
+_TAKES_BATCH_IDX: dict[Any, bool] = {}
+
+
+def call_step(module: Any, name: str, batch: Any, batch_idx: int) -> Any:
+    """``module.<name>(batch, batch_idx)`` (``training_step``, ``validation_step`` ...), or
+    ``module.<name>(batch)`` for a step written without ``batch_idx`` (Lightning passes it only
+    where the signature has room for it)."""
+    method = getattr(module, name)
+    key = getattr(method, "__func__", method)
+    takes = _TAKES_BATCH_IDX.get(key)
+    if takes is None:
+        takes = _TAKES_BATCH_IDX[key] = _binds(method, batch, batch_idx) or not _binds(method, batch)
+    return method(batch, batch_idx) if takes else method(batch)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.api.hook_calls import call_step
 from trainer.runtime import distributed
 from trainer.loop.resume import load_for_evaluation
 from trainer.runtime.seeding import derive_seed, seeded
@@ -107,7 +108,8 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, f"{stage}_step")
     else:
-        forward = getattr(module, f"{stage}_step")
+        def forward(batch: Any, index: int) -> Any:
+            return call_step(module, f"{stage}_step", batch, index)
     seed = derive_seed(run.trainer.seed, stage, run.data_rank)
     loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
     modes = EvalModes(module, stage)

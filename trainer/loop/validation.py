@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.api.hook_calls import call_step
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.api.module import TrainModule
@@ -75,7 +76,8 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, "validation_step")
     else:
-        forward = module.validation_step
+        def forward(batch: Any, index: int) -> Any:
+            return call_step(module, "validation_step", batch, index)
     weights = shards.sizes()  # (lazily: the shard builds each batch only when loaded)
 
     def step(batch: Any, index: int) -> Any:

@@ -24,6 +24,7 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
+from trainer.api.hook_calls import call_step
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
@@ -40,7 +41,7 @@ class TrainingStepForward(nn.Module):
     def forward(self, batch: Any, batch_idx: int, hook: str = "training_step") -> Any:
         # ``hook="validation_step"``: strategies whose forward must run on every rank together
         # (FSDP gathers parameters in it) validate through the wrapper too.
-        return getattr(self.module, hook)(batch, batch_idx)
+        return call_step(self.module, hook, batch, batch_idx)
 
 
 class OptimizerStateIO:

@@ -147,3 +147,37 @@ def test_skipping_the_rest_of_an_epoch_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="returning -1 to skip the rest of the epoch is not supported"):
         Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path)).fit(Skips())
+
+
+def test_steps_without_batch_idx_are_called_with_the_batch_alone(tmp_path):
+    from trainer import TrainModule, Trainer
+
+    class NoIndex(TrainModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+
+        def training_step(self, batch):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def validation_step(self, batch):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+        def predict_step(self, batch):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(_data(), batch_size=BATCH)
+
+        val_dataloader = predict_dataloader = train_dataloader
+
+    trainer = Trainer(max_steps=2, progress_bar=False, loggers=[], run_dir=str(tmp_path), check_val_every_n_epoch=1)
+    module = NoIndex()
+    trainer.fit(module)
+    assert "val_loss" in trainer.callback_metrics
+    assert len(trainer.predict(module)) == SAMPLES // BATCH
