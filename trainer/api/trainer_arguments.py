@@ -64,6 +64,13 @@ def check_arguments(
     require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
 
 
+def validates_during_training(trainer: Any) -> bool:
+    """Whether ``fit`` validates before the end of training: every N steps (``val_every_n_steps`` /
+    ``val_check_interval``) or at epoch ends (``check_val_every_n_epoch``); else only once, at the end."""
+    return bool(trainer.val_every_n_steps or getattr(trainer, "val_check_fraction", None)
+                or getattr(trainer, "check_val_every_n_epoch", None))
+
+
 def profile_options(profile: Mapping[str, Any] | None) -> dict[str, Any]:
     """``trainer.profile`` with its defaults, checked; step ranges as tuples."""
     options = {"wall_clock_breakdown": False, "trace_steps": None, "comms_steps": None, **dict(profile or {})}
