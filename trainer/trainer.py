@@ -16,7 +16,7 @@ from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
 from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
-from trainer.entry_points import launch_result, remember_fitted, resolve_call
+from trainer.entry_points import call_arguments, launch_result, remember_fitted, resolve_call, show_results
 from trainer.api.lightning_hooks import refuse_unknown_hooks
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
@@ -288,6 +288,9 @@ class Trainer(TrainerRunState):
         #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
         self.datamodule: Any = None
         self.stage: str | None = None
+        #: this call's DataLoaders given as train_dataloaders= / val_dataloaders= / dataloaders=, by stage
+        self.given_loaders: dict[str, Any] = {}
+        self.return_predictions = True  # predict(return_predictions=False): nothing gathered
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -315,44 +318,72 @@ class Trainer(TrainerRunState):
         return derived
 
     # ----- entry points ----------------------------------------------------------------------------
-    def fit(self, module: TrainModule, ckpt_path: str | None = None, datamodule: Any = None) -> dict[str, float] | None:
-        """Train ``module``. Returns rank 0's last logged metrics (None on other ranks); afterwards
-        ``module`` holds the trained weights (see the class docstring).
+    def fit(self, model: TrainModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            datamodule: Any = None, ckpt_path: str | None = None, *, module: TrainModule | None = None,
+            ) -> dict[str, float] | None:
+        """Train ``model`` (Lightning's arguments and order; ``module=`` is another name for ``model=``).
+        Returns rank 0's last logged metrics (None on other ranks); afterwards the module holds the
+        trained weights (see the class docstring).
 
         Args:
+            train_dataloaders / val_dataloaders: one DataLoader each, used as if the module's
+                ``train_dataloader()`` / ``val_dataloader()`` returned it (the same checks, the same
+                global-batch plan); a DataModule here is taken as ``datamodule``.
+            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
-            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
         """
-        return self._launch(module, "fit", ckpt_path, datamodule)
+        model, loaders, datamodule = call_arguments(
+            "fit", model, module, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders},
+            datamodule, ckpt_path)
+        return self._launch(model, "fit", ckpt_path, datamodule, loaders)
 
-    def validate(self, module: TrainModule | None = None, ckpt_path: str | None = None,
-                 datamodule: Any = None) -> dict[str, float] | None:
+    def validate(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+                 verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
+                 ) -> dict[str, float] | None:
         """Run one validation pass; returns the metrics reduced over all ranks (rank 0).
 
         Args:
-            module: None: the module (and datamodule) of this trainer's last ``fit``.
+            model: None: the module (and datamodule) of this trainer's last ``fit``.
+            dataloaders: one DataLoader, as if ``val_dataloader()`` returned it (or a DataModule).
             ckpt_path: validate the weights of "last", "best" (by ``checkpoint.monitor``) or a
-                checkpoint path (``trainer.resume`` means the same); None: ``module``'s own weights.
+                checkpoint path (``trainer.resume`` means the same); None: ``model``'s own weights.
+            verbose: print the metrics as a table (rank 0).
         """
-        return self._launch(module, "validate", ckpt_path, datamodule)
+        model, loaders, datamodule = call_arguments("validate", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path)
+        return show_results(self._launch(model, "validate", ckpt_path, datamodule, loaders), "validate", verbose)
 
-    def test(self, module: TrainModule | None = None, datamodule: Any = None,
-             ckpt_path: str | None = None) -> dict[str, float] | None:
-        """Run ``test_step`` over the test data (``test_dataset()`` / ``test_dataloader()``, the
-        datamodule's first); returns the ``test/`` metrics, exact means over the set (rank 0; a
-        dict, not Lightning's one-dict list). ``module`` / ``ckpt_path`` as for ``validate``."""
-        return self._launch(module, "test", ckpt_path, datamodule)
+    def test(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+             verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
+             ) -> dict[str, float] | None:
+        """Run ``test_step`` over the test data (``dataloaders``, else ``test_dataset()`` /
+        ``test_dataloader()``, the datamodule's first); returns the ``test/`` metrics, exact means
+        over the set (rank 0; a dict, not Lightning's one-dict list). The other arguments as for
+        ``validate``."""
+        model, loaders, datamodule = call_arguments("test", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path)
+        return show_results(self._launch(model, "test", ckpt_path, datamodule, loaders), "test", verbose)
 
-    def predict(self, module: TrainModule | None = None, datamodule: Any = None, ckpt_path: str | None = None) -> Any:
-        """Run ``predict_step`` over ``predict_dataset()`` / ``predict_dataloader()``; returns (rank 0,
-        or the caller of spawned workers) the list of every batch's output on the CPU, in dataset
-        order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each sample once."""
-        return self._launch(module, "predict", ckpt_path, datamodule)
+    def predict(self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: Any = None,
+                return_predictions: bool | None = None, ckpt_path: str | None = None, *,
+                module: TrainModule | None = None) -> Any:
+        """Run ``predict_step`` over ``dataloaders`` (else ``predict_dataset()`` / ``predict_dataloader()``);
+        returns (rank 0, or the caller of spawned workers) the list of every batch's output on the
+        CPU, in dataset order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each
+        sample once. ``return_predictions=False``: nothing is gathered or kept, None is returned
+        (for ``predict_step`` s that write their outputs themselves)."""
+        model, loaders, datamodule = call_arguments("predict", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path)
+        if return_predictions not in (None, True, False):
+            raise ValueError(f"Trainer.predict: return_predictions={return_predictions!r}; give True, False or None")
+        self.return_predictions = return_predictions is not False
+        return self._launch(model, "predict", ckpt_path, datamodule, loaders)
 
-    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
-        module = resolve_call(self, module, datamodule, mode)
+    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None,
+                loaders: dict[str, Any] | None = None) -> Any:
+        module = resolve_call(self, module, datamodule, mode, loaders)
         refuse_unknown_hooks(module, TrainModule, "TrainModule")
         self._run_view = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)

@@ -170,14 +170,15 @@ class RunData:
         self.module, self.trainer = module, trainer
         # The datamodule's hooks where it defines a stage's data; test / predict call only their own
         # stage's hooks (as Lightning), so a datamodule set up for "test" need not build training data.
-        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None))
+        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None), getattr(trainer, "given_loaders", None))
         self.evaluating = getattr(trainer, "stage", "fit") in ("test", "predict")
         seed = trainer.seed
         with seeded(derive_seed(seed, "data", "train")):
             loader = None if self.evaluating else hooks.train_dataloader()
-        self.train = read_loader(loader, "train_dataloader()", stream_ok=True) if loader is not None else None
+        where = hooks.where["train"]
+        self.train = read_loader(loader, where, stream_ok=True) if loader is not None else None
         given = trainer.data_args  # as the user gave them, None = unset
-        where, train = "train_dataloader()", self.train
+        train = self.train
         trainer.resolve_batch(
             _agree("batch_size", given["batch_size"], train and train.batch_size, where, DEFAULT_BATCH_SIZE),
             _agree("drop_last", given["drop_last"], train and train.drop_last, where, False),
@@ -191,15 +192,16 @@ class RunData:
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
         with seeded(derive_seed(seed, "data", "val")):
             val_loader = None if self.evaluating else hooks.val_dataloader()
-            self.val = read_loader(val_loader, "val_dataloader()", stream_ok=True) if val_loader is not None else None
+            val_where = hooks.where["val"]
+            self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
             self.val_set = self.val.dataset if self.val is not None else (None if self.evaluating else hooks.val_dataset())
         if self.val is not None:
             if self.val.drop_last:
-                raise ValueError("val_dataloader(): drop_last=True cannot be honoured: validation covers every sample "
+                raise ValueError(f"{val_where}: drop_last=True cannot be honoured: validation covers every sample "
                                  "exactly once over the ranks; remove drop_last (or leave the samples out of the dataset)")
             self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
-            self.val_collate = _collate(module, self.val.collate_fn, "val_dataloader()")
-            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", "val_dataloader()")
+            self.val_collate = _collate(module, self.val.collate_fn, val_where)
+            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", val_where)
                                 if self.val.sampler is not None else None)
         elif self.val_set is not None:
             check_map_style(self.val_set, "val_dataset()", stream_ok=True)
@@ -228,7 +230,7 @@ class RunData:
             return self.stream_plan  # type: ignore[return-value]
         stream = None
         if train is not None and train.sampler is not None:
-            stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", "train_dataloader()")
+            stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", self.hooks.where["train"])
         return GlobalBatchPlan(
             len(stream) if stream is not None else len(dataset), trainer.batch_size, trainer.accumulate_grad_batches,
             data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=trainer.drop_last,

@@ -61,7 +61,7 @@ class EvalData:
     def __init__(self, run: _Run, stage: str):
         hooks, module, trainer = run.data.hooks, run.module, run.trainer
         source = type(hooks.source[stage]).__name__
-        where = f"{stage}_dataloader()"
+        where = hooks.where[stage]
         with seeded(derive_seed(trainer.seed, "data", stage)):
             loader = getattr(hooks, f"{stage}_dataloader")()
             user = read_loader(loader, where) if loader is not None else None
@@ -147,6 +147,10 @@ def run_predict(run: _Run) -> list[Any] | None:
     """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
     (on the CPU) in batch order; None on the other ranks. Also kept as ``run.predictions``."""
     outputs: list[tuple[int, Any]] = []
+    run.predictions = None
+    if not getattr(run.trainer, "return_predictions", True):  # predict(return_predictions=False): nothing kept
+        _pass(run, "predict", lambda index, weight, output: None)
+        return None
 
     def keep(index: int, weight: int, output: Any) -> None:
         if weight:
@@ -154,7 +158,6 @@ def run_predict(run: _Run) -> list[Any] | None:
 
     _pass(run, "predict", keep)
     gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
-    run.predictions = None
     if gathered is not None:
         merged = sorted((pair for part in gathered for pair in part), key=lambda pair: pair[0])
         run.predictions = [output for _, output in merged]
