@@ -77,7 +77,7 @@ def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataM
             datamodule = fitted[1]
     if not isinstance(module, TrainModule):
         raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
-    if mode in ("test", "predict"):
+    if mode in ("validate", "test", "predict"):
         _check_evaluation(trainer, module, mode)
     trainer.datamodule, trainer.stage = datamodule, mode
     trainer.given_loaders = dict(loaders or {})  # this call's loader arguments, by stage (not kept for the next)
@@ -87,6 +87,11 @@ def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataM
 
 
 def _check_evaluation(trainer: Trainer, module: TrainModule, mode: str) -> None:
+    if mode == "validate":  # (the pipeline validates with pipeline_loss(), without validation_step())
+        if not trainer.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
+            raise ValueError(f"Trainer.validate: {type(module).__name__} does not override validation_step(); return "
+                             "the loss or a dict of metrics from it")
+        return
     if trainer.strategy.owns_step:
         # Refused rather than run the pipeline's loss-only forward under test_step's name.
         raise ValueError(
