@@ -13,7 +13,8 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.loop.resume import resolve_ckpt_path
 from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
-from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
+from trainer.api.lightning_names import accelerator_name, check_precision, precision_name, resolve_devices
+from trainer.api.lightning_names import resolve_strategy_name
 from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import Logger, resolve_logger_specs
 from trainer.entry_points import call_arguments, launch_result, remember_fitted, resolve_call, show_results
@@ -25,7 +26,7 @@ from trainer.api.run_state import TrainerRunState
 from trainer.loop import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.data.streaming.protocol import MODES as STREAM_MODES
-from trainer.api.trainer_arguments import check_arguments, profile_options
+from trainer.api.trainer_arguments import check_arguments, check_lightning_flags, profile_options
 from trainer.api.trainer_arguments import is_int as _is_int, require as _require
 from trainer.data.user_loader import DEFAULT_BATCH_SIZE
 from trainer.loop.weights_return import receive_result, refuse_stale_module
@@ -42,7 +43,8 @@ class Trainer(TrainerRunState):
             srun, else the CUDA device count when CUDA is used, else 1). With no launcher and
             ``devices > 1`` the trainer spawns them itself; under a launcher it checks they match.
         num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
-        accelerator: "auto" (GPU if present), "cpu" or "cuda".
+        accelerator: "auto" (GPU if present), "cpu" or "cuda" ("gpu" means "cuda"; "mps", "tpu",
+            "hpu" are refused).
         max_steps: optimizer steps to run, ``global_step`` (-1: no limit, then ``max_epochs`` decides);
             under manual optimization the module's ``opt.step()`` calls: the run stops after the
             batch that reaches it (trainer/loop/step_limits.py).
@@ -56,7 +58,9 @@ class Trainer(TrainerRunState):
         global_batch_size: optional; if given, ``accumulate_grad_batches`` follows from it and it
             must equal ``batch_size x accumulate x world size`` exactly.
         accumulate_grad_batches: micro-batches per optimizer step; gradients sync on the last only.
-        gradient_clip_val: clip the global gradient norm to this value (None: no clipping).
+        gradient_clip_val: clip the gradients to this value (None: no clipping), by
+            ``gradient_clip_algorithm``: "norm" (the default: the global gradient 2-norm over every
+            rank's shards) or "value" (each gradient element to ``[-val, val]``).
         log_every_n_steps: reduce and log metrics every this many optimizer steps.
         val_every_n_steps: validate every this many steps (None: only at the end of training).
         seed: seeds the model initialisation, the sample order and the data-loader workers.
@@ -77,7 +81,13 @@ class Trainer(TrainerRunState):
             "wandb" (``["jsonl", "csv"]``), ``{name: options}`` (``{"wandb": {"project": "p"}}``, what
             ``conf/logger/`` composes to), Logger instances, or a list mixing them. An unknown name
             or option fails here. Keep "jsonl" for ``metrics.jsonl``.
-        progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
+        progress_bar / enable_progress_bar (Lightning's name; both given: they must agree): tqdm on
+            rank 0 (None: only when stderr is a terminal).
+        deterministic: True: ``torch.use_deterministic_algorithms(True)`` on every rank during each
+            call; "warn": warn-only; False: off; None: as it is. ``benchmark``: cudnn.benchmark
+            (None: as it is; False when deterministic). Restored after each call (``trainer/runtime/torch_flags.py``).
+        inference_mode: validation / test / predict under ``torch.inference_mode()`` (False:
+            ``torch.no_grad()``; FSDP and pipeline: always no_grad, ``trainer/loop/grad_mode.py``).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/strategies/sync_batchnorm.py``.
@@ -184,10 +194,21 @@ class Trainer(TrainerRunState):
         check_val_every_n_epoch: int | None = None,
         num_sanity_val_steps: int = 2,
         default_root_dir: str | None = None,
+        enable_progress_bar: bool | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        gradient_clip_algorithm: str | None = None,
         **unknown_arguments: Any,
     ):
         if unknown_arguments:  # Lightning's names that differ from ours, typos: say what to use
             raise unknown_argument_error(unknown_arguments, Trainer.__init__)
+        accelerator = accelerator_name(accelerator)
+        progress_bar = check_lightning_flags(enable_progress_bar, progress_bar, deterministic, benchmark, inference_mode,
+                                             gradient_clip_algorithm)
+        #: Lightning's flags (trainer/runtime/torch_flags.py, trainer/loop/grad_mode.py)
+        self.deterministic, self.benchmark, self.inference_mode = deterministic, benchmark, inference_mode
+        self.gradient_clip_algorithm = gradient_clip_algorithm or "norm"
         devices = resolve_devices(devices, accelerator, detect_environment())
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)

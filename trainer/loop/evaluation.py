@@ -21,6 +21,7 @@ from trainer.loop.resume import load_for_evaluation
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.loaders import build_loader
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
@@ -110,7 +111,7 @@ def _pass(run: _Run, stage: str, on_output: Any) -> None:
     module.eval()
     bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
                       leave=False)
-    with torch.no_grad():
+    with evaluation_grad_mode(run):
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
             batch = run.precision.convert_input(move_to_device(batch, run.device))

@@ -156,10 +156,13 @@ class TrainStep:
         grad_norm = None
         with run.breakdown.phase("optimizer"):
             if stepped:
-                if trainer.gradient_clip_val is not None:
-                    grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
+                clip, by_value = trainer.gradient_clip_val, trainer.gradient_clip_algorithm == "value"
+                if clip is not None and not by_value:
+                    grad_norm = strategy.clip_grad_norm(module, clip)
                 elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
                     grad_norm = strategy.grad_norm(module)
+                if clip is not None and by_value:  # element-wise: each rank's shard alone is enough
+                    strategy.clip_grad_value(module, clip)
                 module.on_before_optimizer_step(run.optimizer)
                 if found_inf is None:
                     strategy.optimizer_step(run.optimizer)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from trainer.api.hook_calls import call_module_hook
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -89,7 +88,7 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     with logs.stage("validate"):
         if not sanity:
             call_hooks(run.callbacks, "on_validation_epoch_start")
-        with torch.no_grad():
+        with evaluation_grad_mode(run):
             for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
                 bar.update()
                 batch = run.precision.convert_input(move_to_device(batch, run.device))

@@ -83,8 +83,8 @@ def test_unknown_arguments_name_ours():
     with pytest.raises(TypeError, match=r"'logger' \(Lightning's\) is not a Trainer argument here; use loggers="):
         Trainer(logger=False)
     with pytest.raises(TypeError, match=r"'enable_checkpointing' \(Lightning's\).*use checkpoint=.*"
-                                        r"'gradient_clip_algorithm' \(Lightning's\).*use gradient_clip_val="):
-        Trainer(enable_checkpointing=False, gradient_clip_algorithm="norm")
+                                        r"'profiler' \(Lightning's\).*use profile="):
+        Trainer(enable_checkpointing=False, profiler="simple")
     with pytest.raises(TypeError, match=r"'max_step' is not a Trainer argument; did you mean max_steps"):
         Trainer(max_step=3)
     with pytest.raises(ValueError, match=r"default_root_dir='a' and run_dir='b' name the same directory"):
