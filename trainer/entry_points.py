@@ -32,6 +32,9 @@ def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], 
     if model is not None and module is not None:
         raise TypeError(f"Trainer.{mode}: model= and module= name the same argument; give one")
     model = module if model is None else model
+    if isinstance(datamodule, (str, os.PathLike)):  # e.g. an old predict(module, datamodule, ckpt_path) call
+        raise TypeError(f"Trainer.{mode}: datamodule={datamodule!r} is a path; give the checkpoint by keyword, "
+                        f"trainer.{mode}(model, ckpt_path={datamodule!r})")
     by_stage = {}
     for name, loader in loaders.items():
         if loader is None:
@@ -63,8 +66,9 @@ def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataM
     """The module ``mode`` runs, with ``trainer.api.datamodule`` and ``trainer.stage`` set for the call.
 
     ``module=None`` (validate / test / predict) reuses the module of this trainer's last ``fit``,
-    and then ``datamodule=None`` reuses that fit's datamodule too; a module given explicitly runs
-    with the datamodule given (or none)."""
+    and then ``datamodule=None`` reuses that fit's datamodule too (unless loaders are given); a module
+    given explicitly runs with the datamodule given (or none). ``loaders``: this call's DataLoaders
+    by stage (``call_arguments``), never reused by a later call (as Lightning)."""
     check_datamodule(datamodule)
     if module is None:
         fitted = getattr(trainer, "_fitted", None)

@@ -107,6 +107,8 @@ def test_wrong_arguments_are_one_line_errors(tmp_path):
     loader = DataLoader(regression_data(8), batch_size=4)
     with pytest.raises(TypeError, match=r"train_dataloaders='last' is a path; .* ckpt_path='last'"):
         trainer.fit(Evaluated(), "last")
+    with pytest.raises(TypeError, match=r"datamodule='last' is a path; .* ckpt_path='last'"):
+        trainer.predict(Evaluated(), PerRankBatch(), "last")  # the order predict(module, datamodule, ckpt_path) had
     with pytest.raises(TypeError, match=r"must be one torch.utils.data.DataLoader .* got list; several loaders"):
         trainer.fit(Evaluated(), val_dataloaders=[loader, loader])
     with pytest.raises(ValueError, match=r"either as dataloaders= or as datamodule="):
