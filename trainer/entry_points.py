@@ -25,12 +25,14 @@ LOADER_ARGUMENTS = {
 
 
 def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], datamodule: Any,
-                   ckpt_path: Any) -> tuple[Any, dict[str, Any], Any]:
+                   ckpt_path: Any, verbose: Any = True) -> tuple[Any, dict[str, Any], Any]:
     """Lightning's arguments of an entry point, as this trainer runs them: ``(module, loaders by
     stage, datamodule)``. ``module=`` is another name for ``model=``; a DataModule given where a
     loader goes is the datamodule (as Lightning); each loader must be one DataLoader."""
     if model is not None and module is not None:
         raise TypeError(f"Trainer.{mode}: model= and module= name the same argument; give one")
+    if not isinstance(verbose, bool):
+        raise ValueError(f"Trainer.{mode}: verbose={verbose!r}; give True or False")
     model = module if model is None else model
     if isinstance(datamodule, (str, os.PathLike)):  # e.g. an old predict(module, datamodule, ckpt_path) call
         raise TypeError(f"Trainer.{mode}: datamodule={datamodule!r} is a path; give the checkpoint by keyword, "
@@ -123,8 +125,6 @@ def launch_result(mode: str, results: Any, received: Any) -> Any:
 def show_results(results: Any, mode: str, verbose: bool) -> Any:
     """``verbose=True`` (Lightning's default): print ``validate`` / ``test``'s metrics as a table
     where they are returned (rank 0 / the caller of spawned workers). Returns ``results``."""
-    if not isinstance(verbose, bool):
-        raise ValueError(f"Trainer.{mode}: verbose={verbose!r}; give True or False")
     if verbose and results:
         width = max(len(name) for name in results)
         rule = "-" * (width + 18)

@@ -373,7 +373,7 @@ class Trainer(TrainerRunState):
             verbose: print the metrics as a table (rank 0).
         """
         model, loaders, datamodule = call_arguments("validate", model, module, {"dataloaders": dataloaders},
-                                                    datamodule, ckpt_path)
+                                                    datamodule, ckpt_path, verbose)
         return show_results(self._launch(model, "validate", ckpt_path, datamodule, loaders), "validate", verbose)
 
     def test(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
@@ -384,7 +384,7 @@ class Trainer(TrainerRunState):
         over the set (rank 0; a dict, not Lightning's one-dict list). The other arguments as for
         ``validate``."""
         model, loaders, datamodule = call_arguments("test", model, module, {"dataloaders": dataloaders},
-                                                    datamodule, ckpt_path)
+                                                    datamodule, ckpt_path, verbose)
         return show_results(self._launch(model, "test", ckpt_path, datamodule, loaders), "test", verbose)
 
     def predict(self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: Any = None,
