@@ -93,6 +93,12 @@ def test_loaders_given_to_the_calls_mean_what_the_hooks_mean(tmp_path, capsys):
     got = given.predict(module, loaders.predict_dataloader())
     assert [t.shape[0] for t in got] == [5] * 4
     torch.testing.assert_close(torch.cat(got), torch.cat(hooks.predict()))
+    # DDP 2 with the same loaders at half the per-rank batch: the same global batches as one process.
+    ddp = new_trainer(tmp_path / "ddp", max_steps=6, val_every_n_steps=3, strategy="ddp", devices=2)
+    ddp.fit(Evaluated(), DataLoader(regression_data(64), batch_size=4, shuffle=True), loaders.val_dataloader())
+    torch.testing.assert_close(losses(ddp), losses(hooks), rtol=1e-5, atol=1e-6)
+    ddp_val = [r["val/loss"] for r in read_metrics(ddp.run_dir) if "val/loss" in r]
+    torch.testing.assert_close(ddp_val, val[0], rtol=1e-5, atol=1e-6)
 
 
 def test_return_predictions_false_runs_predict_step_and_returns_nothing(tmp_path):
