@@ -3,23 +3,74 @@ any worker starts: which module and datamodule a call runs, and what cannot work
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
-from trainer.api.datamodule import check_datamodule
+from torch.utils.data import DataLoader
+
+from trainer.api.datamodule import DataModule, check_datamodule
 from trainer.api.module import TrainModule
 
 if TYPE_CHECKING:
-    from trainer.api.datamodule import DataModule
     from trainer.trainer import Trainer
 
 
+#: Which data stage each loader argument of an entry point gives (Lightning's keywords).
+LOADER_ARGUMENTS = {
+    "fit": {"train_dataloaders": "train", "val_dataloaders": "val"},
+    "validate": {"dataloaders": "val"},
+    "test": {"dataloaders": "test"},
+    "predict": {"dataloaders": "predict"},
+}
+
+
+def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], datamodule: Any,
+                   ckpt_path: Any, verbose: Any = True) -> tuple[Any, dict[str, Any], Any]:
+    """Lightning's arguments of an entry point, as this trainer runs them: ``(module, loaders by
+    stage, datamodule)``. ``module=`` is another name for ``model=``; a DataModule given where a
+    loader goes is the datamodule (as Lightning); each loader must be one DataLoader."""
+    if model is not None and module is not None:
+        raise TypeError(f"Trainer.{mode}: model= and module= name the same argument; give one")
+    if not isinstance(verbose, bool):
+        raise ValueError(f"Trainer.{mode}: verbose={verbose!r}; give True or False")
+    model = module if model is None else model
+    if isinstance(datamodule, (str, os.PathLike)):  # e.g. an old predict(module, datamodule, ckpt_path) call
+        raise TypeError(f"Trainer.{mode}: datamodule={datamodule!r} is a path; give the checkpoint by keyword, "
+                        f"trainer.{mode}(model, ckpt_path={datamodule!r})")
+    by_stage = {}
+    for name, loader in loaders.items():
+        if loader is None:
+            continue
+        if isinstance(loader, DataModule):
+            if datamodule is not None:
+                raise ValueError(f"Trainer.{mode}: a DataModule given both as {name}= and as datamodule=; give it once")
+            datamodule = loader
+            continue
+        if isinstance(loader, (str, os.PathLike)):
+            raise TypeError(f"Trainer.{mode}: {name}={loader!r} is a path; Lightning's argument order puts the "
+                            f"loaders first: give the checkpoint by keyword, trainer.{mode}(model, ckpt_path={loader!r})")
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"Trainer.{mode}: {name}= must be one torch.utils.data.DataLoader (or a DataModule), got "
+                            f"{type(loader).__name__}; several loaders (a list, a dict, a CombinedLoader) are not "
+                            "supported: give one DataLoader")
+        by_stage[LOADER_ARGUMENTS[mode][name]] = loader
+    if by_stage and datamodule is not None:
+        raise ValueError(f"Trainer.{mode}: give the data either as {' / '.join(LOADER_ARGUMENTS[mode])}= or as "
+                         "datamodule=, not both")
+    if isinstance(ckpt_path, (DataModule, DataLoader)):
+        raise TypeError(f"Trainer.{mode}: ckpt_path= got a {type(ckpt_path).__name__}; give it as "
+                        f"{'datamodule' if isinstance(ckpt_path, DataModule) else next(iter(LOADER_ARGUMENTS[mode]))}=")
+    return model, by_stage, datamodule
+
+
 def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataModule | None,
-                 mode: str) -> TrainModule:
+                 mode: str, loaders: dict[str, Any] | None = None) -> TrainModule:
     """The module ``mode`` runs, with ``trainer.api.datamodule`` and ``trainer.stage`` set for the call.
 
     ``module=None`` (validate / test / predict) reuses the module of this trainer's last ``fit``,
-    and then ``datamodule=None`` reuses that fit's datamodule too; a module given explicitly runs
-    with the datamodule given (or none)."""
+    and then ``datamodule=None`` reuses that fit's datamodule too (unless loaders are given); a module
+    given explicitly runs with the datamodule given (or none). ``loaders``: this call's DataLoaders
+    by stage (``call_arguments``), never reused by a later call (as Lightning)."""
     check_datamodule(datamodule)
     if module is None:
         fitted = getattr(trainer, "_fitted", None)
@@ -28,17 +79,25 @@ def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataM
                              + ("pass the TrainModule to train" if mode == "fit" else
                                 f"this trainer has not fitted one to reuse; call trainer.{mode}(module)"))
         module = fitted[0]
-        if datamodule is None:
+        if datamodule is None and not loaders:
             datamodule = fitted[1]
     if not isinstance(module, TrainModule):
         raise TypeError(f"Trainer.{mode} expects a TrainModule, got {type(module).__name__}")
-    if mode in ("test", "predict"):
+    if mode in ("validate", "test", "predict"):
         _check_evaluation(trainer, module, mode)
     trainer.datamodule, trainer.stage = datamodule, mode
+    trainer.given_loaders = dict(loaders or {})  # this call's loader arguments, by stage (not kept for the next)
+    if datamodule is not None:
+        datamodule.trainer = trainer  # as Lightning: the datamodule reads the trainer (world_size, ...)
     return module
 
 
 def _check_evaluation(trainer: Trainer, module: TrainModule, mode: str) -> None:
+    if mode == "validate":  # (the pipeline validates with pipeline_loss(), without validation_step())
+        if not trainer.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
+            raise ValueError(f"Trainer.validate: {type(module).__name__} does not override validation_step(); return "
+                             "the loss or a dict of metrics from it")
+        return
     if trainer.strategy.owns_step:
         # Refused rather than run the pipeline's loss-only forward under test_step's name.
         raise ValueError(
@@ -61,3 +120,16 @@ def launch_result(mode: str, results: Any, received: Any) -> Any:
     """What the caller of spawned workers gets: ``predict``'s outputs come through the result file
     (``received``; never the pipe, which would block on large outputs), the metrics through the pipe."""
     return received if mode == "predict" else results
+
+
+def show_results(results: Any, mode: str, verbose: bool) -> Any:
+    """``verbose=True`` (Lightning's default): print ``validate`` / ``test``'s metrics as a table
+    where they are returned (rank 0 / the caller of spawned workers). Returns ``results``."""
+    if verbose and results:
+        width = max(len(name) for name in results)
+        rule = "-" * (width + 18)
+        lines = [rule, f"{mode + ' metric':<{width}}  value", rule]
+        lines += [f"{name:<{width}}  {value:.6g}" if isinstance(value, float) else f"{name:<{width}}  {value}"
+                  for name, value in sorted(results.items())]
+        print("\n".join(lines + [rule]))
+    return results

@@ -13,12 +13,13 @@ from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.loop.resume import resolve_ckpt_path
 from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
-from trainer.api.lightning_names import check_precision, precision_name, resolve_devices, resolve_strategy_name
+from trainer.api.lightning_names import accelerator_name, check_precision, precision_name, resolve_devices
+from trainer.api.lightning_names import resolve_strategy_name
 from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs, settle_versions
 from trainer.loggers.trainer_loggers import TrainerLoggers
 from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
-from trainer.entry_points import launch_result, remember_fitted, resolve_call
+from trainer.entry_points import call_arguments, launch_result, remember_fitted, resolve_call, show_results
 from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
@@ -27,7 +28,7 @@ from trainer.api.run_state import TrainerRunState
 from trainer.loop import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.data.streaming.protocol import MODES as STREAM_MODES
-from trainer.api.trainer_arguments import check_arguments, profile_options
+from trainer.api.trainer_arguments import check_arguments, check_lightning_flags, profile_options
 from trainer.api.trainer_arguments import is_int as _is_int, require as _require
 from trainer.data.user_loader import DEFAULT_BATCH_SIZE
 from trainer.loop.weights_return import receive_result, refuse_stale_module
@@ -44,7 +45,8 @@ class Trainer(TrainerRunState, TrainerLoggers):
             srun, else the CUDA device count when CUDA is used, else 1). With no launcher and
             ``devices > 1`` the trainer spawns them itself; under a launcher it checks they match.
         num_nodes: nodes; > 1 needs torchrun ``--nnodes`` or SLURM.
-        accelerator: "auto" (GPU if present), "cpu" or "cuda".
+        accelerator: "auto" (GPU if present), "cpu" or "cuda" ("gpu" means "cuda"; "mps", "tpu",
+            "hpu" are refused).
         max_steps: optimizer steps to run, ``global_step`` (-1: no limit, then ``max_epochs`` decides);
             under manual optimization the module's ``opt.step()`` calls: the run stops after the
             batch that reaches it (trainer/loop/step_limits.py).
@@ -58,7 +60,9 @@ class Trainer(TrainerRunState, TrainerLoggers):
         global_batch_size: optional; if given, ``accumulate_grad_batches`` follows from it and it
             must equal ``batch_size x accumulate x world size`` exactly.
         accumulate_grad_batches: micro-batches per optimizer step; gradients sync on the last only.
-        gradient_clip_val: clip the global gradient norm to this value (None: no clipping).
+        gradient_clip_val: clip the gradients to this value (None: no clipping), by
+            ``gradient_clip_algorithm``: "norm" (the default: the global gradient 2-norm over every
+            rank's shards) or "value" (each gradient element to ``[-val, val]``).
         log_every_n_steps: reduce and log metrics every this many optimizer steps.
         val_every_n_steps: validate every this many steps (None: only at the end of training).
         seed: seeds the model initialisation, the sample order and the data-loader workers.
@@ -82,7 +86,13 @@ class Trainer(TrainerRunState, TrainerLoggers):
         logger: Lightning's: True (the default loggers), False (none), a Logger (``TensorBoardLogger(save_dir)``,
             ``CSVLogger``, ``WandbLogger``) or a list of them; giving ``loggers`` too is an error.
             ``trainer.loggers`` / ``trainer.logger`` are the run's Logger objects (the list / the first).
-        progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
+        progress_bar / enable_progress_bar (Lightning's name; both given: they must agree): tqdm on
+            rank 0 (None: only when stderr is a terminal).
+        deterministic: True: ``torch.use_deterministic_algorithms(True)`` on every rank during each
+            call; "warn": warn-only; False: off; None: as it is. ``benchmark``: cudnn.benchmark
+            (None: as it is; False when deterministic). Restored after each call (``trainer/runtime/torch_flags.py``).
+        inference_mode: validation / test / predict under ``torch.inference_mode()`` (False:
+            ``torch.no_grad()``; FSDP and pipeline: always no_grad, ``trainer/loop/grad_mode.py``).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/strategies/sync_batchnorm.py``.
@@ -195,10 +205,21 @@ class Trainer(TrainerRunState, TrainerLoggers):
         check_val_every_n_epoch: int | None = None,
         num_sanity_val_steps: int = 2,
         default_root_dir: str | None = None,
+        enable_progress_bar: bool | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        gradient_clip_algorithm: str | None = None,
         **unknown_arguments: Any,
     ):
         if unknown_arguments:  # Lightning's names that differ from ours, typos: say what to use
             raise unknown_argument_error(unknown_arguments, Trainer.__init__)
+        accelerator = accelerator_name(accelerator)
+        progress_bar = check_lightning_flags(enable_progress_bar, progress_bar, deterministic, benchmark, inference_mode,
+                                             gradient_clip_algorithm)
+        #: Lightning's flags (trainer/runtime/torch_flags.py, trainer/loop/grad_mode.py)
+        self.deterministic, self.benchmark, self.inference_mode = deterministic, benchmark, inference_mode
+        self.gradient_clip_algorithm = gradient_clip_algorithm or "norm"
         devices = resolve_devices(devices, accelerator, detect_environment())
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
@@ -305,6 +326,9 @@ class Trainer(TrainerRunState, TrainerLoggers):
         #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
         self.datamodule: Any = None
         self.stage: str | None = None
+        #: this call's DataLoaders given as train_dataloaders= / val_dataloaders= / dataloaders=, by stage
+        self.given_loaders: dict[str, Any] = {}
+        self.return_predictions = True  # predict(return_predictions=False): nothing gathered
 
     def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
         """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
@@ -332,44 +356,72 @@ class Trainer(TrainerRunState, TrainerLoggers):
         return derived
 
     # ----- entry points ----------------------------------------------------------------------------
-    def fit(self, module: TrainModule, ckpt_path: str | None = None, datamodule: Any = None) -> dict[str, float] | None:
-        """Train ``module``. Returns rank 0's last logged metrics (None on other ranks); afterwards
-        ``module`` holds the trained weights (see the class docstring).
+    def fit(self, model: TrainModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            datamodule: Any = None, ckpt_path: str | None = None, *, module: TrainModule | None = None,
+            ) -> dict[str, float] | None:
+        """Train ``model`` (Lightning's arguments and order; ``module=`` is another name for ``model=``).
+        Returns rank 0's last logged metrics (None on other ranks); afterwards the module holds the
+        trained weights (see the class docstring).
 
         Args:
+            train_dataloaders / val_dataloaders: one DataLoader each, used as if the module's
+                ``train_dataloader()`` / ``val_dataloader()`` returned it (the same checks, the same
+                global-batch plan); a DataModule here is taken as ``datamodule``.
+            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
-            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
         """
-        return self._launch(module, "fit", ckpt_path, datamodule)
+        model, loaders, datamodule = call_arguments(
+            "fit", model, module, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders},
+            datamodule, ckpt_path)
+        return self._launch(model, "fit", ckpt_path, datamodule, loaders)
 
-    def validate(self, module: TrainModule | None = None, ckpt_path: str | None = None,
-                 datamodule: Any = None) -> dict[str, float] | None:
+    def validate(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+                 verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
+                 ) -> dict[str, float] | None:
         """Run one validation pass; returns the metrics reduced over all ranks (rank 0).
 
         Args:
-            module: None: the module (and datamodule) of this trainer's last ``fit``.
+            model: None: the module (and datamodule) of this trainer's last ``fit``.
+            dataloaders: one DataLoader, as if ``val_dataloader()`` returned it (or a DataModule).
             ckpt_path: validate the weights of "last", "best" (by ``checkpoint.monitor``) or a
-                checkpoint path (``trainer.resume`` means the same); None: ``module``'s own weights.
+                checkpoint path (``trainer.resume`` means the same); None: ``model``'s own weights.
+            verbose: print the metrics as a table (rank 0).
         """
-        return self._launch(module, "validate", ckpt_path, datamodule)
+        model, loaders, datamodule = call_arguments("validate", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path, verbose)
+        return show_results(self._launch(model, "validate", ckpt_path, datamodule, loaders), "validate", verbose)
 
-    def test(self, module: TrainModule | None = None, datamodule: Any = None,
-             ckpt_path: str | None = None) -> dict[str, float] | None:
-        """Run ``test_step`` over the test data (``test_dataset()`` / ``test_dataloader()``, the
-        datamodule's first); returns the ``test/`` metrics, exact means over the set (rank 0; a
-        dict, not Lightning's one-dict list). ``module`` / ``ckpt_path`` as for ``validate``."""
-        return self._launch(module, "test", ckpt_path, datamodule)
+    def test(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
+             verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
+             ) -> dict[str, float] | None:
+        """Run ``test_step`` over the test data (``dataloaders``, else ``test_dataset()`` /
+        ``test_dataloader()``, the datamodule's first); returns the ``test/`` metrics, exact means
+        over the set (rank 0; a dict, not Lightning's one-dict list). The other arguments as for
+        ``validate``."""
+        model, loaders, datamodule = call_arguments("test", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path, verbose)
+        return show_results(self._launch(model, "test", ckpt_path, datamodule, loaders), "test", verbose)
 
-    def predict(self, module: TrainModule | None = None, datamodule: Any = None, ckpt_path: str | None = None) -> Any:
-        """Run ``predict_step`` over ``predict_dataset()`` / ``predict_dataloader()``; returns (rank 0,
-        or the caller of spawned workers) the list of every batch's output on the CPU, in dataset
-        order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each sample once."""
-        return self._launch(module, "predict", ckpt_path, datamodule)
+    def predict(self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: Any = None,
+                return_predictions: bool | None = None, ckpt_path: str | None = None, *,
+                module: TrainModule | None = None) -> Any:
+        """Run ``predict_step`` over ``dataloaders`` (else ``predict_dataset()`` / ``predict_dataloader()``);
+        returns (rank 0, or the caller of spawned workers) the list of every batch's output on the
+        CPU, in dataset order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each
+        sample once. ``return_predictions=False``: nothing is gathered or kept, None is returned
+        (for ``predict_step`` s that write their outputs themselves)."""
+        model, loaders, datamodule = call_arguments("predict", model, module, {"dataloaders": dataloaders},
+                                                    datamodule, ckpt_path)
+        if return_predictions not in (None, True, False):
+            raise ValueError(f"Trainer.predict: return_predictions={return_predictions!r}; give True, False or None")
+        self.return_predictions = return_predictions is not False
+        return self._launch(model, "predict", ckpt_path, datamodule, loaders)
 
-    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None) -> Any:
-        module = resolve_call(self, module, datamodule, mode)
+    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None,
+                loaders: dict[str, Any] | None = None) -> Any:
+        module = resolve_call(self, module, datamodule, mode, loaders)
         check_hooks(module, self.callbacks, self.datamodule, self.strategy)  # before any worker starts
         self._run_view = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)

@@ -42,7 +42,12 @@ class DataModule(HyperparametersMixin):
     ``prepare_data()`` runs once per node (local rank 0) before the others go on (download here).
     The dataset / loader hooks mean what the :class:`~trainer.api.module.TrainModule` hooks of the same
     names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
+    ``self.trainer`` is the Trainer of the call it is attached to (e.g. ``self.trainer.world_size`` in
+    ``setup``), from the moment ``fit`` / ``validate`` / ``test`` / ``predict`` receives it; None before.
     """
+
+    #: the Trainer whose call this datamodule is attached to (None until then)
+    trainer: Any = None
 
     # save_hyperparameters(), hparams, hparams_initial: trainer/api/hparams.py (saved with every
     # checkpoint of a fit given this datamodule, and sent to the loggers with the module's)
@@ -127,21 +132,44 @@ def _overrides(obj: Any, base: type, name: str) -> bool:
     return getattr(type(obj), name, None) is not getattr(base, name, None)
 
 
-class DataHooks:
-    """The data hooks a run calls: the datamodule's for each stage it defines, the module's otherwise.
+class GivenLoader:
+    """A DataLoader passed to the entry point (``train_dataloaders=``, ``dataloaders=`` ...): the data
+    hooks of its stage, as if the module's ``<stage>_dataloader()`` returned it."""
 
-    Attributes: ``train_dataset``, ``train_dataloader``, ``val_dataset``, ... (bound methods), and
-    ``source[stage]``: the object that gives the stage's data (its class name goes in errors).
+    def __init__(self, stage: str, loader: Any):
+        self.stage, self.loader = stage, loader
+        setattr(self, STAGE_HOOKS[stage][0], lambda: None)
+        setattr(self, STAGE_HOOKS[stage][1], lambda: loader)
+
+
+#: The entry-point argument that gives each stage's loader (in errors about it).
+GIVEN_LOADER_ARGUMENT = {"train": "fit(train_dataloaders=)", "val": "val_dataloaders= / dataloaders=",
+                         "test": "test(dataloaders=)", "predict": "predict(dataloaders=)"}
+
+
+class DataHooks:
+    """The data hooks a run calls: a loader given to the entry point for its stage, else the
+    datamodule's for each stage it defines, else the module's.
+
+    Attributes: ``train_dataset``, ``train_dataloader``, ``val_dataset``, ... (bound methods),
+    ``source[stage]``: the object that gives the stage's data (its class name goes in errors), and
+    ``where[stage]``: how errors name the stage's loader ("train_dataloader()", "fit(train_dataloaders=)").
     """
 
-    def __init__(self, module: Any, datamodule: DataModule | None):
+    def __init__(self, module: Any, datamodule: DataModule | None, given: dict[str, Any] | None = None):
         from trainer.api.module import TrainModule
 
         self.source: dict[str, Any] = {}
-        shadowed = []
+        self.where: dict[str, str] = {}
+        shadowed, replaced = [], []
         for stage, names in STAGE_HOOKS.items():
             owner = module
-            if datamodule is not None and any(_overrides(datamodule, DataModule, name) for name in names):
+            self.where[stage] = f"{names[1]}()"
+            if given and stage in given:
+                owner = GivenLoader(stage, given[stage])
+                self.where[stage] = GIVEN_LOADER_ARGUMENT[stage]
+                replaced += [f"{type(module).__name__}.{name}()" for name in names if _overrides(module, TrainModule, name)]
+            elif datamodule is not None and any(_overrides(datamodule, DataModule, name) for name in names):
                 owner = datamodule
                 shadowed += [f"{type(module).__name__}.{name}()" for name in names if _overrides(module, TrainModule, name)]
             self.source[stage] = owner
@@ -150,6 +178,9 @@ class DataHooks:
         if shadowed:
             rank_zero_warn(log, "%s not called: the datamodule %s gives that data (the datamodule's hooks win)",
                            ", ".join(shadowed), type(datamodule).__name__)
+        if replaced:
+            rank_zero_warn(log, "%s not called: the DataLoader passed to the entry point gives that data",
+                           ", ".join(replaced))
 
 
 def check_datamodule(datamodule: Any) -> None:

@@ -9,6 +9,7 @@
   (Python API; under ``train.py`` the strategy is a config group: ``strategy=single`` / ``strategy=ddp``).
 - Under ``train.py``: ``trainer.precision=16-mixed`` (any name above; the ``precision`` group keeps
   our names and the loss-scaler options), ``trainer.devices=auto``.
+- ``accelerator="gpu"``: "cuda"; "mps", "tpu", "hpu" are refused (this trainer runs on cpu / cuda).
 - An argument the Trainer does not take: an error naming ours where Lightning's name differs
   (``profiler=`` -> ``profile=``), else the closest of our names (difflib).
 """
@@ -27,12 +28,7 @@ PRECISION_ALIASES: dict[Any, str] = {
 
 #: Lightning Trainer arguments that exist here under another name, or not at all: what to use instead.
 LIGHTNING_ARGUMENTS = {
-    "enable_progress_bar": "progress_bar= (True / False / None: when stderr is a terminal)",
-    "gradient_clip_algorithm": "gradient_clip_val= (this trainer always clips the global gradient norm; "
-                               "'value' clipping does not exist here)",
-    "ckpt_path": "Trainer.fit(module, ckpt_path=...) or resume=",
-    "deterministic": "seed= (runs are reproducible from the seed; torch.use_deterministic_algorithms is yours to call)",
-    "benchmark": "nothing: set torch.backends.cudnn.benchmark yourself",
+    "ckpt_path": "Trainer.fit(model, ckpt_path=...) or resume=",
     "profiler": "profile= ({'wall_clock_breakdown': ..., 'trace_steps': [first, last], 'comms_steps': [first, last]})",
     "plugins": "strategy= / precision= (a Strategy or Precision instance)",
     "val_every_n_epochs": "check_val_every_n_epoch=",
@@ -46,9 +42,25 @@ LIGHTNING_ARGUMENTS = {
     "use_distributed_sampler": "nothing: the trainer always spreads the samples over the ranks itself",
     "detect_anomaly": "nonfinite_loss='error' (or torch.autograd.set_detect_anomaly yourself)",
     "barebones": "progress_bar=False, loggers=[]",
-    "inference_mode": "nothing: validation runs under torch.no_grad()",
     "sync_dist": "self.log(..., sync_dist=...) in the module, not a Trainer argument",
 }
+
+
+#: Lightning's accelerator names this trainer does not run on: what to use instead.
+REFUSED_ACCELERATORS = ("mps", "tpu", "hpu", "xla", "ipu")
+
+
+def accelerator_name(value: Any) -> Any:
+    """``"gpu"`` (Lightning's) is ``"cuda"``; an accelerator this trainer does not run on is an error."""
+    if value == "gpu":
+        return "cuda"
+    if isinstance(value, str) and value.lower() in REFUSED_ACCELERATORS:
+        raise ValueError(f"trainer.accelerator={value!r} is not supported: this trainer runs on 'cpu' or 'cuda' "
+                         "('gpu' and 'auto' mean cuda where there is one)")
+    if not isinstance(value, str):
+        raise ValueError(f"trainer.accelerator={value!r}: give 'auto', 'cpu', 'cuda' or 'gpu' (an Accelerator object "
+                         "is Lightning's; here the strategy places the model: strategy=DDPStrategy(accelerator=...))")
+    return value
 
 
 def precision_name(value: Any) -> Any:

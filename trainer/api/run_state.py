@@ -90,6 +90,16 @@ class TrainerRunState:
         return distributed.rank() == 0
 
     @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 in one process and in the caller of a spawned run)."""
+        return distributed.rank()
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node (0 in one process)."""
+        return distributed.local_rank()
+
+    @property
     def log_dir(self) -> str:
         """The run directory: loggers, checkpoints (by default) and ``train.log`` go there; the same
         on every rank during a run (rank 0's)."""

@@ -64,6 +64,37 @@ def check_arguments(
     require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
 
 
+def check_lightning_flags(enable_progress_bar: Any, progress_bar: Any, deterministic: Any, benchmark: Any,
+                          inference_mode: Any, gradient_clip_algorithm: Any) -> Any:
+    """Check Lightning's ``Trainer`` flags; returns ``progress_bar`` merged with ``enable_progress_bar``."""
+    for name, value in (("enable_progress_bar", enable_progress_bar), ("benchmark", benchmark)):
+        require(value is None or isinstance(value, bool), f"trainer.{name} must be true, false or null, got {value!r}")
+    require(enable_progress_bar is None or progress_bar is None or enable_progress_bar == progress_bar,
+            f"trainer.enable_progress_bar={enable_progress_bar!r} and trainer.progress_bar={progress_bar!r} name the "
+            "same setting; give one")
+    require(deterministic is None or isinstance(deterministic, bool) or deterministic == "warn",
+            f"trainer.deterministic must be true, false, 'warn' or null, got {deterministic!r}")
+    require(isinstance(inference_mode, bool), f"trainer.inference_mode must be true or false, got {inference_mode!r}")
+    require(gradient_clip_algorithm in (None, "norm", "value"),
+            f"trainer.gradient_clip_algorithm={gradient_clip_algorithm!r}: give 'norm' (the global 2-norm) or 'value' "
+            "(each element)")
+    if deterministic is True and benchmark is True:
+        import logging
+
+        from trainer.runtime.rank_logging import rank_zero_warn
+
+        rank_zero_warn(logging.getLogger("trainer"), "trainer.deterministic=True and trainer.benchmark=True: cuDNN's "
+                       "autotuner may pick nondeterministic kernels; set benchmark=False (or leave it unset)")
+    return progress_bar if enable_progress_bar is None else enable_progress_bar
+
+
+def validates_during_training(trainer: Any) -> bool:
+    """Whether ``fit`` validates before the end of training: every N steps (``val_every_n_steps`` /
+    ``val_check_interval``) or at epoch ends (``check_val_every_n_epoch``); else only once, at the end."""
+    return bool(trainer.val_every_n_steps or getattr(trainer, "val_check_fraction", None)
+                or getattr(trainer, "check_val_every_n_epoch", None))
+
+
 def profile_options(profile: Mapping[str, Any] | None) -> dict[str, Any]:
     """``trainer.profile`` with its defaults, checked; step ranges as tuples."""
     options = {"wall_clock_breakdown": False, "trace_steps": None, "comms_steps": None, **dict(profile or {})}

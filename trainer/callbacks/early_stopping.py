@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from trainer.api.callback import Callback, run_of
+from trainer.api.trainer_arguments import validates_during_training
 from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,9 @@ class EarlyStopping(Callback):
             raise ValueError(f"EarlyStopping(monitor={self.monitor!r}) needs validation metrics, but "
                              f"{type(module).__name__} has no val_dataset() / val_dataloader(): return one, or "
                              "remove the callback")
-        if not trainer.val_every_n_steps and not trainer.val_check_fraction and not trainer.check_val_every_n_epoch:
-            rank_zero_warn(log, "EarlyStopping(monitor=%r): trainer.val_every_n_steps is not set, so validation (and this "
+        if not validates_during_training(trainer):
+            rank_zero_warn(log, "EarlyStopping(monitor=%r): none of trainer.val_every_n_steps, val_check_interval, "
+                        "check_val_every_n_epoch is set, so validation (and this "
                         "check) runs only once, at the end of training", self.monitor)
 
     def on_validation_end(self, trainer: Any, module: Any, metrics: dict[str, float]) -> None:

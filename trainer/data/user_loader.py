@@ -26,6 +26,7 @@ unseeded ``random_split`` is the same on every rank; the rank's own random strea
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -44,10 +45,13 @@ from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_s
 from trainer.data.loaders import LoaderOptions, build_loader
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
+from trainer.runtime.rank_logging import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainer.api.module import TrainModule
     from trainer.trainer import Trainer
+
+log = logging.getLogger("trainer.loop.rank_run")  # the run's log lines
 
 DEFAULT_BATCH_SIZE = 32
 _LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_memory": False}
@@ -159,6 +163,29 @@ def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, 
     return loader_collate
 
 
+def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool:
+    """As Lightning: a module without ``validation_step`` is not validated during ``fit``, whatever
+    validation data it has (one warning where it has some; its validation data hooks are not called).
+    ``Trainer.validate`` on it is refused before any worker starts (trainer/entry_points.py). A
+    pipeline strategy validates with its own loss."""
+    from trainer.api.datamodule import GivenLoader
+    from trainer.api.module import TrainModule
+
+    if trainer.strategy.owns_step or type(module).validation_step is not TrainModule.validation_step:
+        return False
+    source = hooks.source["val"]
+    if isinstance(source, GivenLoader):
+        what = hooks.where["val"]
+    elif source is not module or any(getattr(type(module), name, None) is not getattr(TrainModule, name)
+                                     for name in ("val_dataset", "val_dataloader")):
+        what = f"{type(source).__name__}.val_dataset() / val_dataloader()"
+    else:
+        return True  # no validation data either: nothing to say
+    rank_zero_warn(log, "%s has validation data (%s) but does not override validation_step(): validation is skipped, "
+                   "as in Lightning; override validation_step() to validate", type(module).__name__, what)
+    return True
+
+
 class RunData:
     """The data of one run on one rank, read from the module's hooks once (before the model is wrapped:
     the strategies may need the resolved ``trainer.batch_size``). Sets the trainer's resolved
@@ -170,14 +197,15 @@ class RunData:
         self.module, self.trainer = module, trainer
         # The datamodule's hooks where it defines a stage's data; test / predict call only their own
         # stage's hooks (as Lightning), so a datamodule set up for "test" need not build training data.
-        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None))
+        self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None), getattr(trainer, "given_loaders", None))
         self.evaluating = getattr(trainer, "stage", "fit") in ("test", "predict")
         seed = trainer.seed
         with seeded(derive_seed(seed, "data", "train")):
             loader = None if self.evaluating else hooks.train_dataloader()
-        self.train = read_loader(loader, "train_dataloader()", stream_ok=True) if loader is not None else None
+        where = hooks.where["train"]
+        self.train = read_loader(loader, where, stream_ok=True) if loader is not None else None
         given = trainer.data_args  # as the user gave them, None = unset
-        where, train = "train_dataloader()", self.train
+        train = self.train
         trainer.resolve_batch(
             _agree("batch_size", given["batch_size"], train and train.batch_size, where, DEFAULT_BATCH_SIZE),
             _agree("drop_last", given["drop_last"], train and train.drop_last, where, False),
@@ -189,17 +217,19 @@ class RunData:
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
+        skip_val = self.evaluating or _skips_validation(module, trainer, hooks)
         with seeded(derive_seed(seed, "data", "val")):
-            val_loader = None if self.evaluating else hooks.val_dataloader()
-            self.val = read_loader(val_loader, "val_dataloader()", stream_ok=True) if val_loader is not None else None
-            self.val_set = self.val.dataset if self.val is not None else (None if self.evaluating else hooks.val_dataset())
+            val_loader = None if skip_val else hooks.val_dataloader()
+            val_where = hooks.where["val"]
+            self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
+            self.val_set = self.val.dataset if self.val is not None else (None if skip_val else hooks.val_dataset())
         if self.val is not None:
             if self.val.drop_last:
-                raise ValueError("val_dataloader(): drop_last=True cannot be honoured: validation covers every sample "
+                raise ValueError(f"{val_where}: drop_last=True cannot be honoured: validation covers every sample "
                                  "exactly once over the ranks; remove drop_last (or leave the samples out of the dataset)")
             self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
-            self.val_collate = _collate(module, self.val.collate_fn, "val_dataloader()")
-            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", "val_dataloader()")
+            self.val_collate = _collate(module, self.val.collate_fn, val_where)
+            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", val_where)
                                 if self.val.sampler is not None else None)
         elif self.val_set is not None:
             check_map_style(self.val_set, "val_dataset()", stream_ok=True)
@@ -228,7 +258,7 @@ class RunData:
             return self.stream_plan  # type: ignore[return-value]
         stream = None
         if train is not None and train.sampler is not None:
-            stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", "train_dataloader()")
+            stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", self.hooks.where["train"])
         return GlobalBatchPlan(
             len(stream) if stream is not None else len(dataset), trainer.batch_size, trainer.accumulate_grad_batches,
             data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=trainer.drop_last,

@@ -12,6 +12,7 @@ from trainer.loop.rank_run import _Run
 from trainer.loop.weights_return import record_result
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import configure_rank_logging
+from trainer.runtime.torch_flags import torch_flags
 
 if TYPE_CHECKING:
     from trainer.api.module import TrainModule
@@ -30,8 +31,9 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     trainer._run_view = run.view  # for callbacks: trainer.callbacks.run_of(trainer)
     clean = False
     try:
-        run.setup()
-        results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
+        with torch_flags(trainer.deterministic, trainer.benchmark):  # deterministic= / benchmark=, on every rank
+            run.setup()
+            results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
         record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
         run.hooks.call("teardown", trainer.stage)  # datamodule, callbacks, module
         clean = True

@@ -22,6 +22,7 @@ from trainer.loop.resume import load_for_evaluation
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.loaders import build_loader
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
@@ -64,7 +65,7 @@ class EvalData:
     def __init__(self, run: _Run, stage: str):
         hooks, module, trainer = run.data.hooks, run.module, run.trainer
         source = type(hooks.source[stage]).__name__
-        where = f"{stage}_dataloader()"
+        where = hooks.where[stage]
         with seeded(derive_seed(trainer.seed, "data", stage)):
             loader = getattr(hooks, f"{stage}_dataloader")()
             user = read_loader(loader, where) if loader is not None else None
@@ -118,7 +119,7 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
     hooks.call(f"on_{stage}_epoch_start")
     bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
                       leave=False)
-    with torch.no_grad():
+    with evaluation_grad_mode(run):
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
             batch = run.precision.convert_input(transfer_batch(run, batch))
@@ -162,6 +163,10 @@ def run_predict(run: _Run) -> list[Any] | None:
     """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
     (on the CPU) in batch order; None on the other ranks. Also kept as ``run.predictions``."""
     outputs: list[tuple[int, Any]] = []
+    run.predictions = None
+    if not getattr(run.trainer, "return_predictions", True):  # predict(return_predictions=False): nothing kept
+        _pass(run, "predict", lambda index, weight, output: None)
+        return None
 
     def keep(index: int, weight: int, output: Any) -> None:
         if weight:
@@ -171,7 +176,6 @@ def run_predict(run: _Run) -> list[Any] | None:
     run.hooks.call("on_predict_end")
     modes.exit()
     gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
-    run.predictions = None
     if gathered is not None:
         merged = sorted((pair for part in gathered for pair in part), key=lambda pair: pair[0])
         run.predictions = [output for _, output in merged]

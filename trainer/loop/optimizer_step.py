@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from trainer.runtime.tensors import local_tensor, move_to_device
+from trainer.runtime.tensors import move_to_device
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import _Run
@@ -76,9 +76,6 @@ def gradient_clipper(run: _Run) -> Callable[..., Any]:
             return run.strategy.clip_grad_norm(run.module, gradient_clip_val)
         if algorithm != "value":
             raise ValueError(f"clip_gradients: gradient_clip_algorithm={algorithm!r} is not one of 'norm', 'value'")
-        with torch.no_grad():  # element-wise: each rank's shard alone is enough
-            for parameter in run.module.parameters():
-                if parameter.grad is not None:
-                    local_tensor(parameter.grad).clamp_(-gradient_clip_val, gradient_clip_val)
+        run.strategy.clip_grad_value(run.module, gradient_clip_val)  # element-wise: each rank's shard alone
         return None
     return clip

@@ -49,6 +49,7 @@ from trainer.observe.profiling import TraceWindow, WallClockBreakdown
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import log_to_file, rank_zero_warn
 from trainer.api.run_view import RunView
+from trainer.api.trainer_arguments import validates_during_training
 from trainer.loop.counters import RunCounters
 from trainer.loop.stop_flag import StopFlag
 from trainer.loop.step_limits import plan_limits
@@ -237,7 +238,7 @@ class _Run(RunCounters):
         if module.automatic_optimization:  # self.clip_gradients in configure_gradient_clipping
             module.__dict__["_gradient_clipper"] = gradient_clipper(self)
         self.lr_scheduling.known_names = self.module_logs.known_names  # ReduceLROnPlateau on self.log names
-        self.lr_scheduling.check_fit(self.val_set is not None, trainer.val_every_n_steps, self.rank)
+        self.lr_scheduling.check_fit(self.val_set is not None, validates_during_training(trainer), self.rank)
         self.manual = setup_optimizers(self, schedulers)  # a ManualStep under automatic_optimization = False
         if trainer.checkpoint is not None and trainer.checkpoint.enabled:
             self.checkpoints = CheckpointManager(trainer.checkpoint, self.run_dir, self.strategy)

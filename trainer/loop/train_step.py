@@ -223,14 +223,18 @@ class TrainStep:
             return stepped, found_inf, None
         with run.breakdown.phase("optimizer"):
             run.hooks.call("on_before_optimizer_step", run.optimizer)
+            clip, algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
             if run.hooks.module_overrides("configure_gradient_clipping"):
                 if log_now:  # reported on logging steps: the norm before the module's clipping
                     grad_norm = strategy.grad_norm(module)
-                module.configure_gradient_clipping(run.optimizer, trainer.gradient_clip_val, "norm")
-            elif trainer.gradient_clip_val is not None:
-                grad_norm = strategy.clip_grad_norm(module, trainer.gradient_clip_val)
-            elif log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
-                grad_norm = strategy.grad_norm(module)
+                module.configure_gradient_clipping(run.optimizer, clip, algorithm)
+            elif clip is not None and algorithm != "value":
+                grad_norm = strategy.clip_grad_norm(module, clip)
+            else:
+                if log_now:  # reported on logging steps even without clipping (a reduction under FSDP)
+                    grad_norm = strategy.grad_norm(module)
+                if clip is not None:  # element-wise: each rank's shard alone is enough
+                    strategy.clip_grad_value(module, clip)
         return stepped, found_inf, grad_norm
 
     def step_optimizer(self, stepped: bool, found_inf: torch.Tensor | None) -> None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from trainer.api.hook_calls import call_step
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
+from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
-from trainer.api.module import TrainModule
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.loop.run_limits import val_sample_limit
@@ -49,10 +47,6 @@ def check_validation_setup(run: _Run) -> None:
         if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
             rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
                            ", ".join(given), type(module).__name__)
-    elif not run.strategy.owns_step and type(module).validation_step is TrainModule.validation_step:
-        rank_zero_warn(log, "%s has validation data but does not override validation_step(), so validation computes "
-                       "no metrics; override it (return the loss or a dict of metrics), or return no validation data",
-                       type(module).__name__)
 
 
 def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
@@ -96,7 +90,7 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     with logs.stage("validate"):
         hooks.call("on_validation_start")
         hooks.call("on_validation_epoch_start")
-        with torch.no_grad():
+        with evaluation_grad_mode(run):
             for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
                 bar.update()
                 batch = run.precision.convert_input(transfer_batch(run, batch))

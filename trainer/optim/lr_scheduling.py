@@ -84,17 +84,20 @@ class LRScheduling:
         else:
             scheduler.step(metric)
 
-    def check_fit(self, has_val_set: bool, val_every_n_steps: int | None, rank: int) -> None:
-        """At fit start: a ``val/`` monitor without validation data is an error (it is never logged)."""
+    def check_fit(self, has_val_set: bool, validates_during_training: bool, rank: int) -> None:
+        """At fit start: a ``val/`` monitor without validation data is an error (it is never logged);
+        one warning where validation runs only at the end of training (``validates_during_training``
+        False: no ``val_every_n_steps``, ``val_check_interval`` or ``check_val_every_n_epoch``)."""
         self._has_val_set = has_val_set
         for index in self._by_event["validation"]:
             config = self.configs[index]
             if not has_val_set:
                 raise ValueError(f"lr_scheduler {config.describe()} steps on a validation metric, but the module has no "
                                  "val_dataset(): return one, or monitor a 'train/...' metric")
-            if not val_every_n_steps and rank == 0:
-                log.warning("lr_scheduler %s steps at validation ends: trainer.val_every_n_steps is not set, so "
-                            "validation (and this scheduler) runs only once, at the end of training", config.describe())
+            if not validates_during_training and rank == 0:
+                log.warning("lr_scheduler %s steps at validation ends: none of trainer.val_every_n_steps, "
+                            "val_check_interval, check_val_every_n_epoch is set, so validation (and this scheduler) "
+                            "runs only once, at the end of training", config.describe())
 
     def _due(self, index: int) -> bool:
         self.events[index] += 1

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from trainer.api.hook_calls import call_step
+from trainer.optim.grad_clipping import clip_grad_values
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
@@ -169,6 +170,11 @@ class Strategy(OptimizerStateIO):
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
         """The global 2-norm of all gradients (over every rank's shards where they are sharded)."""
         return torch.nn.utils.get_total_norm([p.grad for p in module.parameters() if p.grad is not None])
+
+    def clip_grad_value(self, module: nn.Module, value: float) -> None:
+        """Clamp every gradient element this rank holds to ``[-value, value]`` (element-wise: a shard
+        alone is enough, no collective)."""
+        clip_grad_values(module.parameters(), value)
 
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
         """Clip by the global norm over all parameters; returns the norm before clipping."""

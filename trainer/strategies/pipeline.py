@@ -40,6 +40,7 @@ from typing import Any, ContextManager, Sequence
 import torch
 from torch import nn
 
+from trainer.optim.grad_clipping import clip_grad_values
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.metric_sums import WeightedSums, split_step_output
@@ -279,6 +280,9 @@ class PipelineStrategy(OwnedStep):
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
         """The 2-norm over every stage's gradients (each stage's squares summed over the pipeline)."""
         return pipeline_grad_norm(self.stage_parameters, self.pp_group, self.device)
+
+    def clip_grad_value(self, module: nn.Module, value: float) -> None:
+        clip_grad_values(self.stage_parameters, value)  # this rank's stages
 
     def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
         total = self.grad_norm(module)

@@ -81,8 +81,8 @@ def test_bad_values_are_refused_naming_what_is_allowed(overrides, message, tmp_p
 
 
 def test_unknown_arguments_name_ours():
-    with pytest.raises(TypeError, match=r"'gradient_clip_algorithm' \(Lightning's\).*use gradient_clip_val="):
-        Trainer(enable_checkpointing=False, gradient_clip_algorithm="norm")
+    with pytest.raises(TypeError, match=r"'profiler' \(Lightning's\).*use profile="):
+        Trainer(profiler="simple")
     with pytest.raises(TypeError, match=r"'max_step' is not a Trainer argument; did you mean max_steps"):
         Trainer(max_step=3)
     with pytest.raises(ValueError, match=r"default_root_dir='a' and run_dir='b' name the same directory"):

@@ -104,7 +104,7 @@ def test_warnings_every_rank_gives_alike_are_logged_once(tmp_path):
     assert done.returncode == 0, output
     log_file = (run_dir / "train.log").read_text()
     for text in ("config key(s) typo are read by nothing", "FSDP has a single unit",
-                 "EarlyStopping(monitor='val/loss'): trainer.val_every_n_steps is not set"):
+                 "EarlyStopping(monitor='val/loss'): none of trainer.val_every_n_steps, val_check_interval, check_val_every_n_epoch is set"):
         assert output.count(text) == 1, (text, output)
         assert log_file.count(text) == 1, (text, log_file)
     assert "[rank 1][WARNING]" not in output

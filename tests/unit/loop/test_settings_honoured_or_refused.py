@@ -12,7 +12,7 @@ from functools import partial
 import pytest
 import torch
 
-from tests.support.helpers import Regressor, run_trainer
+from tests.support.helpers import Regressor, new_trainer, run_trainer
 from trainer import Trainer
 from trainer.callbacks import EarlyStopping
 from trainer.api.module import TrainModule
@@ -40,11 +40,23 @@ def test_val_every_n_steps_without_validation_data_warns_once(tmp_path, caplog):
     assert len(warned) == 1 and "Regressor has no val_dataset()" in warned[0], warnings_in(caplog)
 
 
-def test_validation_data_without_validation_step_warns_once(tmp_path, caplog):
+class DropLastValNoStep(NoValidationStep):
+    def val_dataloader(self):
+        return torch.utils.data.DataLoader(self.val_dataset(), batch_size=5, drop_last=True)
+
+
+@pytest.mark.parametrize("module", [NoValidationStep(val_samples=16), DropLastValNoStep(val_samples=16)])
+def test_validation_data_without_validation_step_skips_validation_with_one_warning(tmp_path, caplog, module):
+    """As Lightning: no validation_step, no validation (a drop_last loader is then not refused either)."""
     with caplog.at_level(logging.INFO, logger="trainer"):
-        run_trainer(tmp_path, NoValidationStep(val_samples=16), max_steps=2)
+        trainer = new_trainer(tmp_path, max_steps=2, val_every_n_steps=1)
+        trainer.fit(module)
     warned = [w for w in warnings_in(caplog) if "does not override validation_step()" in w]
-    assert len(warned) == 1 and warned[0].startswith("NoValidationStep has validation data"), warnings_in(caplog)
+    assert len(warned) == 1 and warned[0].startswith(f"{type(module).__name__} has validation data"), warnings_in(caplog)
+    assert "validation is skipped" in warned[0]
+    assert not [name for name in trainer.logged_metrics if name.startswith("val/")]
+    with pytest.raises(ValueError, match=r"Trainer.validate: .* does not override validation_step\(\)"):
+        trainer.validate(module)
 
 
 def test_module_with_validation_gives_no_validation_warning(tmp_path, caplog):

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau, StepLR
 
-from tests.support.helpers import HostSyncCounter, OverflowAt, Regressor, read_metrics, run_trainer
+from tests.support.helpers import HostSyncCounter, OverflowAt, Regressor, new_trainer, read_metrics, run_trainer
 from trainer.callbacks import LearningRateMonitor
 from trainer.checkpoint import layout
 from trainer.optim.lr_scheduling import LRScheduling
@@ -389,6 +389,25 @@ def test_interval_on_reduce_on_plateau_and_validation_once_at_the_end_warn(caplo
     with caplog.at_level(logging.WARNING, logger="trainer"):
         _, configs = split_optimizers((optimizer, {"scheduler": ReduceLROnPlateau(optimizer), "monitor": "val/loss",
                                                    "interval": "epoch"}))
-        LRScheduling(configs).check_fit(has_val_set=True, val_every_n_steps=None, rank=0)
+        LRScheduling(configs).check_fit(has_val_set=True, validates_during_training=False, rank=0)
     assert "interval='epoch' is not used; it steps when its monitor is computed (each validation end)" in caplog.text
-    assert "trainer.val_every_n_steps is not set, so validation (and this scheduler) runs only once" in caplog.text
+    assert "so validation (and this scheduler) runs only once, at the end of training" in caplog.text
+
+
+@pytest.mark.parametrize("setting", [{"val_every_n_steps": 2}, {"val_check_interval": 0.5},
+                                     {"check_val_every_n_epoch": 1}])
+def test_plateau_on_validation_says_once_at_the_end_only_when_true(tmp_path, caplog, setting):
+    """The warning is given only where validation runs once; with validation during training the
+    scheduler steps at each validation end (counted), and no warning says otherwise."""
+
+    class Plateau(Regressor):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            self.plateau = ReduceLROnPlateau(optimizer)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.plateau, "monitor": "val/loss"}}
+
+    module = Plateau(num_samples=64, val_samples=16)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        new_trainer(tmp_path, max_steps=-1, max_epochs=2, batch_size=16, num_sanity_val_steps=0, **setting).fit(module)
+    assert "runs only once, at the end of training" not in caplog.text
+    assert module.plateau.last_epoch >= 2  # stepped at more validation ends than the final one
