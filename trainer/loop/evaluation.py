@@ -138,6 +138,11 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
 
 def run_test(run: _Run) -> dict[str, float]:
     """``Trainer.test`` on this rank: the ``test/`` metrics, exact means over the test set (logged)."""
+    with evaluation_grad_mode(run):  # the whole pass, its hooks included (as Lightning)
+        return _run_test_pass(run)
+
+
+def _run_test_pass(run: _Run) -> Any:
     sums = WeightedSums(run.device)
 
     def add(index: int, weight: int, output: Any) -> None:
@@ -158,10 +163,14 @@ def run_test(run: _Run) -> dict[str, float]:
     modes.exit()
     return metrics
 
-
 def run_predict(run: _Run) -> list[Any] | None:
     """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
     (on the CPU) in batch order; None on the other ranks. Also kept as ``run.predictions``."""
+    with evaluation_grad_mode(run):  # the whole pass, its hooks included (as Lightning)
+        return _run_predict_pass(run)
+
+
+def _run_predict_pass(run: _Run) -> Any:
     outputs: list[tuple[int, Any]] = []
     run.predictions = None
     if not getattr(run.trainer, "return_predictions", True):  # predict(return_predictions=False): nothing kept

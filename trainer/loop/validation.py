@@ -52,9 +52,15 @@ def check_validation_setup(run: _Run) -> None:
 def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
     """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics.
     ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
-    batches (-1: all), the hooks called as in any pass, nothing reduced or logged."""
+    batches (-1: all), the hooks called as in any pass, nothing reduced or logged. The whole pass, its
+    hooks included, runs under the evaluation grad mode (``inference_mode``), as Lightning's."""
     if run.val_set is None:
         return {}
+    with evaluation_grad_mode(run):
+        return _validation_pass(run, sanity_batches)
+
+
+def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
     module, strategy, hooks, sanity = run.module, run.strategy, run.hooks, sanity_batches is not None
     setting = run.trainer.limit_val_batches if not sanity else sanity_batches
     limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
