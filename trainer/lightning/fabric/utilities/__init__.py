@@ -1,0 +1,1 @@
+"""Lightning's ``lightning.fabric.utilities``: ``imports.py`` (platform flags)."""
