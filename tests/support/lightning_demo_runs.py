@@ -15,6 +15,7 @@ directory's ``./data``) and ``<root>/mnist/MNIST/complete/{training,test}.pt`` (
 from __future__ import annotations
 
 import os
+import pickle
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
@@ -23,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 import trainer.lightning as L
-from tests.support import lightning_demos  # noqa: F401  (installs the demos' import hook)
 
 WORDS = 37  # the fake WikiText2's vocabulary: small, so the demos' embeddings and decoders stay small
 MNIST_TRAIN, MNIST_TEST, MNIST_VAL_SPLIT, MNIST_BATCH = 48, 24, 16, 4
@@ -35,7 +35,7 @@ def write_fake_downloads(root: str) -> None:
     os.makedirs(os.path.join(root, "data"), exist_ok=True)
     words = [f"w{i}" for i in range(WORDS - 1)]  # + "<eos>" the tokenizer adds
     with open(os.path.join(root, "data", "wikitext-2.txt"), "w", encoding="utf-8") as f:
-        for _ in range(40):
+        for _ in range(200):  # 73 blocks of 35 tokens: the LSTM demo's batch sampler makes 3 batches of 20
             picks = torch.randint(0, len(words), (12,), generator=generator).tolist()
             f.write(" ".join(words[i] for i in picks) + "\n")
     mnist = os.path.join(root, "mnist", "MNIST", "complete")
@@ -94,7 +94,7 @@ def boring(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
 
     model = BoringModel()
     trainer = make_trainer(max_steps=4)
-    return {"fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
             "validate": lambda: trainer.validate(), "test": lambda: trainer.test(),
             "predict": lambda: _predictions(trainer.predict())}
 
@@ -104,7 +104,7 @@ def boring_datamodule(make_trainer: Callable[..., Any], root: str) -> dict[str, 
 
     model, datamodule = BoringModel(), BoringDataModule()
     trainer = make_trainer(max_steps=4)
-    return {"fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
             "validate": lambda: trainer.validate(datamodule=datamodule),
             "test": lambda: trainer.test(datamodule=datamodule),
             "predict": lambda: _predictions(trainer.predict(datamodule=datamodule))}
@@ -115,7 +115,7 @@ def manual_optimization(make_trainer: Callable[..., Any], root: str) -> dict[str
 
     model = ManualOptimBoringModel()
     trainer = make_trainer(max_steps=4, accumulate=False)
-    return {"fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
             "validate": lambda: trainer.validate(), "test": lambda: trainer.test(),
             "predict": lambda: _predictions(trainer.predict())}
 
@@ -125,7 +125,7 @@ def demo_model(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
 
     model, datamodule = DemoModel(), BoringDataModule()
     trainer = make_trainer(max_steps=4)
-    return {"fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
             "predict": lambda: _predictions(trainer.predict(datamodule=datamodule))}
 
 
@@ -134,7 +134,7 @@ def lstm(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
 
     model = LightningLSTM(vocab_size=WORDS)
     trainer = make_trainer(max_steps=3, accumulate=False)  # its batch sampler's batches are the global batches
-    return {"fit": lambda: trainer.fit(model), "params": lambda: _full_state(model)}
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model)}
 
 
 def mnist(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def mnist(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
                                  batch_size=MNIST_BATCH)
     model = MNISTClassifier()
     trainer = make_trainer(max_steps=4)
-    return {"fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model, datamodule=datamodule), "params": lambda: _full_state(model),
             "validate": lambda: trainer.validate(datamodule=datamodule),
             "test": lambda: trainer.test(datamodule=datamodule)}
 
@@ -154,7 +154,7 @@ def transformer(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
 
     model = LightningTransformer(vocab_size=WORDS)
     trainer = make_trainer(max_steps=2)
-    return {"fit": lambda: trainer.fit(model), "params": lambda: _full_state(model)}
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model)}
 
 
 CASES = {f.__name__: f for f in (boring, boring_datamodule, manual_optimization, demo_model, lstm, mnist, transformer)}
@@ -170,7 +170,7 @@ def run_all(strategy: str, root: str, cases: tuple[str, ...] = tuple(CASES)) -> 
             # One process takes the same global batch as 2 ranks of the demos' per-rank batches.
             accumulate_grad_batches = 2 if (strategy == "single" and accumulate) else 1
             return L.Trainer(strategy=strategy, devices=devices, accelerator="cpu", max_steps=max_steps,
-                             accumulate_grad_batches=accumulate_grad_batches, limit_val_batches=4,
+                             accumulate_grad_batches=accumulate_grad_batches,
                              num_sanity_val_steps=0, loggers=[], progress_bar=False, checkpoint=None,
                              enable_model_summary=False, collective_timeout_s=60, seed=0,
                              run_dir=os.path.join(root, "runs", strategy, case))
@@ -192,7 +192,7 @@ def run_all(strategy: str, root: str, cases: tuple[str, ...] = tuple(CASES)) -> 
     return results
 
 
-def _rank_entry(strategy: str, root: str, cases: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def _rank_entry(strategy: str, root: str, cases: tuple[str, ...], path: str) -> None:
     # One process group for all the cases: the trainer joins it instead of starting its own per call.
     from trainer.runtime import distributed
     from trainer.runtime.launch import detect_environment
@@ -200,7 +200,11 @@ def _rank_entry(strategy: str, root: str, cases: tuple[str, ...]) -> dict[str, d
     os.chdir(root)
     distributed.init_process_group(detect_environment(), "gloo", timedelta(seconds=60))
     try:
-        return run_all(strategy, root, cases)
+        results = run_all(strategy, root, cases)
+        # Through a file: the launcher's result queue is for small results (it is read after the ranks end).
+        if distributed.rank() == 0:
+            with open(path, "wb") as f:
+                pickle.dump(results, f)
     finally:
         distributed.destroy_process_group()
 
@@ -209,4 +213,7 @@ def run_ranks(strategy: str, root: str, cases: tuple[str, ...] = tuple(CASES)) -
     """``run_all(strategy, root)`` in 2 ranks started once (the trainer's launcher); rank 0's results."""
     from trainer.runtime.launch import spawn
 
-    return spawn(_rank_entry, (strategy, root, cases), nprocs=2, timeout=timedelta(seconds=120))
+    path = os.path.join(root, f"results-{strategy}.pickle")
+    spawn(_rank_entry, (strategy, root, cases, path), nprocs=2, timeout=timedelta(seconds=120))
+    with open(path, "rb") as f:
+        return pickle.load(f)
