@@ -41,7 +41,10 @@ CALLS = {
 }
 
 #: (demo, strategy) pairs that fail for a reason another part of the work fixes: demo -> reason
-BLOCKED: dict[tuple[str, str], str] = {}
+BLOCKED: dict[tuple[str, str], str] = {
+    ("manual_optimization", "fsdp"): "manual optimization under FSDP: opt.step() finds no gradients, the weights "
+                                     "never change (fixed with the manual-optimization work)",
+}
 
 
 @pytest.fixture(scope="module")
