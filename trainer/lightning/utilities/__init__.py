@@ -24,6 +24,12 @@ __all__ = ["AttributeDict", "grad_norm", "move_data_to_device", "rank_zero_debug
 
 __getattr__ = missing_names(__name__, {
     "CombinedLoader": "one DataLoader per stage (combine the datasets, e.g. torch.utils.data.ConcatDataset)",
+    "disable_possible_user_warnings": "warnings.filterwarnings (this trainer's messages are log records)",
+    "find_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
+    "set_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
+    "GradClipAlgorithmType": "the strings 'norm' / 'value' (self.clip_gradients(..., gradient_clip_algorithm=))",
+    "LightningEnum": "enum.Enum",
+    "is_picklable": "pickle.dumps in a try block",
     "measure_flops": "the perf/ metrics the trainer logs (trainer/observe/throughput.py)",
     "is_shared_filesystem": "nothing: the trainer's checkpoints assume a filesystem every node sees",
     "suggested_max_num_workers": "DataLoader(num_workers=...) with a number you choose",
