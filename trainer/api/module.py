@@ -163,6 +163,7 @@ class TrainModule(ModuleRunState, ManualOptimizationHooks, ModuleLogMethods, nn.
         state["_trainer"] = None
         state["_log_collector"] = None
         state.pop("_manual_step", None)  # holds the run's optimizers and process groups
+        state.pop("_fsdp_root_and_group", None)  # an FSDP run's wrapper and process group (trainer/strategies/fsdp.py)
         return state
 
     # ----- model -------------------------------------------------------------------------------
