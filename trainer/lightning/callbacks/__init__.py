@@ -1,11 +1,14 @@
-"""Lightning's ``lightning.pytorch.callbacks``: ``Callback``, ``EarlyStopping``, ``LearningRateMonitor``,
-``Timer`` (Lightning's arguments: ``lightning_signatures.py``), ``ModelCheckpoint``,
-``TQDMProgressBar`` (``progress.py``). The other Lightning callbacks are an ImportError saying what to use."""
+"""Lightning's ``lightning.pytorch.callbacks``: ``Callback``, and with Lightning's arguments
+``EarlyStopping`` (``early_stopping.py``), ``LearningRateMonitor`` (``lr_monitor.py``), ``Timer``
+(``timer.py``), ``ModelCheckpoint`` (``model_checkpoint.py``), ``TQDMProgressBar`` (``progress.py``); the
+modules are named as Lightning's. The other Lightning callbacks are an ImportError saying what to use."""
 
 from trainer.api.callback import Callback
 from trainer.lightning._missing import missing_names
-from trainer.lightning.callbacks.lightning_signatures import EarlyStopping, LearningRateMonitor, Timer
+from trainer.lightning.callbacks.early_stopping import EarlyStopping
+from trainer.lightning.callbacks.lr_monitor import LearningRateMonitor
 from trainer.lightning.callbacks.progress import TQDMProgressBar
+from trainer.lightning.callbacks.timer import Timer
 
 _MISSING = {
     "BackboneFinetuning": "a Callback of your own that freezes / unfreezes parameters (requires_grad_)",

@@ -1,5 +1,6 @@
 """Lightning's ``lightning.pytorch.loggers``: ``Logger`` (the interface), ``TensorBoardLogger``,
-``CSVLogger`` and ``WandbLogger`` are this trainer's (trainer/loggers/); the other Lightning loggers
+``CSVLogger`` and ``WandbLogger`` are this trainer's (trainer/loggers/), also under Lightning's module
+names (``logger.py``, ``tensorboard.py``, ``csv_logs.py``, ``wandb.py``); the other Lightning loggers
 are an ImportError saying what to use."""
 
 from trainer.lightning._missing import missing_names
