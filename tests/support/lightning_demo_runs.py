@@ -22,8 +22,10 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
 import trainer.lightning as L
+from tests.support.lightning_demos.boring_classes import BoringModel, RandomDataset
 
 WORDS = 37  # the fake WikiText2's vocabulary: small, so the demos' embeddings and decoders stay small
 MNIST_TRAIN, MNIST_TEST, MNIST_VAL_SPLIT, MNIST_BATCH = 48, 24, 16, 4
@@ -73,6 +75,23 @@ class MNISTClassifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
+class UnevenBoringModel(BoringModel):
+    """BoringModel as its docstring says to use it (subclassed, behaviour modified): sizes that divide
+    neither the batch nor the ranks (short last batches, uneven shards)."""
+
+    def train_dataloader(self):
+        return DataLoader(RandomDataset(32, 61), batch_size=4)
+
+    def val_dataloader(self):
+        return DataLoader(RandomDataset(32, 29), batch_size=3)
+
+    def test_dataloader(self):
+        return DataLoader(RandomDataset(32, 23), batch_size=5)
+
+    def predict_dataloader(self):
+        return DataLoader(RandomDataset(32, 37), batch_size=4)
+
+
 def _full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The module's parameters and buffers, whole (an FSDP shard's full tensor), on the CPU."""
     state = {}
@@ -101,10 +120,16 @@ def _predictions(outputs: Any) -> Any:
 
 # ----- the cases: each builds the demo as a user would and calls the trainer ------------------------------
 def boring(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
-    from tests.support.lightning_demos.boring_classes import BoringModel
-
     model = BoringModel()
     trainer = make_trainer(max_steps=4)
+    return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
+            "validate": lambda: trainer.validate(), "test": lambda: trainer.test(),
+            "predict": lambda: _predictions(trainer.predict())}
+
+
+def boring_uneven_sizes(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
+    model = UnevenBoringModel()
+    trainer = make_trainer(max_steps=8)  # one epoch: 7 global batches of 8 and one of 5
     return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model),
             "validate": lambda: trainer.validate(), "test": lambda: trainer.test(),
             "predict": lambda: _predictions(trainer.predict())}
@@ -168,7 +193,7 @@ def transformer(make_trainer: Callable[..., Any], root: str) -> dict[str, Any]:
     return {"initial": lambda: _full_state(model), "fit": lambda: trainer.fit(model), "params": lambda: _full_state(model)}
 
 
-CASES = {f.__name__: f for f in (boring, boring_datamodule, manual_optimization, demo_model, lstm, mnist, transformer)}
+CASES = {f.__name__: f for f in (boring, boring_uneven_sizes, boring_datamodule, manual_optimization, demo_model, lstm, mnist, transformer)}
 
 
 def run_all(strategy: str, root: str, cases: tuple[str, ...] = tuple(CASES)) -> dict[str, dict[str, Any]]:

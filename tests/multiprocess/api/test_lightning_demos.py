@@ -4,7 +4,8 @@ installed package with only their import lines rewritten to ``trainer.lightning`
 (tests/support/lightning_demos/), run fit / validate / test / predict where they define the hooks, on one
 process, DDP 2 and FSDP 2, with tiny local files in place of their downloads.
 
-Each 2-rank strategy runs every demo in one pair of processes (tests/support/lightning_demo_runs.py).
+``boring_uneven_sizes`` is BoringModel subclassed as its docstring says, with data sizes that divide
+neither the batch nor the ranks. Each 2-rank strategy runs every demo in one pair of processes (tests/support/lightning_demo_runs.py).
 What is compared: one process (accumulating the 2 ranks' per-rank batches into the same global batch)
 and each 2-rank strategy give the same trained weights, validation / test metrics and predictions
 (rtol 1e-5). ManualOptimBoringModel cannot accumulate on one process (manual optimization steps once
@@ -32,6 +33,7 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 #: demo -> the calls it makes (the hooks it defines data and steps for)
 CALLS = {
     "boring": ("fit", "validate", "test", "predict"),
+    "boring_uneven_sizes": ("fit", "validate", "test", "predict"),
     "boring_datamodule": ("fit", "validate", "test", "predict"),
     "manual_optimization": ("fit", "validate", "test", "predict"),
     "demo_model": ("fit", "predict"),

@@ -49,6 +49,21 @@ def test_every_public_lightning_name_imports_or_says_what_to_use(lightning_name)
             pytest.fail(f"{MIRRORED[lightning_name]}.{name}: neither mirrored nor refused with what to use")
 
 
+@pytest.mark.parametrize("path", [
+    "trainer.lightning.callbacks.early_stopping:EarlyStopping", "trainer.lightning.callbacks.timer:Timer",
+    "trainer.lightning.callbacks.lr_monitor:LearningRateMonitor", "trainer.lightning.callbacks.progress:TQDMProgressBar",
+    "trainer.lightning.loggers.tensorboard:TensorBoardLogger", "trainer.lightning.loggers.wandb:WandbLogger",
+    "trainer.lightning.loggers.csv_logs:CSVLogger", "trainer.lightning.loggers.logger:Logger",
+    "trainer.lightning.core.module:LightningModule", "trainer.lightning.core.datamodule:LightningDataModule",
+    "trainer.lightning.utilities.rank_zero:rank_zero_only", "trainer.lightning.utilities.grads:grad_norm",
+    "trainer.lightning.fabric.utilities.seed:seed_everything", "trainer.lightning.fabric.utilities.rank_zero:rank_zero_info",
+])
+def test_lightnings_module_paths_hold_the_same_names(path):
+    module, name = path.split(":")
+    same = next(getattr(m, name) for m in (L, L.callbacks, L.loggers, L.utilities) if name in m.__all__)
+    assert getattr(importlib.import_module(module), name) is same
+
+
 def test_unknown_names_stay_attribute_errors():
     assert not hasattr(L, "NoSuchLightningName") and not hasattr(L.callbacks, "NoSuchCallback")
 
