@@ -2,7 +2,7 @@
 
 The packages are layers; each imports only the layers below it (``.importlinter`` checks it)::
 
-    trainer.trainer, cli/, estimate/, autotune/, deepspeed_config/   the facade and its tools
+    trainer.trainer, cli/, estimate/, autotune/, deepspeed_config/, lightning/   the facade, its tools, Lightning's import paths
     loop/                                    one rank's run (only the facade imports it)
     loggers/ | callbacks/ | observe/         sinks, built-in callbacks, progress / speed / profiling
     checkpoint/                              save, load, resume state by name; formats; integrity

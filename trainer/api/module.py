@@ -156,6 +156,7 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         state["_log_collector"] = None
         state.pop("_manual_step", None)  # holds the run's optimizers and process groups
         state.pop("_gradient_clipper", None)  # (the same, under automatic optimization)
+        state.pop("_fsdp_root_and_group", None)  # an FSDP run's wrapper and process group (trainer/strategies/fsdp.py)
         return state
 
     # ----- model -------------------------------------------------------------------------------
@@ -244,8 +245,9 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         the ranks, every sample exactly once (no padding duplicates); its own ``batch_size`` (not
         ``data.batch_size``), ``collate_fn`` and worker settings are used. A shuffling or custom
         sampler is honoured: the samples validated on are its stream for the current epoch (drawn
-        under the trainer's seed), each position once over the ranks. Refused: ``drop_last=True``
-        and what ``train_dataloader`` refuses."""
+        under the trainer's seed), each position once over the ranks. ``drop_last=True`` leaves out
+        the short last batch of that order (what one process with this loader leaves out: the same
+        samples on any world size). Refused: what ``train_dataloader`` refuses."""
         return None
 
     def test_dataset(self) -> Dataset | None:
@@ -255,8 +257,9 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
 
     def test_dataloader(self) -> DataLoader | None:
         """Optional, instead of ``test_dataset()``: a test DataLoader, read as ``val_dataloader()`` is
-        (every sample once over the ranks, its own ``batch_size``); ``shuffle=True`` changes nothing
-        (the metrics are means over the whole set); a custom sampler is refused."""
+        (every sample once over the ranks, its own ``batch_size``, ``drop_last=True`` leaving out the
+        short last batch); ``shuffle=True`` changes nothing (the metrics are means over the whole set);
+        a custom sampler is refused."""
         return None
 
     def predict_dataset(self) -> Dataset | None:

@@ -10,13 +10,15 @@ epoch's index stream, drawn per epoch under the trainer's seed (``set_epoch(epoc
 has one) and cut into global batches like the trainer's own order; ``collate_fn``; and the worker
 settings ``num_workers``, ``pin_memory`` (agreeing with ``data.*`` like the batch size),
 ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
-``multiprocessing_context``, ``pin_memory_device``. Refused with an error: a custom ``batch_sampler``, ``batch_size=None``,
+``multiprocessing_context``, ``pin_memory_device``; a custom ``batch_sampler``: its batches are the global
+batches (``trainer/data/batch_sampler.py``). Refused with an error: ``batch_size=None`` without a batch sampler,
 a ``generator`` (on the loader or its sampler), a ``DistributedSampler`` and ``in_order=False``.
 
 ``val_dataloader()`` gives the same, except that it keeps its own ``batch_size`` and worker settings
 (``data.*`` do not apply), a shuffling or custom sampler is honoured as the set to validate on (its
-stream for the current epoch, each position once over the ranks), and ``drop_last=True`` is refused
-(validation covers every sample).
+stream for the current epoch, each position once over the ranks), and ``drop_last=True`` leaves out
+the short last batch of that stream (``kept_samples``: what one process with that loader leaves out,
+the same samples on any world size; validation covers every other sample once).
 
 Every data hook runs under the same seed on every rank (derived from ``trainer.seed``: one for the
 training hooks, another for the validation ones), so data drawn from the global generators or an
@@ -42,6 +44,7 @@ from torch.utils.data import (
 from torch.utils.data.distributed import DistributedSampler
 
 from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
+from trainer.data.batch_sampler import BatchSamplerStream
 from trainer.data.loaders import LoaderOptions, build_loader
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
@@ -82,13 +85,22 @@ class UserLoader:
     sampler: Any  # a generator-free sampler whose index stream is the epoch's order, or None
     collate_fn: Callable[[list], Any]
     options: LoaderOptions
+    batch_sampler: Any = None  # train_dataloader()'s own batch sampler: its batches are the global batches
 
 
-def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
-    """Read a DataLoader returned by ``where``; raise for what cannot be honoured."""
+def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_ok: bool = False) -> UserLoader:
+    """Read a DataLoader returned by ``where``; raise for what cannot be honoured. ``batch_sampler_ok``:
+    a custom batch sampler is taken (training: its batches are the global batches)."""
     if not isinstance(loader, DataLoader):
         raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
     check_map_style(loader.dataset, where, stream_ok)
+    custom = loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
+    if custom and batch_sampler_ok and not isinstance(loader.dataset, IterableDataset):
+        if loader.generator is not None:
+            raise ValueError(f"{where}: DataLoader(generator=...) cannot be honoured: the trainer draws the batch "
+                             "sampler's batches under trainer.seed; remove generator= and set trainer.seed")
+        return UserLoader(where, loader.dataset, 0, False, False, None, loader.collate_fn, _options(loader),
+                          batch_sampler=loader.batch_sampler)
     if loader.batch_size is None:
         if loader.batch_sampler is not None:
             raise ValueError(
@@ -123,8 +135,13 @@ def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
     shuffle = plain and type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
     if plain and type(sampler) is SequentialSampler or shuffle or isinstance(loader.dataset, IterableDataset):
         sampler = None  # dataset order, or the trainer's own permutation
+    return UserLoader(where, loader.dataset, loader.batch_size, loader.drop_last, shuffle, sampler,
+                      loader.collate_fn, _options(loader))
+
+
+def _options(loader: DataLoader) -> LoaderOptions:
     workers = loader.num_workers
-    options = LoaderOptions(
+    return LoaderOptions(
         num_workers=workers,
         pin_memory=loader.pin_memory,
         persistent_workers=loader.persistent_workers,
@@ -134,8 +151,18 @@ def read_loader(loader: Any, where: str, stream_ok: bool = False) -> UserLoader:
         multiprocessing_context=loader.multiprocessing_context,
         pin_memory_device=getattr(loader, "pin_memory_device", ""),
     )
-    return UserLoader(where, loader.dataset, loader.batch_size, loader.drop_last, shuffle, sampler,
-                      loader.collate_fn, options)
+
+
+def kept_samples(size: int, batch_size: int, drop_last: bool, where: str) -> int:
+    """How many samples (of ``size``, in order) an evaluation loader covers: all, or with ``drop_last``
+    all but the short last batch of its ``batch_size`` (as one process with that loader)."""
+    if not drop_last:
+        return size
+    kept = size - size % batch_size
+    if kept == 0:
+        raise ValueError(f"{where}: drop_last=True with batch_size={batch_size} leaves none of the {size} samples; "
+                         "lower the batch size or remove drop_last")
+    return kept
 
 
 def _agree(name: str, given: Any, from_loader: Any, where: str, default: Any) -> Any:
@@ -203,9 +230,17 @@ class RunData:
         with seeded(derive_seed(seed, "data", "train")):
             loader = None if self.evaluating else hooks.train_dataloader()
         where = hooks.where["train"]
-        self.train = read_loader(loader, where, stream_ok=True) if loader is not None else None
+        self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True) if loader is not None else None
         given = trainer.data_args  # as the user gave them, None = unset
         train = self.train
+        self._batch_stream: BatchSamplerStream | None = None
+        if train is not None and train.batch_sampler is not None:  # its batches set the global batch
+            self._batch_stream = BatchSamplerStream(train.batch_sampler, len(train.dataset), seed, "train", where)
+            if trainer._global_batch_arg not in (None, self._batch_stream.batch_length):
+                raise ValueError(f"data.global_batch_size={trainer._global_batch_arg} but {where}'s batch_sampler gives "
+                                 f"batches of {self._batch_stream.batch_length}, the global batches; leave it unset")
+            train.batch_size = self._batch_stream.micro_batch(trainer.strategy.data_parallel_size(trainer.world_size),
+                                                              trainer._accumulate_arg)
         trainer.resolve_batch(
             _agree("batch_size", given["batch_size"], train and train.batch_size, where, DEFAULT_BATCH_SIZE),
             _agree("drop_last", given["drop_last"], train and train.drop_last, where, False),
@@ -224,9 +259,9 @@ class RunData:
             self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
             self.val_set = self.val.dataset if self.val is not None else (None if skip_val else hooks.val_dataset())
         if self.val is not None:
-            if self.val.drop_last:
-                raise ValueError(f"{val_where}: drop_last=True cannot be honoured: validation covers every sample "
-                                 "exactly once over the ranks; remove drop_last (or leave the samples out of the dataset)")
+            if self.val.drop_last and isinstance(self.val_set, IterableDataset):
+                raise ValueError(f"{val_where}: drop_last=True cannot be honoured for a stream (an IterableDataset): "
+                                 "validation covers every sample exactly once over the ranks; remove drop_last")
             self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
             self.val_collate = _collate(module, self.val.collate_fn, val_where)
             self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", val_where)
@@ -256,7 +291,7 @@ class RunData:
             self.stream_plan = StreamPlan(dataset, trainer, data_parallel_size, trainer.strategy.data_parallel_rank,
                                           self.train_collate, self.train_options)
             return self.stream_plan  # type: ignore[return-value]
-        stream = None
+        stream = self._batch_stream
         if train is not None and train.sampler is not None:
             stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", self.hooks.where["train"])
         return GlobalBatchPlan(
@@ -275,6 +310,9 @@ class RunData:
 
             return StreamValShard(self, epoch, rank, world_size, limit)  # type: ignore[return-value]
         size = len(self.val_set)
+        if self.val is not None and self.val.drop_last:  # the first `kept` positions of the order
+            kept = kept_samples(size, self.val_batch_size, True, "val_dataloader()")
+            limit = min(limit, kept) if limit is not None else kept
         if self.val is None or (self._val_stream is None and not self.val.shuffle):
             return validation_shard(min(size, limit or size), self.val_batch_size, rank, world_size)
         if self._val_stream is not None:

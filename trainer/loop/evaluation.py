@@ -28,7 +28,7 @@ from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
 from trainer.loop.eval_modes import EvalModes
 from trainer.loop.optimizer_step import transfer_batch
-from trainer.data.user_loader import _collate, check_map_style, read_loader
+from trainer.data.user_loader import _collate, check_map_style, kept_samples, read_loader
 from trainer.loop.validation import require_validation_data
 
 if TYPE_CHECKING:
@@ -77,10 +77,10 @@ class EvalData:
             check_map_style(self.dataset, f"{stage}_dataset()")
             # As the training data is loaded (data.batch_size, the module's collate_fn, data.* workers).
             self.batch_size, self.options, self.collate = trainer.batch_size, run.data.train_options, module.collate_fn
+            self.size = len(self.dataset)
             return
-        if user.drop_last:
-            raise ValueError(f"{where}: drop_last=True cannot be honoured: {stage} covers every sample exactly once; "
-                             "remove drop_last (or leave the samples out of the dataset)")
+        #: the samples run: all, or with drop_last all but the short last batch (as one process)
+        self.size = kept_samples(len(self.dataset), user.batch_size, user.drop_last, where)
         if user.sampler is not None or (stage == "predict" and user.shuffle):
             what = type(user.sampler).__name__ if user.sampler is not None else "shuffle=True"
             raise ValueError(f"{where}: {what} cannot be honoured: {stage} runs over every sample once in dataset "
@@ -98,11 +98,11 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
     then the returned modes' ``exit()``."""
     module, strategy, hooks = run.module, run.strategy, run.hooks
     data = EvalData(run, stage)
-    mine = eval_batches(len(data.dataset), data.batch_size, run.data_rank, run.data_parallel_size)
+    mine = eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)
     weights = [len(indices) for _, indices in mine]
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as rank 0 (the busiest); the extra ones re-read sample 0.
-        most = len(eval_batches(len(data.dataset), data.batch_size, 0, run.data_parallel_size))
+        most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))
         mine += [(0, [0])] * (most - len(mine))
         weights += [0] * (most - len(weights))
 

@@ -189,6 +189,9 @@ class FSDPStrategy(Strategy):
         return options
 
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
+        sharded = _sharded_root(module)
+        if sharded is not None:  # fitted by FSDP earlier in this process: validate / test / predict it as it is
+            return sharded
         if self.meta_init and not has_meta_tensors(module):
             rank_zero_warn(
                 log, "strategy.meta_init=true but %s has no meta-device tensors: build the layers in "
@@ -227,6 +230,9 @@ class FSDPStrategy(Strategy):
             # The root is initialised by its first forward; a unit called first (a hook calling
             # ``self(z)`` before any training step) would make itself the root. Do it now.
             root._get_fsdp_state()._lazy_init()
+        # Kept in the module's __dict__ (not as a submodule): a later run of this module in this process
+        # (Trainer.validate after fit under torchrun) reuses the sharding instead of sharding it twice.
+        module.__dict__[_ROOT_KEY] = (root, torch.distributed.group.WORLD)
         return root
 
     # ----- the step -------------------------------------------------------------------------------------
@@ -320,6 +326,24 @@ def _gather_when_called_outside_a_step(root: nn.Module, owners: list[nn.Module])
     for owner in owners:
         owner.register_forward_pre_hook(before)
         owner.register_forward_hook(after)
+
+
+_ROOT_KEY = "_fsdp_root_and_group"
+
+
+def _sharded_root(module: nn.Module) -> nn.Module | None:
+    """The FSDP root of an earlier run of ``module`` in this process, if its process group still runs."""
+    root, group = module.__dict__.get(_ROOT_KEY, (None, None))
+    if root is None:
+        return None
+    if group is not torch.distributed.group.WORLD:
+        raise RuntimeError(
+            f"{type(module).__name__} was sharded by FSDP in an earlier run whose process group has ended (its "
+            "parameters are shards of that run): run validate / test / predict with ckpt_path= (the weights of a "
+            "checkpoint), or call torch.distributed.init_process_group yourself before the first Trainer call so that "
+            "one process group serves every run"
+        )
+    return root
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:

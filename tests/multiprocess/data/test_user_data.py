@@ -347,7 +347,7 @@ def test_val_dataloader_is_validated_on_with_its_own_batch_size(tmp_path):
     assert val("single")[0] == pytest.approx(F.mse_loss(net(x), y).item(), rel=1e-6)
 
 
-def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused():
+def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_leaves_out_the_short_last_batch():
     from trainer.data.user_loader import RunData
 
     class WithSampler(LoaderModule):
@@ -371,5 +371,15 @@ def test_val_loader_with_a_sampler_validates_its_stream_and_drop_last_is_refused
         def val_dataloader(self):
             return DataLoader(labelled_data(13), batch_size=3, drop_last=True)
 
-    with pytest.raises(ValueError, match=r"val_dataloader\(\): drop_last=True cannot be honoured"):
-        RunData(DropLast(batch_size=4), Trainer())
+    # drop_last=True: the samples of one process's full batches (12 of 13), once over the ranks, on any world size.
+    dropped = RunData(DropLast(batch_size=4), Trainer())
+    for world_size in (1, 2, 3):
+        covered = sorted(i for r in range(world_size) for batch in dropped.val_shard(0, r, world_size) for i in batch)
+        assert covered == list(range(12)), world_size
+
+    class NothingLeft(LoaderModule):
+        def val_dataloader(self):
+            return DataLoader(labelled_data(2), batch_size=3, drop_last=True)
+
+    with pytest.raises(ValueError, match=r"val_dataloader\(\): drop_last=True with batch_size=3 leaves none"):
+        RunData(NothingLeft(batch_size=4), Trainer()).val_shard(0, 0, 1)

@@ -1,0 +1,28 @@
+"""``LightningModule``: this trainer's :class:`~trainer.api.module.TrainModule` with Lightning's constructor.
+
+Lightning's ``LightningModule.__init__(*args, **kwargs)`` hands its arguments to ``nn.Module``,
+which takes none; ``TrainModule.__init__`` takes this trainer's optimizer / scheduler factories,
+which a Lightning program never passes. So ``super().__init__()`` is what a Lightning program
+calls, and anything passed to it is an error (as under Lightning) instead of being read as a factory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api.module import TrainModule
+
+
+class LightningModule(TrainModule):
+    """A :class:`~trainer.api.module.TrainModule` built as Lightning builds its modules: every
+    hook, ``self.log``, ``save_hyperparameters``, ``self.optimizers()`` ... are TrainModule's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            given = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+            raise TypeError(
+                f"LightningModule.__init__() takes no arguments, got {', '.join(given)} (as under Lightning, "
+                "where they go to torch.nn.Module); keep them as attributes or save_hyperparameters() of your "
+                "subclass, or subclass trainer.TrainModule to pass optimizer= / scheduler= factories"
+            )
+        super().__init__()

@@ -1,0 +1,68 @@
+"""Lightning's rank-zero helpers: ``rank_zero_only`` (a decorator: the function runs on global rank 0
+only), ``rank_zero_info`` / ``rank_zero_debug`` (logged by rank 0), ``rank_zero_warn`` /
+``rank_zero_deprecation`` (a Python warning, on rank 0).
+
+The rank is read when the function is called: the process group's rank during a run, else the
+launcher's ``RANK`` variable (set in spawned workers and under torchrun), else 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from typing import Any, Callable
+
+log = logging.getLogger("trainer.lightning")
+
+
+def _global_rank() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))
+
+
+class _RankZeroOnly:
+    """``@rank_zero_only`` or ``rank_zero_only(fn, default=value)``: ``fn`` runs on rank 0 only; other ranks
+    get ``default`` (None). ``rank_zero_only.rank`` is this process's global rank."""
+
+    @property
+    def rank(self) -> int:
+        return _global_rank()
+
+    def __call__(self, fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs) if _global_rank() == 0 else default
+
+        return wrapped
+
+
+rank_zero_only = _RankZeroOnly()
+
+
+def rank_zero_info(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``logging``'s ``info`` on rank 0 (logger "trainer.lightning")."""
+    if _global_rank() == 0:
+        log.info(*args, stacklevel=stacklevel, **kwargs)
+
+
+def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``logging``'s ``debug`` on rank 0 (logger "trainer.lightning")."""
+    if _global_rank() == 0:
+        log.debug(*args, stacklevel=stacklevel, **kwargs)
+
+
+def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``warnings.warn(message, ...)`` on rank 0."""
+    if _global_rank() == 0:
+        warnings.warn(message, stacklevel=stacklevel, **kwargs)
+
+
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
+    """A ``DeprecationWarning`` on rank 0."""
+    kwargs.setdefault("category", DeprecationWarning)
+    rank_zero_warn(message, stacklevel=stacklevel, **kwargs)
