@@ -220,6 +220,8 @@ class Trainer(TrainerRunState, TrainerLoggers):
         #: Lightning's flags (trainer/runtime/torch_flags.py, trainer/loop/grad_mode.py)
         self.deterministic, self.benchmark, self.inference_mode = deterministic, benchmark, inference_mode
         self.gradient_clip_algorithm = gradient_clip_algorithm or "norm"
+        #: as given (None: not given), what an overridden configure_gradient_clipping receives (Lightning's)
+        self.gradient_clip_algorithm_arg = gradient_clip_algorithm
         devices = resolve_devices(devices, accelerator, detect_environment())
         strategy = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)

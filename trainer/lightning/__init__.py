@@ -19,7 +19,7 @@ from trainer.lightning import callbacks, core, fabric, loggers, utilities
 from trainer.lightning._missing import missing_names
 from trainer.lightning.core import LightningDataModule, LightningModule
 from trainer.lightning.seed import seed_everything
-from trainer.trainer import Trainer
+from trainer.lightning.trainer import Trainer
 
 __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "seed_everything",
            "callbacks", "core", "fabric", "loggers", "pytorch", "utilities"]

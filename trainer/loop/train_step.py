@@ -227,7 +227,7 @@ class TrainStep:
             if run.hooks.module_overrides("configure_gradient_clipping"):
                 if log_now:  # reported on logging steps: the norm before the module's clipping
                     grad_norm = strategy.grad_norm(module)
-                module.configure_gradient_clipping(run.optimizer, clip, algorithm)
+                module.configure_gradient_clipping(run.optimizer, clip, trainer.gradient_clip_algorithm_arg)
             elif clip is not None and algorithm != "value":
                 grad_norm = strategy.clip_grad_norm(module, clip)
             else:

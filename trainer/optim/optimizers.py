@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from trainer.runtime import distributed
 from trainer.optim.lr_scheduling import INTERVALS, LRSchedulerConfig
+from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger("trainer.loop.rank_run")
 
@@ -278,10 +279,12 @@ def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) 
         raise ValueError(f"lr_scheduler dict: strict={strict!r}; it must be True or False")
     own_monitor = options.get("monitor", monitor)
     if not is_plateau:
-        for key in ("monitor", "strict"):
-            if key in options or (key == "monitor" and monitor is not None):
-                raise ValueError(f"lr_scheduler {kind}: {key!r} is only used by ReduceLROnPlateau, which steps with "
-                                 f"a metric; remove it")
+        # Lightning accepts them on any scheduler and uses them for ReduceLROnPlateau only: they change
+        # nothing here, so they are accepted with one warning (lightning-hydra-template sets monitor on every scheduler).
+        given = [key for key in ("monitor", "strict") if key in options or (key == "monitor" and monitor is not None)]
+        if given:
+            rank_zero_warn(log, "lr_scheduler %s: %s only used by ReduceLROnPlateau (it steps with a metric): ignored "
+                           "for this scheduler, which steps every %s", kind, " and ".join(repr(k) for k in given), interval)
         return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency)
     if not isinstance(own_monitor, str) or not own_monitor:
         raise ValueError(

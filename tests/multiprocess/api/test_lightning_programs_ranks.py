@@ -22,8 +22,6 @@ pytestmark = pytest.mark.timeout(600)
 
 RTOL, ATOL = 1e-5, 1e-6
 STRATEGIES = ("ddp", "fsdp")
-NEEDS_MIRROR = pytest.mark.xfail(strict=True, reason="needs trainer.lightning (the Lightning mirror) and "
-                                                     "Lightning's hook order in the loop")
 #: results that are this process's own, not the training's (see the module docstring)
 PROCESS_LOCAL = ("process_local",)
 RETURNED_LOSS = "<returned loss>"
@@ -47,7 +45,6 @@ def _comparable(run: ProgramRun) -> ProgramRun:
     return ProgramRun(calls=run.calls, values=values, results=run.results, numbers=numbers)
 
 
-@NEEDS_MIRROR
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_two_ranks_log_and_train_as_one_process(runs, name, strategy):
@@ -57,7 +54,6 @@ def test_two_ranks_log_and_train_as_one_process(runs, name, strategy):
     assert_same_numbers(one, two, RTOL, ATOL, skip=PROCESS_LOCAL + tuple("fit/" + name for name in BY_NATURE))
 
 
-@NEEDS_MIRROR
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_rank_zero_calls_the_hooks_one_process_calls(runs, name, strategy):

@@ -25,8 +25,6 @@ pytestmark = pytest.mark.timeout(300)
 RTOL = 1e-5
 HOOK_SEQUENCES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                               "support", "lightning_hook_sequences")
-NEEDS_MIRROR = pytest.mark.xfail(strict=True, reason="needs trainer.lightning (the Lightning mirror) and "
-                                                     "Lightning's hook order in the loop")
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +138,16 @@ def test_the_comparisons_can_fail(runs):
 
 
 # ----- the same programs under this trainer, imports rewritten ----------------------------------------------
-@NEEDS_MIRROR
+#: where the loader hooks run differs by design: here at set-up, before the model is wrapped (the
+#: global-batch plan needs the data first); Lightning calls them lazily, after on_fit_start
+DATA_HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_same_hook_calls_as_lightning(runs, name):
-    assert_same_calls(runs.get(name, "lightning"), runs.get(name, "ours"))
+    assert_same_calls(runs.get(name, "lightning"), runs.get(name, "ours"), ignore=DATA_HOOKS)
 
 
-@NEEDS_MIRROR
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_same_losses_metrics_and_weights_as_lightning(runs, name):
     lightning, ours = runs.get(name, "lightning"), runs.get(name, "ours")

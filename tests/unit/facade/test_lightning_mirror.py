@@ -29,7 +29,9 @@ def test_the_top_level_names_are_the_trainers():
     assert issubclass(L.LightningModule, TrainModule) and L.LightningDataModule is DataModule
     assert L.Trainer is Trainer and L.Callback is Callback
     assert L.pytorch.callbacks is L.callbacks and L.pytorch.LightningModule is L.LightningModule
-    assert importlib.import_module("trainer.lightning.core.optimizer").LightningOptimizer.__name__ == "ManualOptimizer"
+    from trainer.api.optimizer import LightningOptimizer
+
+    assert importlib.import_module("trainer.lightning.core.optimizer").LightningOptimizer is LightningOptimizer
     types = importlib.import_module("trainer.lightning.utilities.types")
     assert {"STEP_OUTPUT", "OptimizerLRScheduler", "TRAIN_DATALOADERS", "EVAL_DATALOADERS"} <= set(vars(types))
     assert isinstance(importlib.import_module("trainer.lightning.fabric.utilities.imports")._IS_WINDOWS, bool)

@@ -161,12 +161,6 @@ REFUSED = {
                                 r"ReduceLROnPlateau needs monitor='val/\.\.\.' .* got monitor=None"),
     "plateau monitor not a name": (lambda o, p: (o, {"scheduler": ReduceLROnPlateau(o), "monitor": 3}),
                                    ValueError, r"or a name the module logs with self.log .* got monitor=3"),
-    "monitor on a StepLR": (lambda o, p: (o, {"scheduler": StepLR(o, 1), "monitor": "val/loss"}), ValueError,
-                            r"StepLR: 'monitor' is only used by ReduceLROnPlateau"),
-    "top-level monitor on a StepLR": (lambda o, p: {"optimizer": o, "lr_scheduler": StepLR(o, 1), "monitor": "val/loss"},
-                                      ValueError, r"StepLR: 'monitor' is only used by ReduceLROnPlateau"),
-    "strict on a StepLR": (lambda o, p: (o, {"scheduler": StepLR(o, 1), "strict": False}), ValueError,
-                           r"StepLR: 'strict' is only used by ReduceLROnPlateau"),
     "reduce_on_plateau on a StepLR": (lambda o, p: (o, {"scheduler": StepLR(o, 1), "reduce_on_plateau": True}),
                                       ValueError, r"reduce_on_plateau=True for a StepLR; it is False"),
     "scheduler of another optimizer": (lambda o, p: (o, StepLR(p, 1)), ValueError,
@@ -184,6 +178,20 @@ def test_what_is_not_understood_is_an_error_naming_it(case):
     optimizer, other = _two_sgd()
     with pytest.raises(error, match=message):
         split_optimizers(make(optimizer, other))
+
+
+@pytest.mark.parametrize("returned", [
+    lambda o: (o, {"scheduler": StepLR(o, 1), "monitor": "val/loss"}),
+    lambda o: {"optimizer": o, "lr_scheduler": StepLR(o, 1), "monitor": "val/loss"},
+    lambda o: (o, {"scheduler": StepLR(o, 1), "strict": False}),
+], ids=["monitor", "top-level monitor", "strict"])
+def test_a_monitor_on_another_scheduler_is_ignored_with_a_warning(returned, caplog):
+    # As Lightning (lightning-hydra-template sets a monitor on every scheduler): it changes nothing for a StepLR.
+    optimizer, _ = _two_sgd()
+    with caplog.at_level("WARNING"):
+        _, (config,) = split_optimizers(returned(optimizer))
+    assert isinstance(config.scheduler, StepLR) and config.monitor is None
+    assert "only used by ReduceLROnPlateau (it steps with a metric): ignored for this scheduler" in caplog.text
 
 
 def test_every_lightning_scheduler_key_is_read():

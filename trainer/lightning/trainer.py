@@ -1,0 +1,34 @@
+"""Lightning's ``Trainer``: this trainer with Lightning's defaults where ours differ, so that a program
+that leaves them unset trains as long, validates as often and logs as often as under Lightning:
+
+- ``max_epochs``: 1000 when neither ``max_epochs`` nor ``max_steps`` is given (ours: 1);
+- ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training);
+- ``log_every_n_steps``: 50 (ours: 10);
+- ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
+  and the workers as the Trainer's seed does.
+
+Everything else, and every argument given, is :class:`trainer.Trainer`'s (keyword arguments, as
+Lightning's ``Trainer``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainer.trainer import Trainer as _Trainer
+
+#: what Lightning's Trainer does where its argument is not given, and ours does otherwise
+LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
+
+
+class Trainer(_Trainer):
+    """:class:`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
+
+    def __init__(self, **kwargs: Any):
+        for name, value in LIGHTNING_DEFAULTS.items():
+            kwargs.setdefault(name, value)
+        if kwargs.get("max_epochs") is None and kwargs.get("max_steps", -1) in (-1, None):
+            kwargs["max_epochs"] = 1000
+        if kwargs.get("seed") is None:
+            kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        super().__init__(**kwargs)
