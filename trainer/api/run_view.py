@@ -137,15 +137,17 @@ class RunView:
 
     @property
     def callback_metrics(self) -> Mapping[str, float]:
-        """The last logged value of each metric, reduced over all ranks (read-only). Inside a training
+        """The last logged value of each metric, reduced over all ranks (read-only); a name logged both
+        on_step and on_epoch is there under its own name too, with the latest of the two (Lightning's
+        rule). Inside a training
         step (e.g. ``on_train_batch_end``), the values ``self.log`` took in that batch, as this rank
         logged them (tensors, not reduced: no sync on steps that do not log), until the logging step's
         reduced values replace them."""
         run = self._run
-        batch_values = getattr(getattr(run, "module_logs", None), "batch_values", None)
-        if batch_values:
-            return MappingProxyType({**run.last_metrics, **batch_values})
-        return MappingProxyType(run.last_metrics)
+        logs = getattr(run, "module_logs", None)
+        metrics = {**run.last_metrics, **getattr(logs, "bare", {}), **getattr(logs, "batch_values", {})}
+        metrics.pop("epoch", None)  # (the loggers' epoch axis, not a metric; Lightning's callback_metrics lack it)
+        return MappingProxyType(metrics)
 
     @property
     def stop_requested(self) -> bool:

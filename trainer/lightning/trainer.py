@@ -5,7 +5,10 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training);
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
-  and the workers as the Trainer's seed does.
+  and the workers as the Trainer's seed does;
+
+and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics (one
+per dataloader in Lightning; here there is one), ``fit`` returns None.
 
 Everything else, and every argument given, is :class:`trainer.Trainer`'s (keyword arguments, as
 Lightning's ``Trainer``)."""
@@ -32,3 +35,19 @@ class Trainer(_Trainer):
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
         super().__init__(**kwargs)
+
+    def fit(self, *args: Any, **kwargs: Any) -> None:
+        """:meth:`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
+        super().fit(*args, **kwargs)
+
+    def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
+        """:meth:`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
+        return _as_list(super().validate(*args, **kwargs))
+
+    def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
+        """:meth:`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
+        return _as_list(super().test(*args, **kwargs))
+
+
+def _as_list(metrics: dict[str, float] | None) -> list[dict[str, float]] | None:
+    return None if metrics is None else [metrics]

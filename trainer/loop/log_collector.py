@@ -167,6 +167,9 @@ class LogCollector:
         #: training values as this rank logged them in the latest batch (tensors, not reduced); the
         #: reduced values replace them on logging steps (``trainer.callback_metrics`` reads both)
         self.batch_values: dict[str, Any] = {}
+        #: a name logged both on_step and on_epoch, under its own name: its latest step or epoch value
+        #: (what Lightning's callback_metrics hold besides name_step / name_epoch)
+        self.bare: dict[str, Any] = {}
         #: the trainer's own values of the latest logging step whose names the user logs (not written)
         self.shadowed: dict[str, float] = {}
         self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
@@ -364,6 +367,8 @@ class LogCollector:
                                      "its update(), or log it with on_step=False")
             step_value = _checked_value(name, step_value)
             self.batch_values[name + "_step" if on_epoch else name] = step_value
+            if on_epoch:
+                self.bare[name] = step_value
             if not self._in_step:  # (a hook between two steps: the next step's)
                 self._add(self._pending, name, options, step_value, weight)
             elif self._log_step:  # on other steps it would never be written: not even kept
@@ -466,7 +471,17 @@ class LogCollector:
             out[self._output_name(name, synced[name], suffix)] = value
         for name in local:
             out[self._output_name(name, scope.values[name].options, suffix)] = next(it)
+        for name, options in {**{n: a.options for n, a in scope.values.items()}, **synced}.items():
+            if options.on_step and options.on_epoch and name + suffix in out:
+                self.bare[name] = out[name + suffix]
         return out
+
+    def peek_epoch_metrics(self, stage: str, strategy: Any) -> dict[str, float]:
+        """What :meth:`epoch_metrics` would give now, without consuming it: the aggregates and the
+        metric objects stay (for ``callback_metrics`` inside ``on_train_epoch_end``, which shows the
+        epoch's values in Lightning). A collective where the values are synced."""
+        return self._reduce(self._epochs.get(stage, _Scope()), strategy, "_epoch", always_agree=stage != "train",
+                            compute=True)
 
     def _metric_for(self, scope: _Scope, name: str) -> Any:
         """The metric object whose epoch value ``name`` is: this rank's, or (a rank that ran no batch

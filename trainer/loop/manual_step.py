@@ -50,7 +50,7 @@ from trainer.strategies.base import Strategy
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
-from trainer.loop.optimizer_step import refuse_skip_request, skip_requested, transfer_batch
+from trainer.loop.optimizer_step import batch_end_outputs, refuse_skip_request, skip_requested, transfer_batch
 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
@@ -316,7 +316,8 @@ class ManualStep:
         finally:
             self.active = False
         run.micro_batch_done()
-        run.hooks.call("on_train_batch_end", output, batch, batch_idx)
+        if run.hooks.any("on_train_batch_end"):
+            run.hooks.call("on_train_batch_end", batch_end_outputs(output, None), batch, batch_idx)
         if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
             precision.scaler.update(self._found)
             if self._overflow:

@@ -79,3 +79,21 @@ def gradient_clipper(run: _Run) -> Callable[..., Any]:
         run.strategy.clip_grad_value(run.module, gradient_clip_val)  # element-wise: each rank's shard alone
         return None
     return clip
+
+
+def batch_end_outputs(output: Any, accumulate: int | None) -> dict[str, Any]:
+    """What ``on_train_batch_end`` gets as ``outputs``, as Lightning builds it from ``training_step``'s
+    return: a dict with "loss" detached. Automatic optimization (``accumulate``: the micro-batches
+    per step): the loss divided by ``accumulate`` (Lightning's normalised closure loss) and the
+    dict's other entries as returned; manual (``accumulate`` None): ``{}`` for None, the rest as returned."""
+    if isinstance(output, torch.Tensor):
+        output = {"loss": output}
+    elif output is None:
+        return {}
+    elif not isinstance(output, dict):
+        return output
+    outputs = dict(output)
+    if isinstance(outputs.get("loss"), torch.Tensor):
+        loss = outputs["loss"].detach()
+        outputs["loss"] = (loss / accumulate if accumulate not in (None, 1) else loss.clone())
+    return outputs

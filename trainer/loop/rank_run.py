@@ -98,6 +98,7 @@ class _Run(RunCounters):
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
         self.sanity_checking = False  # the sanity validation is running (trainer.sanity_checking)
+        self.ends_epoch = False  # the step being trained is the epoch's last
         self.hparams_archive: HparamsArchive | None = None  # rank 0 of a fit that checkpoints
 
     # ----- set-up -----------------------------------------------------------------------------------
@@ -295,6 +296,8 @@ class _Run(RunCounters):
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
                     self.trace.before_step(self.step + 1)
                     self.comms.before_step(self.step + 1)
+                    # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's place)
+                    self.ends_epoch = self.epoch_step + 1 == steps_per_epoch
                     metrics = self.train_step(step_plan, batches, log_now)
                     self.step_done()
                     stepped_from = limits.after_batch(self)  # global_step before this batch
@@ -335,6 +338,8 @@ class _Run(RunCounters):
                     self.validate()
                     validated_at = self.step
                 with self.module_logs.epoch_end_hooks():  # (Lightning's order: the metric watchers last)
+                    # The epoch's values so far, as Lightning's callback_metrics show them in these hooks.
+                    self.last_metrics.update(self.module_logs.peek_epoch_metrics("train", self.strategy))
                     self.hooks.call_callbacks("on_train_epoch_end", watching=False)
                     call_module_hook(module, "on_train_epoch_end", self.epoch)  # or Lightning's on_train_epoch_end()
                 if epoch_logged := self.module_logs.epoch_metrics("train", self.strategy):  # on_epoch values
@@ -342,7 +347,7 @@ class _Run(RunCounters):
                     progress.note(epoch_logged)
                 self.lr_scheduling.on_epoch_metrics(self.epoch, epoch_logged)
                 self.hooks.call_callbacks("on_train_epoch_end", watching=True)
-                if epoch_over(plan, self.epoch, self.epoch_step, steps_per_epoch):  # not one that max_steps cut short
+                if self.epoch_step < steps_per_epoch:  # a stream that ended early (else: stepped with the last step)
                     self.lr_scheduling.after_epoch()
                 self.epoch_done()
                 if self.checkpoints is not None and self.checkpoints.due_after_epoch(self.epoch - 1):

@@ -18,7 +18,7 @@ from trainer.runtime import elastic
 from trainer.checkpoint import integrity, layout
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.integrity import resolve as resolve_checkpoint
-from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_training_state
+from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_file, load_training_state
 from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.checkpoint.stream_position import restore_stream_state
@@ -171,6 +171,11 @@ def load_for_evaluation(run: _Run) -> None:
     marker = layout.read_marker(path)
     integrity.verify(path, marker)  # a damaged file is named before anything is read
     load_training_state(path, run.module, None, marker["format"], part_of_model=run.strategy.owns_step)
+    # As Lightning restores a checkpoint for evaluation: the module's on_load_checkpoint, the
+    # datamodule's and the callbacks' states and hooks (trainer/callbacks/callback_list.py).
+    extras_file = os.path.join(path, "extras.pt")
+    if os.path.isfile(extras_file):
+        run.callbacks.load_state_dict(load_file(extras_file).get("callbacks") or {})
     run.show(marker["step"], _saved_global_step(path))  # (a manual run's global_step differs)
     log.info("evaluating the weights of %s (step %d)", path, run.step)
 

@@ -66,11 +66,17 @@ def run_sanity_check(run: _Run) -> None:
     # The module's metric objects too: what the pass fed them, logged or not, must not count in the
     # first validation.
     metrics = MetricStates(module_metrics(run.module))
+    # Its metrics are in callback_metrics for its own hooks only (as Lightning), then taken out again.
+    shown, bare = dict(run.last_metrics), dict(run.module_logs.bare)
     try:
         run_validation(run, sanity_batches=batches)
     finally:
         run.sanity_checking = False
         restore_random_states(states)
         metrics.restore()
+        run.last_metrics.clear()
+        run.last_metrics.update(shown)
+        run.module_logs.bare.clear()
+        run.module_logs.bare.update(bare)
     run.hooks.call("on_sanity_check_end")
     log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

@@ -35,7 +35,8 @@ from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
 from trainer.loop.step_accounting import TokenCount, counted
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
-from trainer.loop.optimizer_step import OptimizerStep, refuse_skip_request, skip_requested, transfer_batch
+from trainer.loop.optimizer_step import (OptimizerStep, batch_end_outputs, refuse_skip_request, skip_requested,
+                                         transfer_batch)
 from trainer.observe.throughput import write_flops_by_module
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class TrainStep:
         for index in range(last):
             batch, batch_idx = self.start_micro_batch(batches)
             output = self.forward_backward(plan, index, batch, sums, local_tokens)
-            hooks.call("on_train_batch_end", output, batch, batch_idx)
+            if hooks.any("on_train_batch_end"):
+                hooks.call("on_train_batch_end", batch_end_outputs(output, len(plan.micro_batches)), batch, batch_idx)
         batch, batch_idx = self.start_micro_batch(batches)
         done: dict[str, Any] = {}
 
@@ -120,7 +122,8 @@ class TrainStep:
         else:
             closure()
             self.step_optimizer(done["stepped"], done["found_inf"])
-        hooks.call("on_train_batch_end", done["output"], batch, batch_idx)
+        if hooks.any("on_train_batch_end"):
+            hooks.call("on_train_batch_end", batch_end_outputs(done["output"], len(plan.micro_batches)), batch, batch_idx)
         return done["grad_norm"]
 
     def start_micro_batch(self, batches: Iterator[Any]) -> tuple[Any, int]:
@@ -252,6 +255,8 @@ class TrainStep:
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
                          run.precision.scaler.scale)
+            if run.ends_epoch:  # interval="epoch" schedulers, before the last micro-batch's on_train_batch_end
+                run.lr_scheduling.after_epoch()
 
     # ----- 4. the metrics (logging steps) ------------------------------------------------------------------
     def metrics(self, sums: WeightedSums, grad_norm: torch.Tensor | None) -> dict[str, float]:

@@ -117,13 +117,11 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
         bar.close()
         strategy.after_evaluation(run.wrapped)
         hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
-        if sanity:
-            logs.discard("validate")  # its values and the metric objects it updated, as if it had not run
-            metrics: dict[str, float] = {}
-        else:
-            metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
-            merge_logged(metrics, logs.epoch_metrics("validate", strategy), logs)
-    if metrics:
+        metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
+        merge_logged(metrics, logs.epoch_metrics("validate", strategy), logs)
+    if sanity:  # not logged: in callback_metrics for this pass's hooks only (the sanity check puts them back)
+        run.last_metrics.update(metrics)
+    elif metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
     if not sanity:

@@ -34,7 +34,9 @@ def record_result(run: _Run, mode: str) -> None:
     under spawned workers also the result file (rank 0), with the full weights after a fit."""
     trainer = run.trainer
     hidden = sorted(run.module_logs.hidden)  # self.log(..., logger=False): not in logged_metrics
-    set_progress(trainer, run.global_step, run.epoch, run.last_metrics, hidden, batches=run.step)
+    # What callbacks saw last (the latest step values too, as Lightning's callback_metrics), as numbers.
+    shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
+    set_progress(trainer, run.global_step, run.epoch, run.last_metrics, hidden, batches=run.step, shown=shown)
     if run.env.launcher != "spawned":
         return
     weights = None
@@ -42,7 +44,7 @@ def record_result(run: _Run, mode: str) -> None:
         weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
     if run.rank == 0:
         result = {"global_step": run.global_step, "batches": run.step, "current_epoch": run.epoch,
-                  "metrics": dict(run.last_metrics),
+                  "metrics": dict(run.last_metrics), "shown": shown,
                   "hidden": hidden, "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
         path = os.path.join(run.run_dir, RESULT_FILE)
         torch.save(result, path + ".tmp")
@@ -50,13 +52,14 @@ def record_result(run: _Run, mode: str) -> None:
 
 
 def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float], hidden: Any = (),
-                 batches: int | None = None) -> None:
+                 batches: int | None = None, shown: dict[str, float] | None = None) -> None:
     """``step``: global_step (optimizer steps); ``batches``: the batches trained (the logged step
     axis; None: ``step``, they differ under manual optimization only). ``hidden``: names kept off the
-    loggers (in ``callback_metrics``, not in ``logged_metrics``)."""
+    loggers (in ``callback_metrics``, not in ``logged_metrics``); ``shown``: ``callback_metrics``
+    (None: ``metrics``)."""
     trainer.global_step, trainer.current_epoch = step, epoch
     trainer._batches = step if batches is None else batches
-    trainer.callback_metrics = dict(metrics)
+    trainer.callback_metrics = dict(metrics if shown is None else shown)
     trainer.logged_metrics = {k: v for k, v in metrics.items() if k not in hidden}
 
 
@@ -72,7 +75,7 @@ def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
     finally:
         os.remove(path)
     set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"], result.get("hidden", ()),
-                 result.get("batches"))
+                 result.get("batches"), result.get("shown"))
     if mode != "fit":
         return result.get("predictions")
     if result["state_dict"] is None:

@@ -148,9 +148,13 @@ def test_same_hook_calls_as_lightning(runs, name):
     assert_same_calls(runs.get(name, "lightning"), runs.get(name, "ours"), ignore=DATA_HOOKS)
 
 
+CHECKPOINT_NAMES = ("last_checkpoint", "best_file", "checkpoint_file")
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_same_losses_metrics_and_weights_as_lightning(runs, name):
     lightning, ours = runs.get(name, "lightning"), runs.get(name, "ours")
     # every name the program logs, with Lightning's value; the trainer's own reports may sit beside them
     assert_same_values(lightning, ours, RTOL, extra_names=True)
-    assert_same_numbers(lightning, ours, RTOL, extra=("fit/",))
+    # checkpoint names differ by design: a directory per step here (step-000000004), files there (last.ckpt)
+    assert_same_numbers(lightning, ours, RTOL, extra=("fit/",), skip=CHECKPOINT_NAMES)
