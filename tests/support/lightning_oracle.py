@@ -64,8 +64,10 @@ def _process_state_kept():
         torch.use_deterministic_algorithms(deterministic)
 
 
-def run_program(name: str, side: str, root_dir: str, devices: int = 1, strategy: str = "auto") -> ProgramRun:
-    """Run program ``name`` under ``side`` with a tracing callback and traced module / DataModule hooks.
+def run_program(name: str, side: str, root_dir: str, devices: int = 1, strategy: str = "auto",
+                extra_callbacks: tuple = ()) -> ProgramRun:
+    """Run program ``name`` under ``side`` with a tracing callback and traced module / DataModule hooks
+    (and ``extra_callbacks``, untraced).
 
     With ``devices > 1`` (our trainer spawns the ranks) the records are rank 0's, read from its files.
     """
@@ -81,7 +83,7 @@ def run_program(name: str, side: str, root_dir: str, devices: int = 1, strategy:
 
     with _process_state_kept():
         results = program.main(str(root_dir), devices=devices, strategy=strategy,
-                               callbacks=[tracer.HookTracer(sink)], instrument=traced)
+                               callbacks=[tracer.HookTracer(sink), *extra_callbacks], instrument=traced)
     if trace_directory is not None:
         sink = read_rank_trace(trace_directory, rank=0)
     numbers: dict[str, torch.Tensor | str] = {}

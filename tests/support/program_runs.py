@@ -11,6 +11,14 @@ import os
 from typing import Any
 
 from tests.support.lightning_oracle import ProgramRun, run_program
+from trainer.api.callback import Callback
+
+
+class LogEveryStep(Callback):
+    """Makes every step a logging step (``trainer.log_every_n_steps = 1``) from the start of the call."""
+
+    def setup(self, trainer, module, stage):
+        trainer.log_every_n_steps = 1
 
 
 class ProgramRuns:
@@ -18,12 +26,17 @@ class ProgramRuns:
         self.root = str(root)
         self._done: dict[tuple, Any] = {}
 
-    def get(self, name: str, side: str, devices: int = 1, strategy: str = "auto") -> ProgramRun:
-        key = (name, side, devices, strategy)
+    def get(self, name: str, side: str, devices: int = 1, strategy: str = "auto", every_step_logged: bool = False) -> ProgramRun:
+        """``every_step_logged`` (this trainer only): every step is a logging step, so the step values in
+        ``callback_metrics`` are reduced over the ranks at every step (between logging steps each rank
+        shows its own, with no collective: equal to one process only where they are reduced)."""
+        key = (name, side, devices, strategy, every_step_logged)
         if key not in self._done:
-            run_dir = os.path.join(self.root, f"{name}-{side}-{strategy}-{devices}")
+            run_dir = os.path.join(self.root, f"{name}-{side}-{strategy}-{devices}{'-every-step' if every_step_logged else ''}")
+            extra = (LogEveryStep(),) if every_step_logged else ()
             try:
-                self._done[key] = run_program(name, side, run_dir, devices=devices, strategy=strategy)
+                self._done[key] = run_program(name, side, run_dir, devices=devices, strategy=strategy,
+                                              extra_callbacks=extra)
             except Exception as error:  # kept: every test that needs this run sees the same error
                 self._done[key] = error
         done = self._done[key]

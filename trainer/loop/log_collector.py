@@ -236,6 +236,13 @@ class LogCollector:
         self.batch_values.clear()  # the reduced values take over
         return reduced
 
+    def peek_step_metrics(self, strategy: Any) -> None:
+        """On a logging step, before the step's last ``on_train_batch_end``: the step's values so far,
+        reduced, shown in ``callback_metrics`` (as Lightning's, synced when read there); :meth:`end_step`
+        reduces them again with what that hook logs. A collective on logging steps only."""
+        if self._log_step:
+            self.batch_values.update(self._reduce(self._step, strategy, "_step", always_agree=True))
+
     @contextlib.contextmanager
     def epoch_end_hooks(self) -> Iterator[None]:
         """Around ``on_train_epoch_end`` (values logged there are epoch values: its row in the hooks' table)."""

@@ -317,6 +317,7 @@ class ManualStep:
             self.active = False
         run.micro_batch_done()
         if run.hooks.any("on_train_batch_end"):
+            run.module_logs.peek_step_metrics(run.strategy)  # (logging steps: the reduced values, for the hook)
             run.hooks.call("on_train_batch_end", batch_end_outputs(output, None), batch, batch_idx)
         if precision.scaler is not None and self._found is not None:  # once per training_step (GradScaler's protocol)
             precision.scaler.update(self._found)

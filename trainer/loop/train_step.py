@@ -123,6 +123,7 @@ class TrainStep:
             closure()
             self.step_optimizer(done["stepped"], done["found_inf"])
         if hooks.any("on_train_batch_end"):
+            run.module_logs.peek_step_metrics(run.strategy)  # (logging steps: the reduced values, for the hook)
             hooks.call("on_train_batch_end", batch_end_outputs(done["output"], len(plan.micro_batches)), batch, batch_idx)
         return done["grad_norm"]
 
