@@ -94,7 +94,8 @@ class Callback:
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         """After a validation pass, with ``val/...`` metrics reduced over all ranks (the same on every
-        rank; empty after the sanity pass). Lightning's shape ``on_validation_end(self, trainer, module)`` works too."""
+        rank; after the sanity pass its metrics, not logged). Lightning's shape ``on_validation_end(self, trainer,
+        module)`` works too."""
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         """After the last step of an epoch (its 0-based number: ``run_of(trainer).epoch``)."""

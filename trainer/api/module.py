@@ -429,8 +429,8 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         """Before a validation pass (also the sanity pass), after ``on_validation_model_eval``."""
 
     def on_validation_end(self, metrics: dict[str, float]) -> None:
-        """After a validation pass, with the metrics reduced over all ranks (empty after the sanity
-        pass). Lightning's shape ``on_validation_end(self)`` works too."""
+        """After a validation pass, with the metrics reduced over all ranks (after the sanity pass: its
+        metrics, which are not logged). Lightning's shape ``on_validation_end(self)`` works too."""
 
     def on_validation_epoch_start(self) -> None:
         """Before the first batch of a validation pass."""

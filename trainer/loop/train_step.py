@@ -55,6 +55,7 @@ class TrainStep:
         self.counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self.tokens_since_log = TokenCount(run.device)  # reduced on logging steps
         self.strategy_steps = 0  # steps run by a strategy that owns the step (pipeline)
+        self.step_lr: float = 0.0  # the learning rate after the step's own schedule (logged as train/lr)
 
     def __call__(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         """Train on one global batch; the metrics on a logging step (``log_now``), else None."""
@@ -256,6 +257,7 @@ class TrainStep:
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
                          run.precision.scaler.scale)
+            self.step_lr = run.optimizer.param_groups[0]["lr"]  # train/lr: before an epoch's scheduler steps
             if run.ends_epoch:  # interval="epoch" schedulers, before the last micro-batch's on_train_batch_end
                 run.lr_scheduling.after_epoch()
 
@@ -267,7 +269,7 @@ class TrainStep:
         metrics = sums.reduce("train/", strategy)
         if grad_norm is not None:
             metrics["train/grad_norm"] = float(grad_norm)
-        metrics["train/lr"] = float(run.optimizer.param_groups[0]["lr"])
+        metrics["train/lr"] = float(self.step_lr)
         if run.precision.scaler is not None:
             run.fp16.on_logging_step(run.step + 1, metrics)
         tokens = float(strategy.all_reduce_sum(self.tokens_since_log.total())) if self.counts_tokens else None

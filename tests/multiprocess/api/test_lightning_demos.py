@@ -83,6 +83,10 @@ def _assert_same(result, reference, what):
             _assert_same(result[key], reference[key], f"{what}[{key!r}]")
     elif isinstance(reference, torch.Tensor):
         torch.testing.assert_close(result, reference, **TOL, msg=lambda m: f"{what}: {m}")
+    elif isinstance(reference, (list, tuple)) and reference and not isinstance(reference[0], (int, float)):
+        assert len(result) == len(reference), what  # (Lightning's list of one metrics dict per loader)
+        for index, (got, expected) in enumerate(zip(result, reference)):
+            _assert_same(got, expected, f"{what}[{index}]")
     else:
         assert result == pytest.approx(reference, rel=TOL["rtol"], abs=TOL["atol"]), what
 
