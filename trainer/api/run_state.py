@@ -18,7 +18,21 @@ from trainer.api.run_view import RunView
 from trainer.runtime import distributed
 
 
-class TrainerRunState:
+class RankProperties:
+    """``global_rank`` and ``local_rank`` (Lightning's names), on the Trainer and the module."""
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 in one process and in the caller of a spawned run)."""
+        return distributed.rank()
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node (``LOCAL_RANK`` / ``SLURM_LOCALID``; 0 in one process)."""
+        return distributed.local_rank()
+
+
+class TrainerRunState(RankProperties):
     """The run-state properties of ``Trainer`` (a mixin: the values live on the rank's run while
     one is going on)."""
 
@@ -90,16 +104,6 @@ class TrainerRunState:
         return distributed.rank() == 0
 
     @property
-    def global_rank(self) -> int:
-        """This process's rank among all processes (0 in one process and in the caller of a spawned run)."""
-        return distributed.rank()
-
-    @property
-    def local_rank(self) -> int:
-        """This process's rank on its node (0 in one process)."""
-        return distributed.local_rank()
-
-    @property
     def log_dir(self) -> str:
         """The run directory: loggers, checkpoints (by default) and ``train.log`` go there; the same
         on every rank during a run (rank 0's)."""
@@ -161,7 +165,7 @@ class TrainerRunState:
         self._run_view._run.ask_stop_at_next_logging_step(value)  # (the loop refuses False after an agreed stop)
 
 
-class ModuleRunState:
+class ModuleRunState(RankProperties):
     """The run-state properties of ``TrainModule`` (a mixin). Without a trainer: the values of an
     unattached module (step 0, rank 0 of 1, the device of its parameters)."""
 
@@ -200,16 +204,6 @@ class ModuleRunState:
         """The trainer's loggers (``trainer.loggers``; [] without a trainer)."""
         trainer = self.__dict__.get("_trainer")
         return trainer.loggers if trainer is not None else []
-
-    @property
-    def global_rank(self) -> int:
-        """This process's rank among all processes (0 without torch.distributed)."""
-        return distributed.rank()
-
-    @property
-    def local_rank(self) -> int:
-        """This process's rank on its node (``LOCAL_RANK`` / ``SLURM_LOCALID``; 0 in one process)."""
-        return distributed.local_rank()
 
     @property
     def world_size(self) -> int:

@@ -9,10 +9,10 @@ from typing import Any, Mapping
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
-from trainer.loggers.versions import VersionedDir
+from trainer.loggers.versions import AppendedFile, VersionedDir, VersionedFolders
 
 
-class CSVLogger(Logger):
+class CSVLogger(VersionedFolders, AppendedFile, Logger):
     """Writes ``metrics.csv`` in wide format: a ``step`` column, then one column per
     metric in the order the names first appeared; one row per step, a blank cell where a metric
     was not logged at that step.
@@ -53,20 +53,6 @@ class CSVLogger(Logger):
         ``csv_monitor.output_path/job_name``), else in the run directory."""
         return cls(log_dir or run_dir, name="", version="", filename=filename)
 
-    # Lightning's attributes
-    name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
-    save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
-    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
-    log_dir = property(lambda self: self._dirs.log_dir, doc="Where metrics.csv and hparams.yaml go.")
-
-    @property
-    def version(self) -> int | str:
-        """The version folder's number (or name): the next free one unless given."""
-        return self._dirs.version
-
-    @version.setter
-    def version(self, value: int | str) -> None:
-        self._dirs.version = value
 
     @property
     def path(self) -> str:
@@ -127,15 +113,6 @@ class CSVLogger(Logger):
 
     log_hparams = log_hyperparams  # Lightning's experiment writer's name
 
-    def finalize(self, status: str = "success") -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_file"] = None  # a copy (a spawned worker's) opens the file itself
-        return state
 
     def _encode(self, rows: list[Mapping[str, Any]], header: bool = False) -> bytes:
         buffer = io.StringIO()

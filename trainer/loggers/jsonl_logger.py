@@ -9,9 +9,10 @@ from typing import Any, Mapping
 
 from trainer.loggers.base import Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.versions import AppendedFile
 
 
-class JSONLLogger(Logger):
+class JSONLLogger(AppendedFile, Logger):
     """Appends ``{"step": ..., **metrics}`` to ``<run_dir>/metrics.jsonl``, one JSON object per
     call, flushed every line so a crash loses nothing that was logged. Non-finite numbers are
     written as ``null`` (JSON has no NaN). The file opens at the first line."""
@@ -37,12 +38,3 @@ class JSONLLogger(Logger):
             os.makedirs(self.log_dir, exist_ok=True)
             write_hparams_yaml(os.path.dirname(self.path), params)
 
-    def finalize(self, status: str = "success") -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_file"] = None  # a copy (a spawned worker's) opens the file itself
-        return state

@@ -8,14 +8,14 @@ from typing import Any, Mapping
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
-from trainer.loggers.versions import VersionedDir
+from trainer.loggers.versions import VersionedDir, VersionedFolders
 from trainer.runtime.redact import redact_secrets
 
 #: ``torch.utils.tensorboard.SummaryWriter`` options a TensorBoardLogger passes on (Lightning's ``**kwargs``).
 WRITER_OPTIONS = ("comment", "purge_step", "filename_suffix")
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(VersionedFolders, Logger):
     """Scalars in event files; the config as a text summary named ``config`` and in the HPARAMS tab
     (secrets redacted). TensorBoard is imported at the first write, only when this logger is used.
 
@@ -61,20 +61,6 @@ class TensorBoardLogger(Logger):
         logger._hparams_file = False
         return logger
 
-    # Lightning's attributes
-    name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
-    save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
-    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
-    log_dir = property(lambda self: self._dirs.log_dir, doc="Where the event files go.")
-
-    @property
-    def version(self) -> int | str:
-        """The version folder's number (or name): the next free one unless given."""
-        return self._dirs.version
-
-    @version.setter
-    def version(self, value: int | str) -> None:
-        self._dirs.version = value
 
     @property
     def experiment(self) -> Any:

@@ -64,3 +64,41 @@ class VersionedDir:
         if self._sub_dir:
             path = os.path.join(path, self._sub_dir)
         return os.path.expanduser(os.path.expandvars(path))
+
+
+class VersionedFolders:
+    """Lightning's folder attributes of a file logger that keeps a :class:`VersionedDir` as ``_dirs``
+    (a mixin of the CSV and TensorBoard loggers)."""
+
+    _dirs: VersionedDir
+
+    name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
+    save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
+    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
+    log_dir = property(lambda self: self._dirs.log_dir, doc="Where the logger's files go.")
+
+    @property
+    def version(self) -> int | str:
+        """The version folder's number (or name): the next free one unless given."""
+        return self._dirs.version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._dirs.version = value
+
+
+class AppendedFile:
+    """A logger writing one file it opens on its first write (``_file``): closed by ``finalize``, and
+    not copied into a spawned worker (which opens it itself). A mixin of the CSV and jsonl loggers."""
+
+    _file: Any = None
+
+    def finalize(self, status: str = "success") -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_file"] = None  # a copy (a spawned worker's) opens the file itself
+        return state
