@@ -40,6 +40,12 @@ class RunHooks:
         #: which object's batch transfer hooks run (the datamodule's where it overrides them, as Lightning)
         self.transfer = {name: self._transfer_owner(name) for name in BEHAVIOUR_HOOKS if "batch" in name}
         self._overridden = {name: overrides(module, TrainModule, name) for name in BEHAVIOUR_HOOKS}
+        #: the transfer hooks' owners (before, transfer, after); all None: the loop's own move to the device
+        self.transfer_owners = tuple(self.transfer[name] for name in
+                                     ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))
+        self.default_transfer = not any(self.transfer_owners)
+        #: the hooks somebody overrides: the hot path tests ``name in hooks.active`` before calling
+        self.active = frozenset(name for name in RECEIVERS if self._build(name, None))
 
     def _transfer_owner(self, name: str) -> Any:
         if self.datamodule is not None and overrides(self.datamodule, DataModule, name):
@@ -63,8 +69,7 @@ class RunHooks:
 
     def any(self, name: str) -> bool:
         """Whether anybody overrides hook ``name`` (to skip work done only for it)."""
-        calls = self._calls.get(name)
-        return bool(calls if calls is not None else self._build(name, None))
+        return name in self.active
 
     def call_callbacks(self, name: str, *args: Any, watching: bool) -> None:
         """``name`` on the callbacks that watch metrics (``watching``) or on the others only (the two

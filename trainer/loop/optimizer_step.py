@@ -51,8 +51,10 @@ def refuse_skip_request(run: _Run, batch_idx: int) -> None:
 def transfer_batch(run: _Run, batch: Any, non_blocking: bool = False, dataloader_idx: int = 0) -> Any:
     """``batch`` on the run's device, through ``on_before_batch_transfer``, ``transfer_batch_to_device``
     and ``on_after_batch_transfer`` where the datamodule or module overrides them (the datamodule's win)."""
-    before, transfer, after = (run.hooks.transfer[name] for name in
-                               ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))
+    hooks = run.hooks
+    if hooks.default_transfer:
+        return move_to_device(batch, run.device, non_blocking=non_blocking)
+    before, transfer, after = hooks.transfer_owners
     if before is not None:
         batch = before.on_before_batch_transfer(batch, dataloader_idx)
     if transfer is not None:

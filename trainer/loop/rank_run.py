@@ -308,7 +308,8 @@ class _Run(RunCounters):
                         self.log(metrics)
                         self.lr_scheduling.on_logging_step(self.step, metrics)  # ReduceLROnPlateau on train/ metrics
                         log.info("step %s  %s", limits.describe(self), format_metrics(metrics))
-                    self.hooks.call("on_train_step_end", self.step, metrics)
+                    if "on_train_step_end" in self.hooks.active:
+                        self.hooks.call("on_train_step_end", self.step, metrics)
                     if metrics is not None:  # trainer.should_stop: agreed on logging steps only
                         self.stop_flag.agree(self.callbacks)
                     progress.update(metrics, limits.advance(self))

@@ -55,6 +55,11 @@ class TrainStep:
         self.counts_tokens = False  # training_step returns num_tokens: log tokens/s
         self.tokens_since_log = TokenCount(run.device)  # reduced on logging steps
         self.strategy_steps = 0  # steps run by a strategy that owns the step (pipeline)
+        # the module's overrides of what the step does (read once: the hot path tests plain attributes)
+        hooks = run.hooks
+        self.custom_step, self.custom_backward = hooks.module_overrides("optimizer_step"), hooks.module_overrides("backward")
+        self.custom_zero_grad = hooks.module_overrides("optimizer_zero_grad")
+        self.custom_clipping = hooks.module_overrides("configure_gradient_clipping")
         self.step_lr: float = 0.0  # the learning rate after the step's own schedule (logged as train/lr)
 
     def __call__(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
@@ -102,7 +107,7 @@ class TrainStep:
         for index in range(last):
             batch, batch_idx = self.start_micro_batch(batches)
             output = self.forward_backward(plan, index, batch, sums, local_tokens)
-            if hooks.any("on_train_batch_end"):
+            if "on_train_batch_end" in hooks.active:
                 hooks.call("on_train_batch_end", batch_end_outputs(output, len(plan.micro_batches)), batch, batch_idx)
         batch, batch_idx = self.start_micro_batch(batches)
         done: dict[str, Any] = {}
@@ -113,7 +118,7 @@ class TrainStep:
             done["stepped"], done["found_inf"], done["grad_norm"] = self.before_step(local_tokens, log_now)
             return split_step_output(output, "training_step")[0]
 
-        if hooks.module_overrides("optimizer_step"):
+        if self.custom_step:
             step = OptimizerStep(run.optimizer, lambda: self.step_optimizer(done["stepped"], done["found_inf"]))
             run.module.optimizer_step(run.epoch, batch_idx, step, closure)
             if "output" not in done:
@@ -123,7 +128,7 @@ class TrainStep:
         else:
             closure()
             self.step_optimizer(done["stepped"], done["found_inf"])
-        if hooks.any("on_train_batch_end"):
+        if "on_train_batch_end" in hooks.active:
             run.module_logs.peek_step_metrics(run.strategy)  # (logging steps: the reduced values, for the hook)
             hooks.call("on_train_batch_end", batch_end_outputs(done["output"], len(plan.micro_batches)), batch, batch_idx)
         return done["grad_norm"]
@@ -133,7 +138,7 @@ class TrainStep:
         run = self.run
         batch = self.next_batch(batches)
         batch_idx = run.batch_idx
-        if skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
+        if "on_train_batch_start" in run.hooks.active and skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
             refuse_skip_request(run, batch_idx)
         return batch, batch_idx
 
@@ -168,14 +173,15 @@ class TrainStep:
                     sums.add({"loss": loss, **metrics}, weight)
             if index == 0:
                 self.zero_grad()
-            hooks.call("on_before_backward", loss)
+            if "on_before_backward" in hooks.active:
+                hooks.call("on_before_backward", loss)
             with timer.phase("backward"):
                 scaled = precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count, local_tokens))
-                if hooks.module_overrides("backward"):
+                if self.custom_backward:
                     run.module.backward(scaled)
                 else:
                     scaled.backward()
-        if hooks.any("on_after_backward"):  # outside the sync context: a last micro-batch's gradients are synced
+        if "on_after_backward" in hooks.active:  # outside the sync context: a last micro-batch's gradients are synced
             hooks.call("on_after_backward")
         if counting:
             run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
@@ -188,8 +194,9 @@ class TrainStep:
     def zero_grad(self) -> None:
         """``on_before_zero_grad`` and ``optimizer_zero_grad`` (default: the gradients set to None)."""
         run = self.run
-        run.hooks.call("on_before_zero_grad", run.optimizer)
-        if run.hooks.module_overrides("optimizer_zero_grad"):
+        if "on_before_zero_grad" in run.hooks.active:
+            run.hooks.call("on_before_zero_grad", run.optimizer)
+        if self.custom_zero_grad:
             run.module.optimizer_zero_grad(run.epoch, run.batch_idx - 1, run.optimizer)
         else:
             run.optimizer.zero_grad(set_to_none=True)
@@ -227,9 +234,10 @@ class TrainStep:
         if not stepped:
             return stepped, found_inf, None
         with run.breakdown.phase("optimizer"):
-            run.hooks.call("on_before_optimizer_step", run.optimizer)
+            if "on_before_optimizer_step" in run.hooks.active:
+                run.hooks.call("on_before_optimizer_step", run.optimizer)
             clip, algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
-            if run.hooks.module_overrides("configure_gradient_clipping"):
+            if self.custom_clipping:
                 if log_now:  # reported on logging steps: the norm before the module's clipping
                     grad_norm = strategy.grad_norm(module)
                 module.configure_gradient_clipping(run.optimizer, clip, trainer.gradient_clip_algorithm_arg)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import torch
 
@@ -16,6 +16,9 @@ from trainer.runtime.rank_logging import rank_zero_warn
 log = logging.getLogger(__name__)
 
 PHASES = ("data", "forward", "backward", "optimizer", "collectives")
+
+
+_OFF = contextlib.nullcontext()  # (stateless: one object serves every block)
 
 
 class WallClockBreakdown:
@@ -38,11 +41,12 @@ class WallClockBreakdown:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def phase(self, name: str) -> ContextManager[None]:
+        """Time the block as phase ``name``; off (the default), a shared no-op context: nothing per step."""
+        return self._timed(name) if self.enabled else _OFF
+
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
+    def _timed(self, name: str) -> Iterator[None]:
         self._sync()
         start = time.perf_counter()
         try:
