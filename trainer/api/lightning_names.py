@@ -35,8 +35,10 @@ LIGHTNING_ARGUMENTS = {
     "every_n_train_steps": "checkpoint={'every_n_steps': N}",
     "min_epochs": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
     "min_steps": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
-    "limit_test_batches": "nothing: this trainer has no test loop",
-    "limit_predict_batches": "nothing: this trainer has no predict loop",
+    "limit_test_batches": "nothing: Trainer.test runs over the whole test set (exact means over every sample); "
+                          "pass a torch.utils.data.Subset of the dataset for fewer",
+    "limit_predict_batches": "nothing: Trainer.predict runs over the whole set (each sample once, in order); "
+                             "pass a torch.utils.data.Subset of the dataset for fewer",
     "overfit_batches": "limit_train_batches= with the same data for validation",
     "reload_dataloaders_every_n_epochs": "nothing: the data hooks run once per fit",
     "use_distributed_sampler": "nothing: the trainer always spreads the samples over the ranks itself",
