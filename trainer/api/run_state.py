@@ -181,6 +181,24 @@ class ModuleRunState(RankProperties):
         return torch.device("cpu")
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The floating dtype of the module's parameters (Lightning's ``self.dtype``; the default dtype without any)."""
+        for tensor in self.parameters():  # type: ignore[attr-defined]
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether this rank trains on a CUDA device."""
+        return self.device.type == "cuda"
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only (Lightning's ``self.print``)."""
+        if self.global_rank == 0:
+            print(*args, **kwargs)
+
+    @property
     def global_step(self) -> int:
         """Optimizer steps taken so far (``trainer.global_step``; 0 without a trainer)."""
         trainer = self.__dict__.get("_trainer")

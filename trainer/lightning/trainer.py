@@ -28,6 +28,8 @@ class Trainer(_Trainer):
     """:class:`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
+        #: the arguments set to Lightning's default because they were not given (not warned about as settings)
+        self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
             kwargs.setdefault(name, value)
         if kwargs.get("max_epochs") is None and kwargs.get("max_steps", -1) in (-1, None):
@@ -35,6 +37,16 @@ class Trainer(_Trainer):
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
         super().__init__(**kwargs)
+
+    @property
+    def num_devices(self) -> int:
+        """Processes per node (Lightning's name for ``devices``)."""
+        return self.devices
+
+    @property
+    def default_root_dir(self) -> str:
+        """Where logs and checkpoints go (this trainer's run directory)."""
+        return self.run_dir
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
         """:meth:`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""

@@ -42,8 +42,9 @@ def check_validation_setup(run: _Run) -> None:
             rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
                            "is validated; return validation data, or unset trainer.val_every_n_steps", every,
                            type(module).__name__)
+        defaults = getattr(run.trainer, "lightning_defaults", ())  # (Lightning's Trainer sets them unasked)
         given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
-                 if getattr(run.trainer, name, None) is not None]
+                 if getattr(run.trainer, name, None) is not None and name not in defaults]
         if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
             rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
                            ", ".join(given), type(module).__name__)

@@ -1,0 +1,46 @@
+"""Lightning's module and trainer attributes that ported programs read: ``self.print`` (rank 0 only),
+``self.dtype``, ``self.on_gpu``, ``trainer.num_devices``, ``trainer.default_root_dir``; and Lightning's
+Trainer defaults do not warn about settings the user never gave."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer.lightning as L
+
+
+class Reads(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.seen = {}
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def on_train_start(self):
+        self.seen = {"dtype": self.dtype, "on_gpu": self.on_gpu, "num_devices": self.trainer.num_devices,
+                     "root": self.trainer.default_root_dir}
+        self.print("printed on rank 0")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+
+
+def test_lightning_attributes_and_no_warning_for_unasked_defaults(tmp_path, capsys, caplog):
+    module = Reads()
+    with caplog.at_level(logging.WARNING):
+        L.Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False,
+                  default_root_dir=str(tmp_path)).fit(module)
+    assert module.seen == {"dtype": torch.float32, "on_gpu": False, "num_devices": 1, "root": str(tmp_path)}
+    assert "printed on rank 0" in capsys.readouterr().out
+    # check_val_every_n_epoch=1 is Lightning's default, not the user's setting: no "nothing is validated" warning
+    assert "nothing is validated" not in caplog.text
+    module.double()
+    assert module.dtype == torch.float64
