@@ -10,12 +10,19 @@ workers (each worker trains a pickled copy of the trainer).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from trainer.api.run_view import RunView
 from trainer.runtime import distributed
+
+
+class TrainerState(NamedTuple):
+    """``trainer.state``: the call (``fn``) and what runs now in it (``stage``), Lightning's values as strings."""
+
+    fn: str | None
+    stage: str | None
 
 
 class RankProperties:
@@ -89,6 +96,33 @@ class TrainerRunState(RankProperties):
     @callback_metrics.setter
     def callback_metrics(self, value: dict[str, float]) -> None:
         self._callback_metrics = value
+
+    @property
+    def state(self) -> TrainerState:
+        """Lightning's ``trainer.state``: ``fn`` (the call: "fit", "validate", "test", "predict") and
+        ``stage`` (what runs now: "train", "sanity_check", "validate", "test", "predict"; None outside a call)."""
+        view = self._run_view
+        return TrainerState(getattr(self, "stage", None), view.running_stage if view is not None else None)
+
+    @property
+    def training(self) -> bool:
+        """Whether training runs now (a fit, outside its validation passes)."""
+        return self.state.stage == "train"
+
+    @property
+    def validating(self) -> bool:
+        """Whether a validation pass runs now (in fit or validate; not the sanity check)."""
+        return self.state.stage == "validate"
+
+    @property
+    def testing(self) -> bool:
+        """Whether ``Trainer.test``'s pass runs now."""
+        return self.state.stage == "test"
+
+    @property
+    def predicting(self) -> bool:
+        """Whether ``Trainer.predict``'s pass runs now."""
+        return self.state.stage == "predict"
 
     @property
     def sanity_checking(self) -> bool:

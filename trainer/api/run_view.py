@@ -131,6 +131,11 @@ class RunView:
         return self._run.val_set is not None
 
     @property
+    def running_stage(self) -> str | None:
+        """What runs now: "train", "sanity_check", "validate", "test" or "predict" (None before and after)."""
+        return getattr(self._run, "running_stage", None)
+
+    @property
     def sanity_checking(self) -> bool:
         """Whether the sanity validation before training is running (its metrics are not logged)."""
         return self._run.sanity_checking

@@ -42,6 +42,7 @@ def run_evaluation(run: _Run, mode: str) -> Any:
     ``ckpt_path`` if given (its step too), then the pass."""
     if mode == "validate":
         require_validation_data(run)
+    run.running_stage = mode  # (validate: the validation pass sets it again)
     # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
     # of a ckpt_path's checkpoint replaces it.
     step, global_step, epoch = run.trainer.stored_progress()

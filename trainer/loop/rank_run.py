@@ -98,6 +98,8 @@ class _Run(RunCounters):
         self.total_steps: int | None = None  # trainer.estimated_stepping_batches, known in fit
         self.summary = None  # the model summary, counted before the strategy splits the model
         self.sanity_checking = False  # the sanity validation is running (trainer.sanity_checking)
+        #: what runs now: "train", "sanity_check", "validate", "test", "predict" (trainer.state.stage); None between
+        self.running_stage: str | None = None
         self.ends_epoch = False  # the step being trained is the epoch's last
         self.hparams_archive: HparamsArchive | None = None  # rank 0 of a fit that checkpoints
 
@@ -270,6 +272,7 @@ class _Run(RunCounters):
             self.nonfinite = NonfiniteLossWatch(self.device, nan_only=self.precision.scaler is not None)
         self.train_step = self.manual.train_step if self.manual is not None else TrainStep(self)  # one step
         module.train()
+        self.running_stage = "train"  # (Lightning's trainer.training: the whole fit but its evaluation passes)
         self.hooks.call("on_fit_start")
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
         self.hooks.call("on_train_start")

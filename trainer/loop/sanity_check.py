@@ -61,8 +61,8 @@ def run_sanity_check(run: _Run) -> None:
     from trainer.loop.validation import run_validation
 
     states = random_states()
+    stage, run.running_stage, run.sanity_checking = run.running_stage, "sanity_check", True  # (for its hooks too)
     run.hooks.call("on_sanity_check_start")
-    run.sanity_checking = True
     # The module's metric objects too: what the pass fed them, logged or not, must not count in the
     # first validation.
     metrics = MetricStates(module_metrics(run.module))
@@ -71,12 +71,14 @@ def run_sanity_check(run: _Run) -> None:
     try:
         run_validation(run, sanity_batches=batches)
     finally:
-        run.sanity_checking = False
         restore_random_states(states)
         metrics.restore()
         run.last_metrics.clear()
         run.last_metrics.update(shown)
         run.module_logs.bare.clear()
         run.module_logs.bare.update(bare)
-    run.hooks.call("on_sanity_check_end")
+    try:
+        run.hooks.call("on_sanity_check_end")
+    finally:
+        run.running_stage, run.sanity_checking = stage, False
     log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)

@@ -57,8 +57,12 @@ def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, fl
     hooks included, runs under the evaluation grad mode (``inference_mode``), as Lightning's."""
     if run.val_set is None:
         return {}
-    with evaluation_grad_mode(run):
-        return _validation_pass(run, sanity_batches)
+    before, run.running_stage = run.running_stage, ("validate" if sanity_batches is None else "sanity_check")
+    try:
+        with evaluation_grad_mode(run):
+            return _validation_pass(run, sanity_batches)
+    finally:
+        run.running_stage = before
 
 
 def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:

@@ -44,3 +44,68 @@ def test_lightning_attributes_and_no_warning_for_unasked_defaults(tmp_path, caps
     assert "nothing is validated" not in caplog.text
     module.double()
     assert module.dtype == torch.float64
+
+
+HOOKS = ("on_fit_start", "on_sanity_check_start", "on_validation_start", "on_train_epoch_start", "on_train_batch_start",
+         "on_validation_end", "on_train_end", "on_test_start", "on_predict_start")
+
+
+def _state_recorder(base):
+    """A callback class (on ``base``) recording Lightning's state flags at each hook of HOOKS."""
+    def record(hook):
+        def method(self, trainer, module, *args, **kwargs):
+            state = trainer.state
+            self.seen.append((hook, str(state.fn.value if hasattr(state.fn, "value") else state.fn),
+                              str(state.stage.value if hasattr(state.stage, "value") else state.stage),
+                              trainer.training, trainer.validating, trainer.testing, trainer.predicting,
+                              trainer.sanity_checking))
+        return method
+    return type("StateRecorder", (base,), {"seen": None, **{hook: record(hook) for hook in HOOKS}})
+
+
+def full_module(base):
+    """A module with every step, on ``base`` (Lightning's LightningModule or ours)."""
+
+    class Full(base):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("v", self.layer(batch[0]).mean())
+
+        def test_step(self, batch, batch_idx):
+            self.log("t", self.layer(batch[0]).mean())
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+
+        val_dataloader = test_dataloader = predict_dataloader = train_dataloader
+
+    return Full()
+
+
+def test_trainer_state_and_flags_as_lightnings(tmp_path):
+    import lightning.pytorch as pl
+
+    runs = []
+    for api, root in ((pl, "lightning"), (L, "ours")):
+        recorder = _state_recorder(api.Callback)()
+        recorder.seen = []
+        module = full_module(api.LightningModule)
+        trainer = api.Trainer(max_epochs=1, enable_progress_bar=False, logger=False, enable_checkpointing=False,
+                              enable_model_summary=False, default_root_dir=str(tmp_path / root), callbacks=[recorder],
+                              **({"accelerator": "cpu"} if api is pl else {}))
+        for call in ("fit", "validate", "test", "predict"):
+            getattr(trainer, call)(module)
+        runs.append(recorder.seen)
+    assert runs[1] == runs[0]
