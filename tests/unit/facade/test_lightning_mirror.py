@@ -134,3 +134,14 @@ def test_callbacks_take_lightnings_arguments_in_lightnings_order(caplog):
         assert not caplog.records
         TQDMProgressBar(refresh_rate=20)
     assert "TQDMProgressBar(refresh_rate=20) is ignored" in caplog.text
+
+
+def test_the_readme_import_lines_run_as_written():
+    import re
+
+    with open(os.path.join(REPO, "README.md")) as f:
+        section = f.read().split("## Coming from Lightning", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    names: dict = {}
+    exec(code, names)  # the port's import lines, as the README gives them
+    assert names["L"].LightningModule is not None and names["ModelCheckpoint"] is not None
