@@ -137,7 +137,10 @@ def test_callbacks_take_lightnings_arguments_in_lightnings_order(caplog):
 
 
 def test_the_readme_import_lines_run_as_written():
+    import os
     import re
+
+    from tests.support.helpers import REPO
 
     with open(os.path.join(REPO, "README.md")) as f:
         section = f.read().split("## Coming from Lightning", 1)[1]
