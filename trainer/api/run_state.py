@@ -105,6 +105,16 @@ class TrainerRunState(RankProperties):
         return TrainerState(getattr(self, "stage", None), view.running_stage if view is not None else None)
 
     @property
+    def num_training_batches(self) -> int | float:
+        """This rank's micro-batches per epoch during a fit (Lightning's; inf for a stream, 0 outside a run)."""
+        return self._run_view.num_training_batches if self._run_view is not None else 0
+
+    @property
+    def num_val_batches(self) -> list[int]:
+        """This rank's batches of the current (or last) validation pass, as Lightning's one entry per loader."""
+        return self._run_view.num_val_batches if self._run_view is not None else []
+
+    @property
     def training(self) -> bool:
         """Whether training runs now (a fit, outside its validation passes)."""
         return self.state.stage == "train"

@@ -131,6 +131,16 @@ class RunView:
         return self._run.val_set is not None
 
     @property
+    def num_training_batches(self) -> int | float:
+        """This rank's micro-batches per epoch (inf for a stream; 0 before the data is read)."""
+        return getattr(self._run, "num_training_batches", 0)
+
+    @property
+    def num_val_batches(self) -> list[int]:
+        """This rank's batches of the current (or last) validation pass, one entry per loader (one)."""
+        return list(getattr(self._run, "num_val_batches", []))
+
+    @property
     def running_stage(self) -> str | None:
         """What runs now: "train", "sanity_check", "validate", "test" or "predict" (None before and after)."""
         return getattr(self._run, "running_stage", None)

@@ -53,7 +53,7 @@ from trainer.api.trainer_arguments import validates_during_training
 from trainer.loop.counters import RunCounters
 from trainer.loop.stop_flag import StopFlag
 from trainer.loop.step_limits import plan_limits
-from trainer.loop.stream_limits import describe_epoch, epoch_over
+from trainer.loop.stream_limits import describe_epoch, epoch_over, training_batches
 from trainer.loop.sanity_check import run_sanity_check
 from trainer.strategies.speedups import apply_activation_checkpointing, compile_blocks
 from trainer.loop.step_accounting import NonfiniteLossWatch
@@ -101,6 +101,8 @@ class _Run(RunCounters):
         #: what runs now: "train", "sanity_check", "validate", "test", "predict" (trainer.state.stage); None between
         self.running_stage: str | None = None
         self.ends_epoch = False  # the step being trained is the epoch's last
+        self.num_training_batches: int | float = 0  # this rank's micro-batches per epoch (Lightning's count)
+        self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
         self.hparams_archive: HparamsArchive | None = None  # rank 0 of a fit that checkpoints
 
     # ----- set-up -----------------------------------------------------------------------------------
@@ -234,6 +236,7 @@ class _Run(RunCounters):
         train_set = self.data.train_set()
         plan = self.data.plan(self.data_parallel_size)
         steps_per_epoch, limits, total_steps = plan_limits(self, plan)  # limit_train_batches, max_steps (step_limits.py)
+        self.num_training_batches = training_batches(plan, steps_per_epoch)  # (trainer.num_training_batches)
         self.optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
         self.lr_scheduling = LRScheduling(schedulers)
         if self.hooks.module_overrides("lr_scheduler_step"):  # the module steps each scheduler itself

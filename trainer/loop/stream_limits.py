@@ -46,6 +46,16 @@ def epoch_over(plan: Any, epoch: int, epoch_step: int, steps_per_epoch: int | fl
     return epoch_step >= steps_per_epoch or (is_stream(plan) and epoch in plan.ended)
 
 
+def training_batches(plan: Any, steps_per_epoch: int | float) -> int | float:
+    """This rank's micro-batches per epoch (Lightning's ``trainer.num_training_batches``): the full steps'
+    micro-batches and the last step's (a short last global batch may need fewer); inf for a stream."""
+    if is_stream(plan) or steps_per_epoch == math.inf:
+        return math.inf
+    if steps_per_epoch < plan.steps_per_epoch:  # limited: full steps only
+        return steps_per_epoch * plan.accumulate
+    return (steps_per_epoch - 1) * plan.accumulate + plan.micro_steps(steps_per_epoch - 1)
+
+
 def describe_epoch(plan: Any, steps_per_epoch: int | float) -> str:
     if not is_stream(plan):
         return f"{steps_per_epoch} steps per epoch"

@@ -72,6 +72,7 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
                              val_length(run.val_set, setting))  # the first samples
     shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
     real = len(shards)  # batches of this rank before the lockstep padding below
+    run.num_val_batches = [real]  # (trainer.num_val_batches: one loader)
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.

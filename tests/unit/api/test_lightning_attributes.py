@@ -55,7 +55,9 @@ def _state_recorder(base):
     def record(hook):
         def method(self, trainer, module, *args, **kwargs):
             state = trainer.state
-            self.seen.append((hook, str(state.fn.value if hasattr(state.fn, "value") else state.fn),
+            counts = (trainer.num_training_batches if hook == "on_train_epoch_start" else None,
+                      list(trainer.num_val_batches) if hook in ("on_validation_start", "on_validation_end") else None)
+            self.seen.append((hook, counts, str(state.fn.value if hasattr(state.fn, "value") else state.fn),
                               str(state.stage.value if hasattr(state.stage, "value") else state.stage),
                               trainer.training, trainer.validating, trainer.testing, trainer.predicting,
                               trainer.sanity_checking))
@@ -94,7 +96,7 @@ def full_module(base):
     return Full()
 
 
-def test_trainer_state_and_flags_as_lightnings(tmp_path):
+def test_trainer_state_flags_and_batch_counts_as_lightnings(tmp_path):
     import lightning.pytorch as pl
 
     runs = []
