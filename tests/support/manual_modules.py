@@ -96,3 +96,18 @@ class CountingGAN(DigitsGAN):
         for fx in ("min", "max"):
             self.log(f"global_step_{fx}", float(self.global_step), reduce_fx=fx)
         return output
+
+
+class UnevenStepsGAN(HandAccumulatingGAN):
+    """Rank ``extra_rank`` calls ``opt.step()`` once more per batch than the others (from batch
+    ``from_batch`` on): the ranks' step counts part."""
+
+    def __init__(self, extra_rank: int = 1, from_batch: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.extra_rank, self.from_batch = extra_rank, from_batch
+
+    def training_step(self, batch, batch_idx):
+        output = super().training_step(batch, batch_idx)
+        if self.global_rank == self.extra_rank and batch_idx >= self.from_batch:
+            self.optimizers()[1].step()
+        return output
