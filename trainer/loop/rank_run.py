@@ -314,7 +314,7 @@ class _Run(RunCounters):
                     if "on_train_step_end" in self.hooks.active:
                         self.hooks.call("on_train_step_end", self.step, metrics)
                     if metrics is not None:  # trainer.should_stop: agreed on logging steps only
-                        self.stop_flag.agree(self.callbacks, self.step, self.global_step if self.manual is not None else None)
+                        self.stop_flag.agree(self.callbacks, self.global_step if self.manual is not None else None, self.step)
                     progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())

@@ -23,11 +23,11 @@ class StopFlag:
             raise RuntimeError("trainer.should_stop = False: the ranks already agreed to stop at this step")
         self.requested = value
 
-    def agree(self, callbacks: Any, step: int, global_step: int | None = None) -> None:
-        """At the end of logging step ``step``, on every rank: whether any rank set the flag; if one
-        did, the stop is requested from ``callbacks`` (a CallbackList) on every rank. With
-        ``global_step`` (manual optimization), the same all-reduce compares every rank's count, and
-        unequal counts raise on every rank (trainer/loop/step_counts.py)."""
+    def agree(self, callbacks: Any, global_step: int | None = None, step: int = 0) -> None:
+        """At the end of a logging step, on every rank: whether any rank set the flag; if one did,
+        the stop is requested from ``callbacks`` (a CallbackList) on every rank. With ``global_step``
+        (manual optimization), the same all-reduce compares every rank's count, and unequal counts
+        raise on every rank, naming the logging step ``step`` (trainer/loop/step_counts.py)."""
         if global_step is None:
             requested = distributed.any_rank(self.requested)
         else:
