@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.support.helpers import run_trainer
-from tests.support.manual_modules import UnevenStepsGAN
+from tests.support.manual_modules import StoppingGAN, UnevenStepsGAN
 from trainer.strategies.ddp import DDPStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,3 +37,11 @@ def test_unequal_step_counts_name_the_ranks_and_counts(tmp_path, from_batch, max
     assert re.search(r"rank [01] failed: RuntimeError: manual optimization: .*rank\(s\) \[[01]\] failed after it",
                      message), message
     assert elapsed < TIMEOUT_S, (elapsed, message)
+
+
+def test_should_stop_on_one_rank_still_stops_every_rank_with_the_counts_compared(tmp_path):
+    # The logging step's agreement carries both the stop flag and the counts: set on rank 1 after
+    # batch 3, every rank stops at logging step 4 with equal counts.
+    run_trainer(tmp_path, StoppingGAN(out=str(tmp_path)), strategy=DDPStrategy(), devices=2, batch_size=8,
+                max_steps=12, log_every_n_steps=2, collective_timeout_s=TIMEOUT_S)
+    assert [(tmp_path / f"final_step_rank{r}.txt").read_text() for r in (0, 1)] == ["4", "4"]
