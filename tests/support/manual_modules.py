@@ -96,3 +96,37 @@ class CountingGAN(DigitsGAN):
         for fx in ("min", "max"):
             self.log(f"global_step_{fx}", float(self.global_step), reduce_fx=fx)
         return output
+
+
+class UnevenStepsGAN(HandAccumulatingGAN):
+    """Rank ``extra_rank`` calls ``opt.step()`` once more per batch than the others (from batch
+    ``from_batch`` on): the ranks' step counts part."""
+
+    def __init__(self, extra_rank: int = 1, from_batch: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.extra_rank, self.from_batch = extra_rank, from_batch
+
+    def training_step(self, batch, batch_idx):
+        output = super().training_step(batch, batch_idx)
+        if self.global_rank == self.extra_rank and batch_idx >= self.from_batch:
+            self.optimizers()[1].step()
+        return output
+
+
+class StoppingGAN(HandAccumulatingGAN):
+    """Sets ``trainer.should_stop = True`` on rank ``stop_rank`` only, after batch ``stop_batch``
+    (a batch_idx); records each rank's last ``global_step`` in ``final_step_rank{r}.txt`` of ``out``."""
+
+    def __init__(self, out: str, stop_rank: int = 1, stop_batch: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        self.out, self.stop_rank, self.stop_batch = out, stop_rank, stop_batch
+
+    def training_step(self, batch, batch_idx):
+        output = super().training_step(batch, batch_idx)
+        if self.global_rank == self.stop_rank and batch_idx == self.stop_batch:
+            self.trainer.should_stop = True
+        return output
+
+    def on_train_end(self):
+        with open(f"{self.out}/final_step_rank{self.global_rank}.txt", "w") as f:
+            f.write(str(self.global_step))

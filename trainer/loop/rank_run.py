@@ -51,6 +51,7 @@ from trainer.runtime.rank_logging import log_to_file, rank_zero_warn
 from trainer.api.run_view import RunView
 from trainer.api.trainer_arguments import validates_during_training
 from trainer.loop.counters import RunCounters
+from trainer.loop.step_counts import FirstBatchCheck
 from trainer.loop.stop_flag import StopFlag
 from trainer.loop.step_limits import plan_limits
 from trainer.loop.stream_limits import describe_epoch, epoch_over, training_batches
@@ -285,6 +286,7 @@ class _Run(RunCounters):
         progress.own_values = self.module_logs.shadowed  # the returned loss, where the user logs train/loss
         self.module_logs.begin("train")
         validated_at = saved_at = -1
+        counts_check = FirstBatchCheck(manual=self.manual is not None)  # ranks' opt.step() counts (manual)
         try:
             while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
@@ -307,6 +309,7 @@ class _Run(RunCounters):
                     metrics = self.train_step(step_plan, batches, log_now)
                     self.step_done()
                     stepped_from = limits.after_batch(self)  # global_step before this batch
+                    counts_check.after_batch(self.global_step, self.step, logging_step=metrics is not None)
                     self.comms.after_step(self.step)
                     self.trace.after_step(self.step)
                     if metrics is not None:
@@ -317,7 +320,7 @@ class _Run(RunCounters):
                     if "on_train_step_end" in self.hooks.active:
                         self.hooks.call("on_train_step_end", self.step, metrics)
                     if metrics is not None:  # trainer.should_stop: agreed on logging steps only
-                        self.stop_flag.agree(self.callbacks)
+                        self.stop_flag.agree(self.callbacks, self.global_step if self.manual is not None else None, self.step)
                     progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())

@@ -17,7 +17,8 @@ batches. There:
   per optimizer). A module that steps the same number of times in every batch (a GAN) is foreseen
   exactly; otherwise the run still stops at the right batch, that batch may just not be logged;
 - every rank must call ``opt.step()`` the same number of times (the gradient sync needs it anyway):
-  each rank counts its own calls, no collective agrees on them;
+  each rank counts its own calls; the counts are compared after the first batch and on logging steps,
+  and unequal ones raise on every rank, naming each rank's count (trainer/loop/step_counts.py);
 - ``trainer.estimated_stepping_batches`` is ``max_steps`` when only ``max_steps`` bounds the run;
   with an epoch bound the optimizer steps of those epochs are unknown before they run, so it is an
   error saying so (not a batch count that a schedule would take for optimizer steps);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.loop.step_counts import check_equal
 from trainer.runtime import distributed
 
 #: the reason the log gives when ``trainer.should_stop = True`` stopped the run
@@ -22,8 +23,15 @@ class StopFlag:
             raise RuntimeError("trainer.should_stop = False: the ranks already agreed to stop at this step")
         self.requested = value
 
-    def agree(self, callbacks: Any) -> None:
+    def agree(self, callbacks: Any, global_step: int | None = None, step: int = 0) -> None:
         """At the end of a logging step, on every rank: whether any rank set the flag; if one did,
-        the stop is requested from ``callbacks`` (a CallbackList) on every rank."""
-        if distributed.any_rank(self.requested):
+        the stop is requested from ``callbacks`` (a CallbackList) on every rank. With ``global_step``
+        (manual optimization), the same all-reduce compares every rank's count, and unequal counts
+        raise on every rank, naming the logging step ``step`` (trainer/loop/step_counts.py)."""
+        if global_step is None:
+            requested = distributed.any_rank(self.requested)
+        else:
+            requested, counts = distributed.any_rank_and_values(self.requested, global_step)
+            check_equal(counts, step)
+        if requested:
             callbacks.request_stop(SHOULD_STOP_REASON)

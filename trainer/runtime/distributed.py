@@ -206,6 +206,17 @@ def any_rank(flag: bool) -> bool:
     return bool(tensor.item())
 
 
+def any_rank_and_values(flag: bool, value: int) -> tuple[bool, list[int]]:
+    """:func:`any_rank` that also gathers one int >= 0 from every rank (``values[r]``: rank r's), in
+    the same single all-reduce: each rank fills its own slot of a zero vector, reduced by max."""
+    if not is_distributed():
+        return flag, [value]
+    tensor = torch.zeros(1 + world_size(), dtype=torch.int64)
+    tensor[0], tensor[1 + rank()] = int(flag), value
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=_control_group)
+    return bool(tensor[0].item()), tensor[1:].tolist()
+
+
 @contextlib.contextmanager
 def rank_zero_first(local: bool = False) -> Iterator[bool]:
     """Run the body on rank 0 first (or local rank 0 of each node with ``local=True``), then on

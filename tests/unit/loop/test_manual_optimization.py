@@ -304,3 +304,11 @@ def test_estimated_stepping_batches_under_manual_optimization_with_epochs(tmp_pa
     assert gan.global_step == 8 and gan.seen[-1] == (6, 8)  # 4 batches of one epoch, 2 optimizer steps each
     saved = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step-"))
     assert saved == ["step-000000002", "step-000000004"]
+
+
+def test_unequal_step_counts_are_named_by_rank():
+    from trainer.loop.step_counts import check_equal
+
+    check_equal([5, 5, 5], step=3)  # equal: nothing
+    with pytest.raises(RuntimeError, match=r"by batch 3 \(global_step per rank: rank 0, 2: 5; rank 1: 6\)"):
+        check_equal([5, 6, 5], step=3)
