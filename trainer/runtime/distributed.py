@@ -10,6 +10,7 @@ import contextlib
 import gc
 import os
 import sys
+import types
 import weakref
 import zlib
 from datetime import timedelta
@@ -119,6 +120,7 @@ def destroy_process_group(clean: bool = True) -> None:
         registry = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_map", {})
         _destroyed.extend(weakref.ref(group) for group in {dist.group.WORLD, *registry})
         _clear_dtensor_caches()
+        _clear_group_defaults()
         dist.destroy_process_group()
     _control_group = _environment = None
 
@@ -144,6 +146,26 @@ def _clear_dtensor_caches() -> None:
                    getattr(_redistribute, "_gen_transform_infos", None)):
         if hasattr(cached, "cache_clear"):
             cached.cache_clear()
+
+
+def _clear_group_defaults() -> None:
+    """A ``torch.distributed`` module imported after ``init_process_group`` binds the live default
+    group into every ``group=group.WORLD`` default argument (as the import of
+    ``torch.distributed.nn.functional`` above explains). ZeRO-1's optimizer module is one, and is
+    imported only when a run asks for ZeRO-1 (importing it up front costs 0.6 s a process): its
+    ``_broadcast_object`` would keep the destroyed group, and its gloo threads, alive to the
+    interpreter's end. Such defaults are reset to None, which torch reads as the default group at
+    call time: the same meaning without the reference. A scan of the loaded ``torch.distributed``
+    modules' functions (a few milliseconds), so a later torch's new one is covered too."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch.distributed") or module is None:
+            continue
+        for function in list(vars(module).values()):
+            # type(), not isinstance(): the latter reads ``__class__``, which a deprecated name warns on
+            defaults = function.__defaults__ if type(function) is types.FunctionType else None
+            if defaults and any(isinstance(value, dist.ProcessGroup) for value in defaults):
+                function.__defaults__ = tuple(None if isinstance(value, dist.ProcessGroup) else value
+                                              for value in defaults)
 
 
 def destroyed_groups_alive() -> int:
