@@ -140,7 +140,8 @@ class WandbLogger(Logger):
 
     Args:
         name / project / entity / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
-            e.g. ``$WANDB_PROJECT``).
+            e.g. ``$WANDB_PROJECT``). Redacted as the config (a secret in them is written ``***``),
+            as are the other ``wandb.init`` keywords.
         save_dir / dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
         version / id: the run id to use (None: the stored one, else a new one). Set it (or call
             :func:`adopt_run_id`) to continue a run from another run directory.
