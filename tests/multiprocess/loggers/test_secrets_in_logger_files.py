@@ -67,3 +67,12 @@ def test_no_secret_in_any_file_a_run_writes_with_every_logger(tmp_path, monkeypa
     for setting in (b"run for ***", b"n-***", b"t-***", b"k-***", b"g-***"):
         assert setting in run_file, setting
     assert b"run for ***" in (run_dir / events[0]).read_bytes()  # the config's text in TensorBoard
+
+
+def test_a_refused_setting_read_from_a_secret_variable_is_not_echoed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRETS["env_setting"])
+    result = run(TRAIN + OVERRIDES[:5] + ["logger=[jsonl,wandb]", "logger.wandb.mode=${oc.env:HF_TOKEN}",
+                                          f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.returncode != 0 and "logger.wandb.mode='***'" in result.stderr, result.describe()
+    assert SECRETS["env_setting"] not in result.output, result.describe()
+    assert files_with_secrets(tmp_path) == {}

@@ -62,3 +62,24 @@ def test_wandb_run_settings_are_redacted(tmp_path):
     assert (run.display_name, run.notes, list(run.tags), run.run_group) == ("n-***", "run for ***", ["t-***", "plain"],
                                                                             "g-***")
     assert files_containing(tmp_path, [CONFIG_SECRET, ENV_SECRET]) == []
+
+
+def test_log_lines_are_redacted(tmp_path, capsys):
+    import logging
+
+    from trainer.runtime.rank_logging import configure_rank_logging, log_to_file
+
+    logger = logging.getLogger("trainer")
+    before = (list(logger.handlers), logger.propagate, logger.level)
+    try:
+        configure_rank_logging(0, own_handler=True)
+        log_to_file(str(tmp_path / "train.log"))
+        logging.getLogger("trainer.some.module").warning("bad value %r; url %s", ENV_SECRET, "https://u:pw12@host/x")
+    finally:
+        for handler in logger.handlers:
+            if handler not in before[0]:
+                handler.close()
+        logger.handlers[:], logger.propagate = before[0], before[1]
+        logger.setLevel(before[2])
+    for text in (capsys.readouterr().err, (tmp_path / "train.log").read_text()):
+        assert "bad value '***'; url https://***@host/x" in text and ENV_SECRET not in text, text
