@@ -83,3 +83,11 @@ def test_log_lines_are_redacted(tmp_path, capsys):
         logger.setLevel(before[2])
     for text in (capsys.readouterr().err, (tmp_path / "train.log").read_text()):
         assert "bad value '***'; url https://***@host/x" in text and ENV_SECRET not in text, text
+
+
+def test_a_checkpoint_record_redacts_a_secret_repeated_under_another_hyperparameter():
+    from trainer.api.hparams_display import checkpoint_record
+
+    record = checkpoint_record({"hf_token": "tok-abcdef", "note": "for tok-abcdef", "lr": 0.1})
+    assert record["values"] == {"hf_token": "***", "note": "for ***", "lr": 0.1}
+    assert record["redacted"] == ["hf_token", "note"]  # never stored: load_from_checkpoint asks for both
