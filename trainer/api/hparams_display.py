@@ -21,7 +21,7 @@ import sys
 from typing import Any, Mapping
 
 from trainer.api.hparams import is_json_exact
-from trainer.runtime.redact import redact_secrets
+from trainer.runtime.redact import redact_secrets, secret_values
 
 
 def import_path(obj: Any) -> str:
@@ -93,9 +93,11 @@ def checkpoint_record(hparams: Mapping[str, Any], name: str | None = None) -> di
     (the init argument the hyperparameters came in as one dict, if so: they are passed back under it)."""
     values: dict[str, Any] = {}
     redacted, objects = [], []
+    shown_all = {key: readable(value) for key, value in hparams.items()}
+    secrets = secret_values(shown_all)  # a secret-named key's value, repeated under another key, is a secret there too
     for key, value in hparams.items():
-        shown = readable(value)
-        clean = redact_secrets({key: shown})[key]
+        shown = shown_all[key]
+        clean = redact_secrets({key: shown}, secrets=secrets)[key]
         values[key] = clean
         if _changed(shown, clean):  # a secret-named key, or a secret inside the value's text
             redacted.append(key)

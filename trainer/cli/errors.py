@@ -22,6 +22,7 @@ import sys
 from typing import Iterator
 
 from trainer.runtime import distributed
+from trainer.runtime.redact import redact_secrets
 
 _failed_jobs = 0
 
@@ -45,7 +46,8 @@ def _config_error(error: BaseException) -> BaseException | None:
 
 
 def one_line(error: BaseException) -> str:
-    return "error: " + " ".join(str(error).split())
+    """``error: <message>`` on one line, secrets redacted (a bad value read from ``$HF_TOKEN``)."""
+    return "error: " + redact_secrets(" ".join(str(error).split()))
 
 
 def _checkpoint_error(error: BaseException) -> BaseException | None:

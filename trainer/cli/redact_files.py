@@ -8,8 +8,7 @@ rewritten only if it holds a secret; the others stay byte for byte as Hydra wrot
 values under secret-named keys; override strings whose key names a secret
 (``+data.hf_token=...``); the values of secret-named environment variables and URL credentials
 anywhere; and, in any string (e.g. ``hydra.job.override_dirname``), every value the resolved
-config holds under a secret-named key (values of 4 characters or more, so that short ones such as
-``0`` do not blank out unrelated text).
+config holds under a secret-named key (:func:`~trainer.runtime.redact.secret_values`).
 """
 
 from __future__ import annotations
@@ -17,30 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from trainer.runtime.redact import REDACTED, is_secret_key, redact_argv, redact_secrets
+from trainer.runtime.redact import REDACTED, is_secret_key, redact_argv, redact_secrets, secret_values
 
 HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
-_MIN_VALUE_LENGTH = 4
-
-
-def secret_values(config: Any) -> list[str]:
-    """Values held under secret-named keys anywhere in ``config`` (a resolved, plain container)."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if is_secret_key(key) and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-                    if len(str(value)) >= _MIN_VALUE_LENGTH and str(value) != REDACTED:
-                        found.add(str(value))
-                else:
-                    walk(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
-                walk(value)
-
-    walk(config)
-    return sorted(found, key=len, reverse=True)
 
 
 def redact_tree(tree: Any, secrets: Iterable[str] = ()) -> Any:
@@ -56,7 +34,7 @@ def redact_tree(tree: Any, secrets: Iterable[str] = ()) -> Any:
             for secret in secrets:
                 value = value.replace(secret, REDACTED)
             # An override list item, or ``override_dirname``'s comma-joined overrides.
-            return ",".join(redact_argv(value.split(","))) if "=" in value else redact_secrets(value)
+            return ",".join(redact_argv(value.split(","), secrets=secrets)) if "=" in value else redact_secrets(value)
         return value
 
     return clean(tree)

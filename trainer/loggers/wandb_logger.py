@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
-from trainer.runtime.redact import redact_argv, redact_secrets
+from trainer.runtime.redact import redact_argv, redact_secrets, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,10 @@ def server_reachable(environ: Mapping[str, str] | None = None, timeout_s: float 
 
 
 @contextmanager
-def _redacted_argv() -> Iterator[None]:
+def _redacted_argv(secrets: list[str]) -> Iterator[None]:
     """W&B records ``sys.argv`` in the run's metadata: hide secrets typed as overrides."""
     original = sys.argv[:]
-    sys.argv[:] = redact_argv(original)
+    sys.argv[:] = redact_argv(original, secrets=secrets)
     try:
         yield
     finally:
@@ -140,7 +140,8 @@ class WandbLogger(Logger):
 
     Args:
         name / project / entity / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
-            e.g. ``$WANDB_PROJECT``).
+            e.g. ``$WANDB_PROJECT``). Redacted as the config (a secret in them is written ``***``),
+            as are the other ``wandb.init`` keywords.
         save_dir / dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
         version / id: the run id to use (None: the stored one, else a new one). Set it (or call
             :func:`adopt_run_id`) to continue a run from another run directory.
@@ -206,6 +207,7 @@ class WandbLogger(Logger):
         self.init_timeout_s = init_timeout_s
         self.run: Any = experiment  # the wandb Run once started
         self._disabled = False
+        self._secrets: list[str] = []  # values under secret-named keys of the logged config
 
     @classmethod
     def in_run_dir(cls, run_dir: str, project: str | None = None, entity: str | None = None, name: str | None = None,
@@ -268,7 +270,10 @@ class WandbLogger(Logger):
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         if not writes_here():
             return
-        config = redact_secrets(dict(params))
+        # The run's settings (notes, name, tags ...) may hold a value the config keeps under a
+        # secret-named key (``notes: ${hub.hf_token}``): they are redacted with the same values.
+        self._secrets = sorted(set(self._secrets) | set(secret_values(dict(params))), key=len, reverse=True)
+        config = redact_secrets(dict(params), secrets=self._secrets)
         if self.run is None:
             self._start(config)
         else:
@@ -306,13 +311,14 @@ class WandbLogger(Logger):
         self.run_id = self.run_id or stored_run_id(self.run_dir) or uuid.uuid4().hex[:8]
         _store_run_id(self.run_dir, self.run_id)
         init_args = dict(
-            self._init_args, dir=self.run_dir, config=config, id=self.run_id, resume="allow",
+            redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir, config=config, id=self.run_id,
+            resume="allow",
             settings=wandb.Settings(init_timeout=self.init_timeout_s),
         )
         if mode == "online" and not server_reachable():
             self._cannot_go_online(f"the W&B server ({os.environ.get('WANDB_BASE_URL') or DEFAULT_BASE_URL}) is unreachable")
             mode = "offline"
-        with _redacted_argv():
+        with _redacted_argv(self._secrets):
             try:
                 self.run = wandb.init(mode=mode, **init_args)
             except Exception as error:  # wandb.errors.CommError, timeouts, ...

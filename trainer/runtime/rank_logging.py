@@ -3,12 +3,17 @@
 A warning that every rank would give alike (a config or wrapping warning) goes through
 ``rank_zero_warn``: logged once, by rank 0. One that only some ranks hit uses ``log.warning`` and
 keeps its rank tag.
+
+Every line goes through the secret redaction (``redact.py``) on its way to the console or
+``train.log``: a message that quotes a value read from a secret environment variable shows ``***``.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+
+from trainer.runtime.redact import redact_secrets
 
 _FORMAT = "[%(asctime)s][rank %(rank)s][%(levelname)s] %(message)s"
 
@@ -31,6 +36,22 @@ class _RankFilter(logging.Filter):
         return True
 
 
+class RedactFilter(logging.Filter):
+    """Secrets out of a record's message (the rules of :func:`redact_secrets`), on a handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_secrets(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+def _add_redaction(handler: logging.Handler) -> None:
+    if not any(isinstance(f, RedactFilter) for f in handler.filters):
+        handler.addFilter(RedactFilter())
+
+
 def configure_rank_logging(rank: int, own_handler: bool) -> None:
     """Set the ``trainer`` logger's level by rank and tag records with the rank.
 
@@ -48,10 +69,13 @@ def configure_rank_logging(rank: int, own_handler: bool) -> None:
         handler.addFilter(_RankFilter(rank))  # on the handler: it sees records of child loggers too
         handler.setFormatter(logging.Formatter(_FORMAT))
         handler._trainer_rank_handler = True  # type: ignore[attr-defined]
+        _add_redaction(handler)
         logger.addHandler(handler)
         logger.propagate = False
     else:
         logger.propagate = True
+        for handler in logging.getLogger().handlers:  # Hydra's console and train.log
+            _add_redaction(handler)
 
 
 def log_to_file(path: str) -> None:
@@ -62,4 +86,5 @@ def log_to_file(path: str) -> None:
     handler.addFilter(_RankFilter(0))
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler._trainer_rank_handler = True  # type: ignore[attr-defined]
+    _add_redaction(handler)
     logger.addHandler(handler)

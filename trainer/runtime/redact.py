@@ -1,6 +1,8 @@
-"""Keep secrets out of everything a logger writes (TensorBoard text, W&B config, files).
+"""Keep secrets out of everything a run writes: logger files, W&B config and run settings (name,
+notes, tags, group), TensorBoard text, Hydra's files, checkpoints. Every writer applies
+:func:`redact_secrets` (or :func:`redact_argv` to command-line arguments); there is no other rule.
 
-Three rules, applied to a copy of the config:
+Five rules, applied to a copy of the config:
 
 1. A value whose key names a secret is replaced by ``"***"``: the key's last word is ``token``,
    ``secret``, ``password``, ``passwd``, ``passphrase``, ``apikey`` or ``credential(s)``; or its
@@ -16,6 +18,11 @@ Three rules, applied to a copy of the config:
 4. Inside any string, an assignment to a secret-named key (by rule 1) has its value replaced:
    ``api_key='sk-...'`` and ``'api_key': 'sk-...'`` (an object's text, such as a
    ``functools.partial(Client, api_key='sk-...')``; a dict's repr), ``?token=abc&`` in a URL.
+5. Any string that contains a value held under a secret-named key (by rule 1) anywhere in the same
+   config, or one of the ``secrets`` a writer passes (:func:`secret_values` of the run's config, for
+   a writer that writes settings apart from the config), has that value replaced -- this catches
+   ``notes: run for ${hub.hf_token}``. Values of 4 characters or more, so that a short one such as
+   ``0`` does not blank out unrelated text.
 
 :func:`redact_argv` applies the same rules to command-line overrides (``data.hf_token=...``).
 """
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 REDACTED = "***"
 _SECRET_LAST_WORDS = frozenset(
@@ -34,6 +41,7 @@ _SECRET_KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "signi
 _SECRET_WHOLE_NAMES = frozenset({"key", "auth", "authorization"})
 _SPECIAL_TOKEN_WORDS = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mask", "start", "end"})
 _MIN_ENV_SECRET_LENGTH = 8  # shorter values would also match ordinary strings (paths, names)
+_MIN_KEYED_SECRET_LENGTH = 4  # a value under a secret-named key (rule 5): a deliberate secret, even a short one
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")
 # name=value, or 'name': value with the name quoted (a dict's repr); the value quoted or up to a separator.
@@ -62,10 +70,33 @@ def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-def redact_secrets(config: Any, environ: Mapping[str, str] | None = None) -> Any:
+def secret_values(config: Any) -> list[str]:
+    """Values held under secret-named keys anywhere in ``config`` (nested mappings and lists), as
+    text, longest first (rule 5 above)."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if is_secret_key(key) and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                    if len(str(value)) >= _MIN_KEYED_SECRET_LENGTH and str(value) != REDACTED:
+                        found.add(str(value))
+                else:
+                    walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    return sorted(found, key=len, reverse=True)
+
+
+def redact_secrets(config: Any, environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()) -> Any:
     """A copy of ``config`` (nested mappings, lists, tuples, scalars) with secrets replaced by
-    ``"***"``; the input is not modified. ``environ`` defaults to ``os.environ``."""
-    env_secrets = secret_env_values(environ)
+    ``"***"``; the input is not modified. ``environ`` defaults to ``os.environ``; ``secrets``: more
+    values to replace (rule 5)."""
+    known = set(secret_env_values(environ)) | set(secret_values(config)) | {s for s in secrets if s}
+    values = sorted(known, key=len, reverse=True)  # longest first: a value inside another goes after it
 
     def clean(value: Any) -> Any:
         if isinstance(value, Mapping):
@@ -73,7 +104,7 @@ def redact_secrets(config: Any, environ: Mapping[str, str] | None = None) -> Any
         if isinstance(value, (list, tuple)):
             return type(value)(clean(v) for v in value)
         if isinstance(value, str):
-            for secret in env_secrets:
+            for secret in values:
                 value = value.replace(secret, REDACTED)
             return _ASSIGNMENT.sub(_redact_assignment, _URL_CREDENTIALS.sub(REDACTED, value))
         return value
@@ -91,13 +122,15 @@ def _redact_assignment(match: re.Match) -> str:
     return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
 
 
-def redact_argv(argv: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+def redact_argv(argv: list[str], environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()) -> list[str]:
     """Command-line arguments with secrets redacted: ``key=value`` overrides whose last key part
-    names a secret (``+data.hf_token=abc`` -> ``+data.hf_token=***``), then rules 2 and 3 above."""
+    names a secret (``+data.hf_token=abc`` -> ``+data.hf_token=***``), then the rules above (with
+    ``secrets`` as in :func:`redact_secrets`)."""
+    secrets = list(secrets)
     redacted = []
     for argument in argv:
         key, equals, _ = argument.partition("=")
         if equals and is_secret_key(key.lstrip("+~-").rsplit(".", 1)[-1]):
             argument = key + "=" + REDACTED
-        redacted.append(redact_secrets(argument, environ))
+        redacted.append(redact_secrets(argument, environ, secrets))
     return redacted
