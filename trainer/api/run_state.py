@@ -225,12 +225,19 @@ class ModuleRunState(RankProperties):
         return torch.device("cpu")
 
     @property
-    def dtype(self) -> torch.dtype:
-        """The floating dtype of the module's parameters (Lightning's ``self.dtype``; the default dtype without any)."""
+    def dtype(self) -> Any:
+        """The floating dtype of the module's parameters (Lightning's ``self.dtype``; the default dtype
+        without any). A module that sets ``self.dtype`` itself reads back its own value."""
+        if "_own_dtype" in self.__dict__:
+            return self.__dict__["_own_dtype"]
         for tensor in self.parameters():  # type: ignore[attr-defined]
             if tensor.is_floating_point():
                 return tensor.dtype
         return torch.get_default_dtype()
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        self.__dict__["_own_dtype"] = value  # (an attribute of the module's own, as before Lightning's name)
 
     @property
     def on_gpu(self) -> bool:
