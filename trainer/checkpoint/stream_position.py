@@ -55,6 +55,13 @@ def restore_stream_state(plan: Any, path: str, epoch: int, epoch_step: int) -> N
                          f"data.num_workers={state['num_workers']}")
     if plan.mode == "sharded":
         state = read(distributed.rank())
+        # Every rank learns which ranks' positions are missing (one small all-reduce): all fail with the
+        # same error instead of the others waiting for the failed rank until the collective timeout.
+        _, missing = distributed.any_rank_and_values(state is None, int(state is None))
+        if any(missing):
+            ranks = [r for r, gone in enumerate(missing) if gone]
+            raise ValueError(f"{path} has no stream position for rank(s) {ranks} (stream/rank-NNNNN.pt missing): "
+                             "the checkpoint is incomplete; resume from another checkpoint")
     if (state["epoch"], state["epoch_step"]) != (epoch, epoch_step):
         raise ValueError(f"{path}: the stream position is for epoch {state['epoch']} step {state['epoch_step']}, the "
                          f"checkpoint's progress is epoch {epoch} step {epoch_step}")

@@ -244,3 +244,38 @@ def test_stream_guards_and_seeded_collate(tmp_path):
         new_trainer(tmp_path / name, batch_size=8, max_steps=3).fit(RandomCollate())
         runs.append(list(RandomCollate.drawn))
     assert runs[0] == runs[1] and len(set(runs[0])) == len(runs[0])
+
+
+# ----- a rank's stream failing: every rank fails at once, naming it (never a wait until the collective timeout) --
+class EmptyFirstShard(StreamRegressor):
+    """2 shards: shard 0 (the epoch's first under seed 1) empty, shard 1 of 8 samples; sharded on 2
+    ranks, rank 0 reads only the empty shard and pads every step."""
+
+    def train_dataset(self):
+        return IdShards(sizes=(0, 8))
+
+
+def test_empty_shard_pads_and_a_missing_rank_position_fails_every_rank(tmp_path):
+    from trainer.data.streaming.protocol import shard_order
+    from trainer.runtime.launch import WorkerFailed
+
+    assert shard_order(2, 1, 0)[0] == 0 and shard_order(2, 1, 1)[0] == 0  # the empty shard comes first
+    args = dict(DDP, stream_mode="sharded", seed=1, max_steps=3, collective_timeout_s=20,
+                checkpoint=dict(every_n_steps=1, keep_last=None))
+    fit(tmp_path, EmptyFirstShard(record=True), **args)  # 2 steps per epoch: rank 1 reads 8 samples, rank 0 pads
+    assert not os.path.exists(tmp_path / "ids-0.jsonl")  # rank 0 trained on padding only (weight 0)
+    with open(tmp_path / "ids-1.jsonl") as handle:
+        first_epoch = [i for epoch, ids in map(json.loads, handle) if epoch == 0 for i in ids]
+    assert sorted(first_epoch) == list(range(8))
+    latest = layout.find_latest(str(tmp_path / "checkpoints"))
+    assert latest.endswith("step-000000003")  # mid-epoch 1: each rank's position is needed
+    # Rank 1's position gone, and unknown to the commit record (a node-local disk, a hand-copied checkpoint):
+    # the integrity check cannot see it, the restore must name it on every rank.
+    os.remove(os.path.join(latest, "stream", "rank-00001.pt"))
+    with open(os.path.join(latest, "COMMITTED")) as handle:
+        marker = json.load(handle)
+    del marker["files"]["stream/rank-00001.pt"]
+    with open(os.path.join(latest, "COMMITTED"), "w") as handle:
+        json.dump(marker, handle)
+    with pytest.raises(WorkerFailed, match=r"no stream position for rank\(s\) \[1\]"):
+        fit(tmp_path, EmptyFirstShard(), resume="auto", **dict(args, max_steps=4))

@@ -32,7 +32,7 @@ from trainer.data.batch_plan import GlobalBatchPlan, MicroBatch, StepPlan
 from trainer.data.loaders import _loading_generators
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
-from trainer.data.streaming.protocol import MODES, check_enough_shards, shard_count, shard_order, shard_samples
+from trainer.data.streaming.protocol import MODES, check_enough_shards, first_sample, shard_count
 
 log = logging.getLogger("trainer.loop.rank_run")
 EXHAUSTED = {"exhausted": True}  # the position of a rank's stream that has ended in this epoch
@@ -203,7 +203,7 @@ class StreamPlan:
         if samples:
             self._pad = samples[0]
         elif self._pad is None:  # nothing read on this rank yet: the first sample of the epoch's first shard
-            self._pad = next(shard_samples(self.dataset, shard_order(self.num_shards, self.seed, epoch)[0], epoch))
+            self._pad = first_sample(self.dataset, self.num_shards, self.seed, epoch)
         self._queue.clear()
         micro_batches = []
         size = self.micro_batch_size

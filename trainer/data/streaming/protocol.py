@@ -63,6 +63,16 @@ def shard_samples(dataset: Any, shard: int, epoch: int) -> Iterator[Any]:
     return iter(dataset)
 
 
+def first_sample(dataset: Any, num_shards: int, seed: int, epoch: int) -> Any:
+    """The first sample of the epoch's first non-empty shard (padding for a rank that read nothing):
+    the same on every rank, so a rank whose shards are empty pads like the others instead of failing."""
+    for shard in shard_order(num_shards, seed, epoch):
+        for sample in shard_samples(dataset, shard, epoch):
+            return sample
+    raise ValueError(f"{type(dataset).__name__}: all of its {num_shards} shard(s) are empty in epoch {epoch} "
+                     "(shard_samples gave no sample): give the stream at least one sample")
+
+
 def shard_order(num_shards: int, seed: int, epoch: int) -> list[int]:
     """The epoch's shard order: a permutation seeded from ``(seed, "shards", epoch)``, the same on every rank."""
     generator = torch.Generator().manual_seed(derive_seed(seed, "shards", epoch))

@@ -19,7 +19,7 @@ from torch.utils.data import IterableDataset
 
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
-from trainer.data.streaming.protocol import check_enough_shards, shard_count, shard_order, shard_samples
+from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
 
 
 def val_length(dataset: Any, setting: Any) -> int | float:
@@ -63,7 +63,7 @@ class StreamValShard:
                 self.batches.append(batch)
             self.first = batch[0] if index == 0 else getattr(self, "first", None)
         if getattr(self, "first", None) is None:  # nothing read on this rank: a sample to pad with
-            self.first = next(shard_samples(dataset, shard_order(num_shards, trainer.seed, epoch)[0], epoch))
+            self.first = first_sample(dataset, num_shards, trainer.seed, epoch)
         self.real, self.padding = len(self.batches), 0
 
     def __len__(self) -> int:
