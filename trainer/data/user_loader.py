@@ -262,6 +262,10 @@ class RunData:
             if self.val.drop_last and isinstance(self.val_set, IterableDataset):
                 raise ValueError(f"{val_where}: drop_last=True cannot be honoured for a stream (an IterableDataset): "
                                  "validation covers every sample exactly once over the ranks; remove drop_last")
+            if self.val.options.persistent_workers and isinstance(self.val_set, IterableDataset):
+                raise ValueError(f"{val_where}: persistent_workers=True cannot be honoured for a stream (an "
+                                 "IterableDataset): its loader is built again each pass (the pass's shard order goes "
+                                 "to the workers); remove persistent_workers")
             self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
             self.val_collate = _collate(module, self.val.collate_fn, val_where)
             self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", val_where)

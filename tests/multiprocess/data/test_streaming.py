@@ -279,3 +279,59 @@ def test_empty_shard_pads_and_a_missing_rank_position_fails_every_rank(tmp_path)
         json.dump(marker, handle)
     with pytest.raises(WorkerFailed, match=r"no stream position for rank\(s\) \[1\]"):
         fit(tmp_path, EmptyFirstShard(), resume="auto", **dict(args, max_steps=4))
+
+
+# ----- validation stream settings and readers that draw random numbers: in process, one rank ------------------
+class DrawingShards(IdShards):
+    """IdShards whose reader draws from the global generators (torch and random) for each sample."""
+
+    def shard_samples(self, shard, epoch):
+        import random as random_module
+
+        for sample in super().shard_samples(shard, epoch):
+            torch.rand(1), random_module.random()  # drawn and thrown away: the samples stay IdShards'
+            yield sample
+
+
+class DrawingReaders(StreamRegressor):
+    def train_dataset(self):
+        return DrawingShards()
+
+    def val_dataset(self):
+        from tests.support.stream_modules import VAL_SIZES
+
+        return DrawingShards(sizes=VAL_SIZES)
+
+
+def test_stream_readers_drawing_random_numbers_leave_the_training_stream_alone(tmp_path):
+    # num_workers=0: the readers run in the training process; dropout draws from the global stream.
+    args = dict(batch_size=8, max_steps=6, val_every_n_steps=2, num_sanity_val_steps=0)
+    reference = fit(tmp_path / "quiet", StreamRegressor(val=True, dropout=0.3), **args)
+    drawing = fit(tmp_path / "drawing", DrawingReaders(dropout=0.3), **args)
+    assert len(reference[0]) == 6 and drawing[0] == reference[0]
+    for name, value in reference[1].items():
+        assert torch.equal(drawing[1][name], value), name
+
+
+class ValLoaderStream(StreamRegressor):
+    def __init__(self, **loader):
+        super().__init__()
+        self.loader = loader
+
+    def val_dataloader(self):
+        from tests.support.stream_modules import VAL_SIZES
+
+        return torch.utils.data.DataLoader(IdShards(sizes=VAL_SIZES), batch_size=4, **self.loader)
+
+
+def test_validation_stream_refuses_persistent_workers_and_honours_pin_memory(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"val_dataloader\(\).*persistent_workers=True cannot be honoured for a stream"):
+        new_trainer(tmp_path / "a", batch_size=8, max_steps=2).fit(
+            ValLoaderStream(num_workers=1, persistent_workers=True))
+    from trainer.data.streaming import validation
+
+    pinned = []
+    monkeypatch.setattr(validation, "pin_batch", lambda batch, pin_memory: pinned.append(pin_memory) or batch)
+    new_trainer(tmp_path / "b", batch_size=8, max_steps=2, num_sanity_val_steps=0).fit(
+        ValLoaderStream(pin_memory=True))
+    assert pinned and all(pinned)  # every validation batch goes through the pinning (a no-op without CUDA)

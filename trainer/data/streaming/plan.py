@@ -153,8 +153,13 @@ class StreamPlan:
     def _steps(self, loader: Any, epoch: int, rank: int, step: int, exhausted: bool) -> Iterator[StepPlan]:
         samples_of = iter(()) if exhausted else iter(loader)
         take = self.global_batch_size if self.mode == "invariant" else self.micro_batch_size * self.accumulate
+        reader_rank = self.rank if self.mode == "sharded" else 0  # invariant: every rank reads the same stream
         while True:
-            samples = list(itertools.islice(samples_of, take))
+            if self.num_workers:
+                samples = list(itertools.islice(samples_of, take))
+            else:  # read in this process: a reader's draws from the global generators must not shift training's
+                with _loading_generators(derive_seed(self.seed, "stream-read", epoch, step, reader_rank)):
+                    samples = list(itertools.islice(samples_of, take))
             # A loader that ran out is not resumed from its state (a finished StatefulDataLoader would
             # start the epoch again): its position is "exhausted".
             exhausted = exhausted or len(samples) < take

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import IterableDataset
 
+from trainer.data.loaders import _loading_generators
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
@@ -52,7 +53,16 @@ class StreamValShard:
             dataset=dataset, num_shards=num_shards, mode=self.mode, rank=rank, world=world, seed=trainer.seed,
             options=data.val_options, loader_seed=lambda e: derive_seed(trainer.seed, "val", "stream", e,
                                                                        rank if self.mode == "sharded" else 0))
-        samples = iter(stream_loader(source, epoch))
+        self.pin_memory = data.val_options.pin_memory
+        loader = stream_loader(source, epoch)
+        # Read under seeded generators put back after (without workers the reader runs in this process):
+        # a reader drawing from the global generators does not shift the training's random stream.
+        with _loading_generators(derive_seed(trainer.seed, "val", "stream-read", epoch, rank if self.mode == "sharded" else 0)):
+            self._read(loader, dataset, num_shards, trainer.seed, epoch, limit)
+
+    def _read(self, loader: Any, dataset: Any, num_shards: int, seed: int, epoch: int, limit: int | None) -> None:
+        rank, world = self.rank, self.world
+        samples = iter(loader)
         if limit is not None:  # the first samples of the stream (sharded: of each rank's stream, its share)
             samples = itertools.islice(samples, limit if self.mode == "invariant" else -(-limit // world))
         self.batches: list[list[Any]] = []
@@ -63,7 +73,7 @@ class StreamValShard:
                 self.batches.append(batch)
             self.first = batch[0] if index == 0 else getattr(self, "first", None)
         if getattr(self, "first", None) is None:  # nothing read on this rank: a sample to pad with
-            self.first = first_sample(dataset, num_shards, trainer.seed, epoch)
+            self.first = first_sample(dataset, num_shards, seed, epoch)
         self.real, self.padding = len(self.batches), 0
 
     def __len__(self) -> int:
@@ -85,6 +95,15 @@ class StreamValShard:
 
     def __iter__(self) -> Iterator[Any]:
         for batch in self.batches:
-            yield self.collate_fn(batch)
+            yield pin_batch(self.collate_fn(batch), self.pin_memory)
         for _ in range(self.padding):
-            yield self.collate_fn([self.first])  # weight 0
+            yield pin_batch(self.collate_fn([self.first]), self.pin_memory)  # weight 0
+
+
+def pin_batch(batch: Any, pin_memory: bool) -> Any:
+    """``batch`` in page-locked memory with ``pin_memory`` on a CUDA machine (as a DataLoader pins it)."""
+    if not (pin_memory and torch.cuda.is_available()):
+        return batch
+    from torch.utils.data._utils.pin_memory import pin_memory as pin
+
+    return pin(batch)
