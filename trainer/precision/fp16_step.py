@@ -107,6 +107,11 @@ class Fp16Steps:
         self.scaler.update(found_inf)
         return True if self.sync_free else read_finite(found_inf)
 
+    def overflowed(self, found_inf: torch.Tensor) -> bool:
+        """Whether this step overflowed, read to the host (one sync: callers ask on logging steps only,
+        or where the host path has read it already)."""
+        return not read_finite(found_inf)
+
     def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
         """``strategy.optimizer_step(optimizer)``, skipping on ``found_inf`` in the kernel where sync-free."""
         if self.sync_free:
