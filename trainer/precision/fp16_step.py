@@ -9,7 +9,9 @@ float32 math, exactly; gradient clipping needs them unscaled anyway).
 
 The cost of not reading the flag: the host does not know that a step was skipped. The trainer then
 advances the LR schedule on a skipped step too (as torch.amp.GradScaler and Lightning do), and
-reports skipped steps on logging steps (:class:`SkipReport`). Other optimizers keep the host read
+reports skipped steps on logging steps (:class:`SkipReport`). A logging step reads the flag before
+the hook (:meth:`Fp16Steps.overflowed`): a skipped one fires no ``on_before_optimizer_step``, clips
+nothing and logs ``train/grad_norm`` as inf; a quiet one runs both and the kernel skips. Other optimizers keep the host read
 (one per optimizer step) and a skipped step does not advance the schedule; :func:`announce` says
 which path a run takes, once, at its start.
 """
