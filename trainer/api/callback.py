@@ -149,7 +149,8 @@ class Callback:
         """After each backward."""
 
     def on_before_optimizer_step(self, trainer: Trainer, module: TrainModule, optimizer: Any) -> None:
-        """Gradients synced and unscaled, not clipped yet; before the optimizer steps."""
+        """Gradients synced and unscaled, not clipped yet; before the optimizer steps. fp16: not called
+        on a step known to be skipped for an overflow (see ``TrainModule.on_before_optimizer_step``)."""
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
         """Before a validation pass (the sanity pass too)."""

@@ -391,7 +391,10 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The step's gradients are synced and unscaled (fp16), not clipped yet (as Lightning);
-        the optimizer has not stepped."""
+        the optimizer has not stepped. Not called on an fp16 step skipped for an overflow where the
+        host knows it (optimizers that cannot skip on a device flag; logging steps otherwise); on
+        other steps a fused optimizer skips on the device after this hook ran, since knowing
+        earlier would cost a host sync every step."""
 
     def on_train_step_end(self, step: int, metrics: dict[str, float] | None) -> None:
         """After optimizer step ``step`` (1-based). ``metrics`` holds the reduced metrics on logging

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -226,13 +227,18 @@ class TrainStep:
 
     # ----- 3. the optimizer step ---------------------------------------------------------------------------
     def before_step(self, local_tokens: TokenCount | None, log_now: bool) -> tuple[bool, torch.Tensor | None, torch.Tensor | None]:
-        """After the last backward: normalise and unscale, then (unless fp16 skips on the host)
-        ``on_before_optimizer_step`` and clipping. Returns (stepped, fp16's overflow flag, grad norm)."""
+        """After the last backward: normalise and unscale, then (unless the step is known to overflow)
+        ``on_before_optimizer_step`` and clipping. Returns (stepped, fp16's overflow flag, grad norm:
+        inf on a logging step known to overflow)."""
         run, strategy, module, trainer = self.run, self.run.strategy, self.run.module, self.run.trainer
         stepped, found_inf = self.prepare_gradients(local_tokens)
         grad_norm = None
-        if not stepped:
-            return stepped, found_inf, None
+        # A step known to be skipped (the host path; sync-free: read on logging steps only, where the
+        # step reads its metrics anyway) fires no hook and clips nothing; a logging step reports its
+        # gradient norm as inf. A quiet sync-free step cannot know without a host sync: it runs the
+        # hook and the clipping, and the kernel then skips the update.
+        if found_inf is not None and (not stepped or (log_now and run.fp16.sync_free and run.fp16.overflowed(found_inf))):
+            return stepped, found_inf, (torch.full((), math.inf) if log_now else None)
         with run.breakdown.phase("optimizer"):
             if "on_before_optimizer_step" in run.hooks.active:
                 run.hooks.call("on_before_optimizer_step", run.optimizer)

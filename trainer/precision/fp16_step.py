@@ -9,7 +9,9 @@ float32 math, exactly; gradient clipping needs them unscaled anyway).
 
 The cost of not reading the flag: the host does not know that a step was skipped. The trainer then
 advances the LR schedule on a skipped step too (as torch.amp.GradScaler and Lightning do), and
-reports skipped steps on logging steps (:class:`SkipReport`). Other optimizers keep the host read
+reports skipped steps on logging steps (:class:`SkipReport`). A logging step reads the flag before
+the hook (:meth:`Fp16Steps.overflowed`): a skipped one fires no ``on_before_optimizer_step``, clips
+nothing and logs ``train/grad_norm`` as inf; a quiet one runs both and the kernel skips. Other optimizers keep the host read
 (one per optimizer step) and a skipped step does not advance the schedule; :func:`announce` says
 which path a run takes, once, at its start.
 """
@@ -106,6 +108,11 @@ class Fp16Steps:
         else the flag read to the host (the one sync per step). Also updates the scaler (no read)."""
         self.scaler.update(found_inf)
         return True if self.sync_free else read_finite(found_inf)
+
+    def overflowed(self, found_inf: torch.Tensor) -> bool:
+        """Whether this step overflowed, read to the host (one sync: callers ask on logging steps only,
+        or where the host path has read it already)."""
+        return not read_finite(found_inf)
 
     def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
         """``strategy.optimizer_step(optimizer)``, skipping on ``found_inf`` in the kernel where sync-free."""
