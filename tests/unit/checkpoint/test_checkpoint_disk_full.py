@@ -1,0 +1,92 @@
+"""A disk that fills during a save: the save fails with one line naming the checkpoint and the free
+space, its staging folder is removed, and the previous checkpoint stays ``latest`` and loads.
+
+The full disk is an ENOSPC raised at the write of one of the checkpoint's files."""
+
+import errno
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import torch.distributed.checkpoint.filesystem as dcp_filesystem
+from trainer.checkpoint import CheckpointConfig, CheckpointError, CheckpointManager, RunStates, layout
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(step, seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    return RunStates(model=model, optimizer=optimizer, progress=lambda: {"step": step, "epoch": 0, "epoch_step": step})
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _fail_torch_save_of(name, monkeypatch):
+    real_save = torch.save
+
+    def save(obj, path, *args, **kwargs):
+        if str(path).endswith(name):
+            _full_disk()
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def _fail_dcp_data(monkeypatch):
+    real_create_stream = dcp_filesystem.FileSystem.create_stream
+
+    def create_stream(self, path, mode):
+        if "w" in mode and str(path).endswith(".distcp"):
+            _full_disk()
+        return real_create_stream(self, path, mode)
+
+    monkeypatch.setattr(dcp_filesystem.FileSystem, "create_stream", create_stream)
+
+
+@pytest.mark.parametrize("fmt, async_save, failing", [
+    ("full", False, "model_optim.pt"),
+    ("full", True, "model_optim.pt"),
+    ("sharded", False, "model_optim"),
+    ("sharded", False, "extras.pt"),
+])
+def test_a_full_disk_keeps_the_previous_checkpoint_latest(tmp_path, monkeypatch, fmt, async_save, failing):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), format=fmt, async_save=async_save,
+                                                 save_on_signal=False), str(tmp_path))
+    manager.setup()
+    saved = _run(step=1, seed=0)
+    manager.save(saved)
+    manager.finish()
+    previous = layout.find_latest(str(tmp_path))
+
+    with monkeypatch.context() as patch:
+        if failing == "model_optim" and fmt == "sharded":
+            _fail_dcp_data(patch)
+        else:
+            _fail_torch_save_of(failing, patch)
+        with pytest.raises(CheckpointError) as raised:
+            manager.save(_run(step=2, seed=1))
+            manager.finish()  # an async write's error is raised at the next wait
+    message = str(raised.value)
+    assert "\n" not in message
+    assert layout.staging_path(str(tmp_path), 2) in message
+    assert "no space left on device" in message.lower()
+    assert " free " in message and "MiB" in message  # the space the disk had left
+    manager.close(clean=False)
+
+    # Nothing of the failed save is left, and the previous checkpoint is `latest` and loads.
+    assert layout.find_latest(str(tmp_path)) == previous
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(previous), layout.LATEST])
+    resumed = _run(step=0, seed=2)
+    progress = CheckpointManager(CheckpointConfig(dir=str(tmp_path), save_on_signal=False), str(tmp_path)).load(
+        previous, resumed)
+    assert progress["step"] == 1
+    for mine, theirs in zip(resumed.model.parameters(), saved.model.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
