@@ -38,8 +38,8 @@ def is_disk_full(error: BaseException | None) -> bool:
 WRITE_ERRORS = (Exception, CheckpointException)
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
+def _size(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def failure(error: BaseException, rank: int) -> tuple[int, str, bool]:
@@ -57,7 +57,7 @@ def describe(staging: str, root: str, rank: int, cause: str, disk_full: bool) ->
     kept = f"`latest` is still {previous}" if previous else "no earlier checkpoint exists"
     try:
         usage = shutil.disk_usage(root)
-        space = f"{_mib(usage.free)} free of {_mib(usage.total)} on {root}"
+        space = f"{_size(usage.free)} free of {_size(usage.total)} on {root}"
     except OSError:
         space = f"free space on {root} unknown"
     if disk_full:
