@@ -4,11 +4,15 @@ space, its staging folder is removed, and the previous checkpoint stays ``latest
 The full disk is an ENOSPC raised at the write of one of the checkpoint's files."""
 
 import errno
+import json
 import os
 import re
+import socket
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 import torch.distributed.checkpoint.filesystem as dcp_filesystem
@@ -91,3 +95,63 @@ def test_a_full_disk_keeps_the_previous_checkpoint_latest(tmp_path, monkeypatch,
     assert progress["step"] == 1
     for mine, theirs in zip(resumed.model.parameters(), saved.model.parameters()):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _two_rank_worker(rank, port, root):
+    import pytest as worker_pytest
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    report = {}
+    try:
+        # Rank 1's disk fills: at its own small file (before the gather), then at its DCP data file.
+        for case, fail in (("small_file", lambda patch: _fail_torch_save_of("rank-00001.pt", patch)),
+                           ("dcp_data", _fail_dcp_data)):
+            folder = os.path.join(root, case)
+            manager = CheckpointManager(CheckpointConfig(dir=folder, save_on_signal=False), folder)
+            manager.setup()
+            manager.save(_run(step=1, seed=0))
+            manager.finish()
+            with worker_pytest.MonkeyPatch.context() as patch:
+                if rank == 1:
+                    fail(patch)
+                started = time.monotonic()
+                try:
+                    manager.save(_run(step=2, seed=1))
+                    manager.finish()
+                    report[case] = None
+                except CheckpointError as error:
+                    report[case] = str(error)
+                report[f"{case}_seconds"] = time.monotonic() - started
+            manager.close(clean=False)
+            dist.barrier()  # rank 1 looks once rank 0 cleaned up
+            report[f"{case}_left"] = sorted(os.listdir(folder))
+            dist.barrier()
+    finally:
+        with open(os.path.join(root, f"report{rank}.json"), "w") as handle:
+            json.dump(report, handle)
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_reports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("disk_full")
+    torch.multiprocessing.start_processes(_two_rank_worker, args=(_free_port(), str(root)), nprocs=2,
+                                          start_method="forkserver")  # from the session's warm server (conftest.py)
+    return [json.loads((root / f"report{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.parametrize("case", ["small_file", "dcp_data"])
+def test_one_rank_with_a_full_disk_stops_every_rank_at_once(two_rank_reports, case):
+    for report in two_rank_reports:
+        message = report[case]
+        assert message is not None and "\n" not in message
+        assert "no space left on device" in message and "rank 1: OSError" in message
+        assert re.search(r"[MG]iB free of", message)
+        assert report[f"{case}_seconds"] < 20  # no rank waits for a collective timeout
+        assert report[f"{case}_left"] == [layout.LATEST, layout.checkpoint_name(1)]
