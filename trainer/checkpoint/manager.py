@@ -171,6 +171,9 @@ class CheckpointManager:
         written, failed = [], None
         try:
             written = self._write_small_files(states, staging, progress)
+            if full and not self.config.async_save and rank == 0:
+                # Before the gather, so that its failure (a full disk) stops every rank there.
+                torch.save(state, os.path.join(staging, "model_optim.pt"))
         except Exception as error:  # a full disk, most often: said in the gather, so every rank stops there
             failed = save_failure.failure(error, rank)
         # Each rank makes its own small files durable (in parallel, on its own node), then the one
@@ -191,8 +194,8 @@ class CheckpointManager:
                 result = None
             else:
                 # DCP's save returns on its coordinator (rank 0) only after every rank's write results
-                # reached it (its files fsynced): no barrier. The full format is rank 0's file alone.
-                result = self._write(state, staging, full)
+                # reached it (its files fsynced): no barrier. The full format's file is written above.
+                result = None if full else self._write(state, staging)
         except save_failure.WRITE_ERRORS as error:  # DCP raises any rank's failed write on every rank
             raise save_failure.abandon(staging, self.root, *save_failure.failure(error, rank)) from error
         if not self.config.async_save and rank == 0:
@@ -229,15 +232,11 @@ class CheckpointManager:
                 written.append(HPARAMS_FILE)
         return written
 
-    def _write(self, state: dict, staging: str, full: bool) -> Any:
+    def _write(self, state: dict, staging: str) -> Any:
+        """The sharded format's synchronous write (DCP)."""
         import torch.distributed.checkpoint as dcp
 
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-
-        if full:
-            if distributed.rank() == 0:
-                torch.save(state, os.path.join(staging, "model_optim.pt"))
-            return None
         return dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
 
     def _write_async(self, state: dict, staging: str, full: bool) -> Any:

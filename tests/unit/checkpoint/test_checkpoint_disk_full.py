@@ -110,15 +110,19 @@ def _two_rank_worker(rank, port, root):
     report = {}
     try:
         # Rank 1's disk fills: at its own small file (before the gather), then at its DCP data file.
-        for case, fail in (("small_file", lambda patch: _fail_torch_save_of("rank-00001.pt", patch)),
-                           ("dcp_data", _fail_dcp_data)):
+        # Then rank 0's disk, at the full format's one file (which rank 1 does not write).
+        for case, fmt, failing_rank, fail in (
+            ("small_file", "sharded", 1, lambda patch: _fail_torch_save_of("rank-00001.pt", patch)),
+            ("dcp_data", "sharded", 1, _fail_dcp_data),
+            ("full_file", "full", 0, lambda patch: _fail_torch_save_of("model_optim.pt", patch)),
+        ):
             folder = os.path.join(root, case)
-            manager = CheckpointManager(CheckpointConfig(dir=folder, save_on_signal=False), folder)
+            manager = CheckpointManager(CheckpointConfig(dir=folder, format=fmt, save_on_signal=False), folder)
             manager.setup()
             manager.save(_run(step=1, seed=0))
             manager.finish()
             with worker_pytest.MonkeyPatch.context() as patch:
-                if rank == 1:
+                if rank == failing_rank:
                     fail(patch)
                 started = time.monotonic()
                 try:
@@ -146,12 +150,13 @@ def two_rank_reports(tmp_path_factory):
     return [json.loads((root / f"report{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.parametrize("case", ["small_file", "dcp_data"])
+@pytest.mark.parametrize("case", ["small_file", "dcp_data", "full_file"])
 def test_one_rank_with_a_full_disk_stops_every_rank_at_once(two_rank_reports, case):
     for report in two_rank_reports:
         message = report[case]
         assert message is not None and "\n" not in message
-        assert "no space left on device" in message and "rank 1: OSError" in message
+        assert "no space left on device" in message
+        assert ("rank 1: OSError" in message) == (case != "full_file")  # rank 0 is not named
         assert re.search(r"[MG]iB free of", message)
         assert report[f"{case}_seconds"] < 20  # no rank waits for a collective timeout
         assert report[f"{case}_left"] == [layout.LATEST, layout.checkpoint_name(1)]
