@@ -160,3 +160,42 @@ def test_one_rank_with_a_full_disk_stops_every_rank_at_once(two_rank_reports, ca
         assert re.search(r"[MG]iB free of", message)
         assert report[f"{case}_seconds"] < 20  # no rank waits for a collective timeout
         assert report[f"{case}_left"] == [layout.LATEST, layout.checkpoint_name(1)]
+
+
+def test_a_fit_whose_disk_fills_stops_with_one_line_and_resumes_from_the_previous_checkpoint(tmp_path, monkeypatch):
+    from tests.support.helpers import CheckpointedRegressor, fit, read_metrics
+
+    real_save, saves = torch.save, []
+
+    def save(obj, path, *args, **kwargs):  # the disk fills during the second checkpoint
+        if str(path).endswith("extras.pt"):
+            saves.append(path)
+            if len(saves) == 2:
+                _full_disk()
+        return real_save(obj, path, *args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(CheckpointError) as raised:
+        fit(run_dir, CheckpointedRegressor(dropout=0.0), batch_size=16, max_steps=6,
+            checkpoint=dict(every_n_steps=2, keep_last=None))
+    monkeypatch.undo()
+    root = str(run_dir / "checkpoints")
+    message = str(raised.value)
+    assert "\n" not in message and layout.staging_path(root, 4) in message
+    assert re.search(r"no space left on device \(\d+\.\d [MG]iB free of .* on " + re.escape(root), message)
+    assert sorted(os.listdir(root)) == sorted([layout.checkpoint_name(2), layout.LATEST])
+
+    saves.clear()
+    monkeypatch.setattr(torch, "save", lambda obj, path, *a, **k: saves.append(path) or real_save(obj, path, *a, **k))
+    _, resumed = fit(run_dir, CheckpointedRegressor(dropout=0.0), batch_size=16, max_steps=6, resume="auto",
+                     checkpoint=dict(every_n_steps=2, keep_last=None))
+    monkeypatch.undo()
+    assert [os.path.basename(os.path.dirname(path)) for path in saves if str(path).endswith("extras.pt")] == [
+        os.path.basename(layout.staging_path(root, 4)), os.path.basename(layout.staging_path(root, 6))]  # from step 2
+    assert layout.find_latest(root).endswith(layout.checkpoint_name(6))
+    assert [r["step"] for r in read_metrics(str(run_dir)) if "train/loss" in r][-4:] == [3, 4, 5, 6]
+    _, uninterrupted = fit(tmp_path / "uninterrupted", CheckpointedRegressor(dropout=0.0), batch_size=16,
+                           max_steps=6, checkpoint=dict(every_n_steps=2, keep_last=None))
+    for name, value in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=0, msg=name)  # bitwise resume
