@@ -16,6 +16,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -299,9 +300,11 @@ class CheckpointManager:
         try:
             future.result()
         except Exception as error:
+            shutil.rmtree(staging, ignore_errors=True)  # what is left of it if the commit failed before its rename
+            space = f"; {save_failure.space_on(self.root)}" if save_failure.is_disk_full(error) else ""
             raise CheckpointError(f"committing the checkpoint {staging} (or deleting old checkpoints after it) failed "
-                                  f"({type(error).__name__}: {error}); `latest` names the newest committed checkpoint") \
-                from error
+                                  f"({type(error).__name__}: {error}{space}); `latest` names the newest committed "
+                                  "checkpoint") from error
 
     def _commit(self, staging: str, marker: dict, full: bool, result: Any) -> None:
         """The committer thread: sizes of rank 0's data files, then ``layout.commit``, then retention."""

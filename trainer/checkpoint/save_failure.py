@@ -42,6 +42,15 @@ def _size(size: int) -> str:
     return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
+def space_on(root: str) -> str:
+    """How much space the file system of ``root`` has left, in words."""
+    try:
+        usage = shutil.disk_usage(root)
+    except OSError:
+        return f"free space on {root} unknown"
+    return f"{_size(usage.free)} free of {_size(usage.total)} on {root}"
+
+
 def failure(error: BaseException, rank: int) -> tuple[int, str, bool]:
     """What a rank tells the others of its failed write: (rank, the error in one line, disk full)."""
     if isinstance(error, CheckpointException) and error.failures:  # its text holds each rank's traceback
@@ -55,11 +64,7 @@ def describe(staging: str, root: str, rank: int, cause: str, disk_full: bool) ->
     where = f"rank {rank}: " if rank else ""
     previous = layout.find_latest(root) if os.path.isdir(root) else None
     kept = f"`latest` is still {previous}" if previous else "no earlier checkpoint exists"
-    try:
-        usage = shutil.disk_usage(root)
-        space = f"{_size(usage.free)} free of {_size(usage.total)} on {root}"
-    except OSError:
-        space = f"free space on {root} unknown"
+    space = space_on(root)
     if disk_full:
         return (f"checkpoint {staging} not saved: no space left on device ({space}; {where}{cause}); "
                 f"{kept}; free space there or set checkpoint.dir elsewhere")
