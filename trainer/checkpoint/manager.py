@@ -169,25 +169,23 @@ class CheckpointManager:
             rank_zero_warn(log, "checkpoint.monitor=%s has no logged value at step %d (logged so far: %s), so this "
                            "checkpoint is kept by keep_last only", self.config.monitor, step,
                            sorted(states.metrics) or "nothing")
-        written, failed = [], None
+        written, sizes, local_error = [], {}, None
         try:
             written = self._write_small_files(states, staging, progress)
             if full and not self.config.async_save and rank == 0:
                 # Before the gather, so that its failure (a full disk) stops every rank there.
                 torch.save(state, os.path.join(staging, "model_optim.pt"))
-        except Exception as error:  # a full disk, most often: said in the gather, so every rank stops there
-            failed = save_failure.failure(error, rank)
-        # Each rank makes its own small files durable (in parallel, on its own node), then the one
-        # gather says every rank's are written and carries their sizes: the agreement to commit.
-        try:
+            # Each rank makes its own small files durable (in parallel, on its own node), then the one
+            # gather says every rank's are written and carries their sizes: the agreement to commit.
             layout.fsync_files(staging, written)
             sizes = integrity.sizes(staging, written)
-        except Exception as error:
-            sizes, failed = {}, failed or save_failure.failure(error, rank)
+        except Exception as error:  # a full disk, most often: said in the gather, so every rank stops there
+            local_error = error
+        failed = save_failure.failure(local_error, rank) if local_error is not None else None
         gathered = distributed.all_gather_object((sizes, failed))
         failures = [part[1] for part in gathered if part[1] is not None]
         if failures:
-            raise save_failure.abandon(staging, self.root, *failures[0])
+            raise save_failure.abandon(staging, self.root, *failures[0]) from local_error
         marker[integrity.FILES] = {k: v for part in gathered for k, v in part[0].items()}
         try:
             if self.config.async_save:
