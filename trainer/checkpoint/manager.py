@@ -8,6 +8,12 @@ its own files, and says so in the one gather that carries their sizes (DCP's own
 cover its data files). Rank 0 then commits (marker, rename, ``latest``) and deletes old checkpoints
 in a background thread, one commit at a time, while every rank trains on; the next commit, a load,
 ``finish`` and ``close`` (end of training, preemption) wait for it, and its error is raised there.
+
+A write that fails on any rank (a full disk, most often) ends the save on every rank with the same
+one-line ``CheckpointError`` naming the checkpoint and the space left (``save_failure.py``): the
+small files' failures travel in the gather, DCP's in its own collectives. The staging folder is
+removed and ``latest`` still names the previous checkpoint. (With ``async_save`` and the full
+format, rank 0 alone learns of its failed write, at its next wait.)
 """
 
 from __future__ import annotations
