@@ -13,7 +13,8 @@ A write that fails on any rank (a full disk, most often) ends the save on every 
 one-line ``CheckpointError`` naming the checkpoint and the space left (``save_failure.py``): the
 small files' failures travel in the gather, DCP's in its own collectives. The staging folder is
 removed and ``latest`` still names the previous checkpoint. (With ``async_save`` and the full
-format, rank 0 alone learns of its failed write, at its next wait.)
+format, rank 0 alone learns of its failed write, at its next wait; the other ranks stop at their
+next collective, which fails at once when rank 0 has left.)
 """
 
 from __future__ import annotations
