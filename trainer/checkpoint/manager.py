@@ -8,6 +8,13 @@ its own files, and says so in the one gather that carries their sizes (DCP's own
 cover its data files). Rank 0 then commits (marker, rename, ``latest``) and deletes old checkpoints
 in a background thread, one commit at a time, while every rank trains on; the next commit, a load,
 ``finish`` and ``close`` (end of training, preemption) wait for it, and its error is raised there.
+
+A write that fails on any rank (a full disk, most often) ends the save on every rank with the same
+one-line ``CheckpointError`` naming the checkpoint and the space left (``save_failure.py``): the
+small files' failures travel in the gather, DCP's in its own collectives. The staging folder is
+removed and ``latest`` still names the previous checkpoint. (With ``async_save`` and the full
+format, rank 0 alone learns of its failed write, at its next wait; the other ranks stop at their
+next collective, which fails at once when rank 0 has left.)
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -25,7 +33,7 @@ from typing import Any
 import torch
 
 from trainer.runtime import distributed
-from trainer.checkpoint import integrity, layout
+from trainer.checkpoint import integrity, layout, save_failure
 from trainer.api.hparams_archive import FILENAME as HPARAMS_FILE
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
@@ -157,13 +165,7 @@ class CheckpointManager:
         again = self._saves_of_step[1] if self._saves_of_step[0] == step else 0
         self._saves_of_step = (step, again + 1)
         staging = layout.staging_path(self.root, step, again)
-        # No barrier: every rank makes the folders it writes into (setup() removed stale staging;
-        # DCP makes its own folder the same way).
-        os.makedirs(os.path.join(staging, "rng"), exist_ok=True)
         state = get_training_state(states.model, states.optimizer, full, self.strategy)
-        torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
-        written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
-        written += save_stream_state(states.data, progress["epoch"], progress["epoch_step"], staging)
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
             "version": FORMAT_VERSION, "time": time.time(),
@@ -174,6 +176,50 @@ class CheckpointManager:
             rank_zero_warn(log, "checkpoint.monitor=%s has no logged value at step %d (logged so far: %s), so this "
                            "checkpoint is kept by keep_last only", self.config.monitor, step,
                            sorted(states.metrics) or "nothing")
+        written, sizes, local_error = [], {}, None
+        try:
+            written = self._write_small_files(states, staging, progress)
+            if full and not self.config.async_save and rank == 0:
+                # Before the gather, so that its failure (a full disk) stops every rank there.
+                torch.save(state, os.path.join(staging, "model_optim.pt"))
+            # Each rank makes its own small files durable (in parallel, on its own node), then the one
+            # gather says every rank's are written and carries their sizes: the agreement to commit.
+            layout.fsync_files(staging, written)
+            sizes = integrity.sizes(staging, written)
+        except Exception as error:  # a full disk, most often: said in the gather, so every rank stops there
+            local_error = error
+        failed = save_failure.failure(local_error, rank) if local_error is not None else None
+        gathered = distributed.all_gather_object((sizes, failed))
+        failures = [part[1] for part in gathered if part[1] is not None]
+        if failures:
+            raise save_failure.abandon(staging, self.root, *failures[0]) from local_error
+        marker[integrity.FILES] = {k: v for part in gathered for k, v in part[0].items()}
+        try:
+            if self.config.async_save:
+                self._pending = (self._write_async(state, staging, full), staging, marker)
+                result = None
+            else:
+                # DCP's save returns on its coordinator (rank 0) only after every rank's write results
+                # reached it (its files fsynced): no barrier. The full format's file is written above.
+                result = None if full else self._write(state, staging)
+        except save_failure.WRITE_ERRORS as error:  # DCP raises any rank's failed write on every rank
+            raise save_failure.abandon(staging, self.root, *save_failure.failure(error, rank)) from error
+        if not self.config.async_save and rank == 0:
+            self._commit_in_background(staging, marker, full, result)
+        log.info("checkpoint at step %d %s in %.2f s -> %s", step,
+                 "started (async)" if self.config.async_save else "written (committing in the background)",
+                 time.perf_counter() - started, self.root)
+
+    def _write_small_files(self, states: RunStates, staging: str, progress: dict) -> list[str]:
+        """This rank's RNG and data-stream files; on rank 0 also trainer_state.json, extras.pt and the
+        hyperparameter objects. Returns their names (relative to ``staging``)."""
+        rank = distributed.rank()
+        # No barrier: every rank makes the folders it writes into (setup() removed stale staging;
+        # DCP makes its own folder the same way).
+        os.makedirs(os.path.join(staging, "rng"), exist_ok=True)
+        torch.save(get_rng_state(), os.path.join(staging, "rng", f"rank-{rank:05d}.pt"))
+        written = [f"rng/rank-{rank:05d}.pt"]  # this rank's small files, their sizes go in the marker
+        written += save_stream_state(states.data, progress["epoch"], progress["epoch_step"], staging)
         if rank == 0:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
                 # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
@@ -190,32 +236,13 @@ class CheckpointManager:
             if hparams_objects:  # never read when resuming: load_from_checkpoint unpickles it
                 torch.save(hparams_objects, os.path.join(staging, HPARAMS_FILE))
                 written.append(HPARAMS_FILE)
-        # Each rank makes its own small files durable (in parallel, on its own node), then the one
-        # gather says every rank's are written and carries their sizes: the agreement to commit.
-        layout.fsync_files(staging, written)
-        marker[integrity.FILES] = {k: v for part in distributed.all_gather_object(integrity.sizes(staging, written))
-                                   for k, v in part.items()}
-        if self.config.async_save:
-            self._pending = (self._write_async(state, staging, full), staging, marker)
-        else:
-            # DCP's save returns on its coordinator (rank 0) only after every rank's write results
-            # reached it (its files fsynced): no barrier. The full format is rank 0's file alone.
-            result = self._write(state, staging, full)
-            if rank == 0:
-                self._commit_in_background(staging, marker, full, result)
-        log.info("checkpoint at step %d %s in %.2f s -> %s", step,
-                 "started (async)" if self.config.async_save else "written (committing in the background)",
-                 time.perf_counter() - started, self.root)
+        return written
 
-    def _write(self, state: dict, staging: str, full: bool) -> Any:
+    def _write(self, state: dict, staging: str) -> Any:
+        """The sharded format's synchronous write (DCP)."""
         import torch.distributed.checkpoint as dcp
 
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-
-        if full:
-            if distributed.rank() == 0:
-                torch.save(state, os.path.join(staging, "model_optim.pt"))
-            return None
         return dcp.save(state, checkpoint_id=os.path.join(staging, "model_optim"), no_dist=not distributed.is_distributed())
 
     def _write_async(self, state: dict, staging: str, full: bool) -> Any:
@@ -246,7 +273,10 @@ class CheckpointManager:
             return
         future, staging, marker = self._pending
         self._pending = None
-        result = future.result() if future is not None else None
+        try:
+            result = future.result() if future is not None else None
+        except save_failure.WRITE_ERRORS as error:
+            raise save_failure.abandon(staging, self.root, *save_failure.failure(error, distributed.rank())) from error
         if distributed.rank() == 0:
             self._commit_in_background(staging, marker, self.config.format == "full", result)
 
@@ -275,9 +305,11 @@ class CheckpointManager:
         try:
             future.result()
         except Exception as error:
+            shutil.rmtree(staging, ignore_errors=True)  # what is left of it if the commit failed before its rename
+            space = f"; {save_failure.space_on(self.root)}" if save_failure.is_disk_full(error) else ""
             raise CheckpointError(f"committing the checkpoint {staging} (or deleting old checkpoints after it) failed "
-                                  f"({type(error).__name__}: {error}); `latest` names the newest committed checkpoint") \
-                from error
+                                  f"({type(error).__name__}: {error}{space}); `latest` names the newest committed "
+                                  "checkpoint") from error
 
     def _commit(self, staging: str, marker: dict, full: bool, result: Any) -> None:
         """The committer thread: sizes of rank 0's data files, then ``layout.commit``, then retention."""

@@ -10,6 +10,7 @@ Ordering, not timing: a deletion blocked on an event shows that ``save`` returne
 at their next collective, before it was released.
 """
 
+import errno
 import json
 import os
 import socket
@@ -158,14 +159,15 @@ def test_a_failed_commit_is_raised_and_the_previous_checkpoint_stays_latest(tmp_
     manager.finish()
 
     def failing(*args, **kwargs):
-        raise OSError("No space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(layout, "commit", failing)
     manager.save(_run(step=2))  # the commit fails in the background ...
     with pytest.raises(CheckpointError, match=r"committing the checkpoint .*step-000000002 .*failed "
-                                              r"\(OSError: No space left on device\)"):
+                                              r"\(OSError: \[Errno 28\] No space left on device; [\d.]+ [MG]iB free "):
         manager.finish()  # ... and is raised on the training thread at the next wait
     assert layout.find_latest(str(tmp_path)).endswith(layout.checkpoint_name(1))
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(layout.STAGING_PREFIX)]
     manager.save(_run(step=3))  # after an error elsewhere, close still waits for the commit and logs its error
     manager.close(clean=False)
     assert "No space left on device" in caplog.text
