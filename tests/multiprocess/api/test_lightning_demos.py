@@ -42,10 +42,6 @@ CALLS = {
     "transformer": ("fit",),
 }
 
-#: (demo, strategy) pairs that fail for a reason another part of the work fixes: demo -> reason
-BLOCKED: dict[tuple[str, str], str] = {}  # (demo, strategy) -> why it cannot pass yet (none)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every demo on every strategy: ``{strategy: {demo: {call: result}}}``."""
@@ -66,14 +62,8 @@ def runs(tmp_path_factory):
             os.environ["PL_USE_MOCKED_MNIST"] = mocked
 
 
-def _blocked(demo: str, strategy: str):
-    reason = BLOCKED.get((demo, strategy))
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-
-
 def _cases():
-    return [pytest.param(demo, strategy, marks=_blocked(demo, strategy), id=f"{demo}-{strategy}")
-            for demo in CALLS for strategy in STRATEGIES]
+    return [pytest.param(demo, strategy, id=f"{demo}-{strategy}") for demo in CALLS for strategy in STRATEGIES]
 
 
 def _assert_same(result, reference, what):
