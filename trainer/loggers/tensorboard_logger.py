@@ -71,6 +71,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
             from torch.utils.tensorboard import SummaryWriter
 
             os.makedirs(self.log_dir, exist_ok=True)
+            _after_older_event_files(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_options)
         return self._writer
 
@@ -101,6 +102,44 @@ class TensorBoardLogger(VersionedFolders, Logger):
         if self._hparams_file:
             write_hparams_yaml(self.log_dir, params)
 
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
+        """A resume from the checkpoint at ``step``: TensorBoard shows the steps the killed run wrote
+        after it no more (a ``SessionLog.START`` event at the first step to write again: TensorBoard
+        drops the events at that step and later ones that came before it), and the steps up to it
+        that the event files lack (written every ``flush_secs``, so a kill loses the last ones) are
+        written again from ``history``."""
+        if not writes_here():
+            return
+        from trainer.loggers.resume_history import merged_by_step
+
+        rows = merged_by_step(history or [], 0, step)
+        again = step + 1 if dropped_from is None else min(step + 1, dropped_from)
+        if rows:
+            held = self._scalars_shown()
+            missing = [row_step for row_step, values in rows if row_step < again and any(
+                (f"{self._prefix}-{k}" if self._prefix else k) not in held.get(row_step, ())
+                for k, v in values.items() if _is_scalar(v))]
+            again = min(missing, default=again)
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        self.experiment.file_writer.add_event(Event(step=again, session_log=SessionLog(status=SessionLog.START)))
+        for row_step, values in rows:
+            if row_step >= again:
+                self.log_metrics(values, row_step)
+        self._writer.flush()
+
+    def _scalars_shown(self) -> dict[int, set[str]]:
+        """step -> the scalar names TensorBoard shows at it, from the event files in ``log_dir``."""
+        from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+        accumulator = EventAccumulator(self.log_dir, size_guidance={SCALARS: 0})
+        accumulator.Reload()
+        shown: dict[int, set[str]] = {}
+        for tag in accumulator.Tags()["scalars"]:
+            for event in accumulator.Scalars(tag):
+                shown.setdefault(event.step, set()).add(tag)
+        return shown
+
     def save(self) -> None:
         if self._writer is not None:
             self._writer.flush()
@@ -114,6 +153,25 @@ class TensorBoardLogger(VersionedFolders, Logger):
         state = dict(self.__dict__)
         state["_writer"] = None  # a copy (a spawned worker's) opens its own writer
         return state
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _after_older_event_files(log_dir: str) -> None:
+    """Wait (at most a second) until the clock is past the second in the name of every event file
+    in ``log_dir``: TensorBoard reads a folder's files in name order, and a file named for the same
+    second as an older one could be read before it (a resumed run's events before the killed run's)."""
+    import time
+
+    newest = 0
+    for name in os.listdir(log_dir):
+        parts = name.split(".")
+        if name.startswith("events.out.tfevents.") and len(parts) > 3 and parts[3].isdigit():
+            newest = max(newest, int(parts[3]))
+    while int(time.time()) <= newest and newest - time.time() < 2:
+        time.sleep(0.05)
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

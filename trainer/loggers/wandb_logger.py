@@ -201,6 +201,12 @@ class WandbLogger(Logger):
         self.run_id = id if id is not None else version
         if anonymous:
             init_options["anonymous"] = "allow"
+        user_config = init_options.pop("config", None)
+        if user_config is not None and not isinstance(user_config, Mapping):
+            raise TypeError(f"WandbLogger(config={user_config!r}) must be a mapping (name -> value); it is the W&B "
+                            "run's config together with the run's own")
+        self._user_config = dict(user_config or {})
+        self._warned_config = False
         self._init_args = dict(init_options, project=project, entity=entity, name=name, group=group, tags=tags, notes=notes)
         self._project = project
         self._prefix = prefix
@@ -208,6 +214,7 @@ class WandbLogger(Logger):
         self.run: Any = experiment  # the wandb Run once started
         self._disabled = False
         self._secrets: list[str] = []  # values under secret-named keys of the logged config
+        self._held_through = 0  # a resumed run: W&B holds the steps up to this one already
 
     @classmethod
     def in_run_dir(cls, run_dir: str, project: str | None = None, entity: str | None = None, name: str | None = None,
@@ -273,7 +280,7 @@ class WandbLogger(Logger):
         # The run's settings (notes, name, tags ...) may hold a value the config keeps under a
         # secret-named key (``notes: ${hub.hf_token}``): they are redacted with the same values.
         self._secrets = sorted(set(self._secrets) | set(secret_values(dict(params))), key=len, reverse=True)
-        config = redact_secrets(dict(params), secrets=self._secrets)
+        config = self._with_user_config(redact_secrets(dict(params), secrets=self._secrets))
         if self.run is None:
             self._start(config)
         else:
@@ -285,8 +292,49 @@ class WandbLogger(Logger):
         if self.run is None:
             self._start(None)
         if self.run is not None:
+            if step is not None and step <= self._held_through:
+                return  # the killed run's row for this step is in W&B already (its history only goes forward)
             values = {(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in metrics.items()}
             self.run.log(values, step=step)
+
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
+        """A resume from the checkpoint at ``step``. W&B buffers what it writes, so a killed run's
+        files (and, online, the server) may hold fewer steps than were logged, or more than the
+        checkpoint's. Its history only goes forward (online, W&B drops a step below the run's last):
+        the steps up to ``step`` that no earlier file of this run (nor the server) holds are logged
+        again from ``history``, and later calls for a step it holds are left out (the killed run's
+        row stands; equal to the resumed run's in an exact resume)."""
+        if not writes_here():
+            return
+        if self.run is None:
+            self._start(None)
+        if self.run is None:  # disabled
+            return
+        from trainer.loggers.resume_history import merged_by_step
+        from trainer.loggers.wandb_history import last_step_held
+
+        current = os.path.dirname(os.path.abspath(self.run.dir)) if getattr(self.run, "dir", None) else None
+        held = last_step_held(os.path.join(self.run_dir, "wandb"), self.run.id, exclude_dir=current)
+        held = max(held, (getattr(self.run, "starting_step", 0) or 0) - 1)  # online: the server's last step
+        for row_step, values in merged_by_step(history or [], held, step):
+            self.log_metrics(values, row_step)
+        self._held_through = held
+        if held > step:
+            log.info("W&B run %s holds steps up to %d from before the resume at step %d: those rows stay as "
+                     "they were logged", self.run.id, held, step)
+
+    def _with_user_config(self, config: dict) -> dict:
+        """The run's config with the ``config=`` given to this logger: the user's value wins on a
+        name both have (one warning names them)."""
+        if not self._user_config:
+            return config
+        user = redact_secrets(self._user_config, secrets=self._secrets)
+        kept = sorted(set(user) & set(config))
+        if kept and not self._warned_config:
+            self._warned_config = True
+            log.warning("WandbLogger(config=...) sets %s, which the run's config has too: the W&B config shows "
+                        "the values given to WandbLogger for them", kept)
+        return {**config, **user}
 
     def finalize(self, status: str = "success") -> None:
         if self.run is not None:
@@ -311,7 +359,8 @@ class WandbLogger(Logger):
         self.run_id = self.run_id or stored_run_id(self.run_dir) or uuid.uuid4().hex[:8]
         _store_run_id(self.run_dir, self.run_id)
         init_args = dict(
-            redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir, config=config, id=self.run_id,
+            redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir,
+            config=config if config is not None else self._with_user_config({}) or None, id=self.run_id,
             resume="allow",
             settings=wandb.Settings(init_timeout=self.init_timeout_s),
         )
