@@ -71,7 +71,6 @@ class TensorBoardLogger(VersionedFolders, Logger):
             from torch.utils.tensorboard import SummaryWriter
 
             os.makedirs(self.log_dir, exist_ok=True)
-            _after_older_event_files(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_options)
         return self._writer
 
@@ -122,11 +121,30 @@ class TensorBoardLogger(VersionedFolders, Logger):
             again = min(missing, default=again)
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
+        self._write_after_older_files()
         self.experiment.file_writer.add_event(Event(step=again, session_log=SessionLog(status=SessionLog.START)))
         for row_step, values in rows:
             if row_step >= again:
                 self.log_metrics(values, row_step)
         self._writer.flush()
+
+    def _write_after_older_files(self) -> None:
+        """TensorBoard reads a folder's event files in name order, and a name starts with the second
+        the file was opened in: a file opened in the same second as an older one may be read before it
+        (its purge too early, the older events shown after it). Then this writer's file is closed and
+        a new one opened once the clock is past that second (at most a second's wait)."""
+        import time
+
+        own = os.path.basename(self._writer.file_writer.event_writer._file_name) if self._writer is not None else None
+        others = [_opened_at(name) for name in os.listdir(self.log_dir) if name != own and _opened_at(name) is not None]
+        newest = max(others, default=None)
+        if newest is None or (own is not None and _opened_at(own) > newest):
+            return
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        while int(time.time()) <= newest and newest - time.time() < 2:
+            time.sleep(0.05)
 
     def _scalars_shown(self) -> dict[int, set[str]]:
         """step -> the scalar names TensorBoard shows at it, from the event files in ``log_dir``."""
@@ -159,19 +177,12 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _after_older_event_files(log_dir: str) -> None:
-    """Wait (at most a second) until the clock is past the second in the name of every event file
-    in ``log_dir``: TensorBoard reads a folder's files in name order, and a file named for the same
-    second as an older one could be read before it (a resumed run's events before the killed run's)."""
-    import time
-
-    newest = 0
-    for name in os.listdir(log_dir):
-        parts = name.split(".")
-        if name.startswith("events.out.tfevents.") and len(parts) > 3 and parts[3].isdigit():
-            newest = max(newest, int(parts[3]))
-    while int(time.time()) <= newest and newest - time.time() < 2:
-        time.sleep(0.05)
+def _opened_at(name: str) -> int | None:
+    """The second in an event file's name (``events.out.tfevents.<second>.<host>...``), else None."""
+    parts = name.split(".")
+    if name.startswith("events.out.tfevents.") and len(parts) > 3 and parts[3].isdigit():
+        return int(parts[3])
+    return None
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -91,7 +91,9 @@ def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path, flushed):
     for step in range(7, 11):
         resumed.log_metrics({"train/loss": loss(step, attempt=1)}, step)
     resumed.finalize()
-    assert len(glob.glob(str(tmp_path / "events.out.tfevents.*"))) == 2
+    # The killed run's file stays (TensorBoard hides its later steps); the resumed run writes its own
+    # (two when its first was opened in the same second as the killed run's: see resume_at).
+    assert len(glob.glob(str(tmp_path / "events.out.tfevents.*"))) in (2, 3)
     expected = [(s, loss(s)) for s in range(1, 7)] + [(s, loss(s, 1)) for s in range(7, 11)]
     assert [(s, pytest.approx(v, rel=1e-6)) for s, v in tensorboard_scalars(tmp_path)["train/loss"]] == expected
 
