@@ -28,17 +28,27 @@ from typing import Any, Iterable
 
 log = logging.getLogger(__name__)
 
-def resume_loggers(loggers: Iterable[Any], step: int, logged_rows: int | None) -> None:
+def resume_loggers(loggers: Iterable[Any], step: int, logged_rows: int | None, checkpoint_run_dir: str | None = None) -> None:
     """Bring ``loggers`` back to the checkpoint at ``step`` (rank 0, after the checkpoint loaded).
-    ``logged_rows``: the log calls made before the save (None for a checkpoint that lacks the count:
-    the rows up to ``step`` are kept then)."""
+    ``logged_rows``: the lines metrics.jsonl had when it was saved (None for a checkpoint that lacks
+    the count: the rows up to ``step`` are kept then). ``checkpoint_run_dir``: the run directory the
+    checkpoint belongs to, when it is not the loggers' (a job resumed into a new run directory): the
+    files there are left as they are; the new directory's files keep nothing after ``step``, and the
+    W&B run (the one dashboard both directories share) is filled from the checkpoint's run's metrics.jsonl."""
     from trainer.loggers.csv_logger import CSVLogger
     from trainer.loggers.jsonl_logger import JSONLLogger
+    from trainer.loggers.wandb_logger import WandbLogger
 
     loggers = list(loggers)
     history: list | None = None
     dropped_from: int | None = None  # the smallest step among the rows logged after the save
     jsonl = next((logger for logger in loggers if isinstance(logger, JSONLLogger)), None)
+    earlier_history = None
+    if checkpoint_run_dir is not None:
+        if jsonl is not None:
+            earlier = JSONLLogger(checkpoint_run_dir, os.path.basename(jsonl.path))
+            earlier_history = kept_calls(read_jsonl(earlier.path), step, logged_rows)
+        logged_rows = None  # a count of the other directory's file
     if jsonl is not None:
         history, dropped_from = jsonl.cut_to_checkpoint(step, logged_rows)
     else:
@@ -49,8 +59,18 @@ def resume_loggers(loggers: Iterable[Any], step: int, logged_rows: int | None) -
         log.warning("resumed at step %d without a jsonl or csv logger: TensorBoard and W&B may lack steps before it "
                     "that they had not written out when the run stopped (add the jsonl logger to fill them)", step)
     for logger in loggers:
-        if logger is not jsonl and hasattr(logger, "resume_at"):
+        if checkpoint_run_dir is not None and isinstance(logger, WandbLogger):
+            logger.resume_at(step, earlier_history, None, earlier_run_dir=checkpoint_run_dir)
+        elif logger is not jsonl and hasattr(logger, "resume_at"):
             logger.resume_at(step, history, dropped_from)
+
+
+def kept_calls(rows: list[dict[str, Any]], step: int, logged_rows: int | None) -> list[tuple[int, dict[str, Any]]]:
+    """The calls of metrics.jsonl's ``rows`` made before the checkpoint at ``step`` was saved: the
+    first ``logged_rows`` (when the file has that many), else those up to ``step``."""
+    kept = rows[:logged_rows] if logged_rows is not None and logged_rows <= len(rows) else \
+        [row for row in rows if row.get("step", 0) <= step]
+    return [(row["step"], {k: v for k, v in row.items() if k != "step"}) for row in kept if "step" in row]
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:

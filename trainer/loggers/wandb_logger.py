@@ -103,12 +103,18 @@ def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
 def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
     """:func:`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
     folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
+    return adopt_run_id(run_dir_of_checkpoint(checkpoint), run_dir)
+
+
+def run_dir_of_checkpoint(checkpoint: str) -> str:
+    """The run directory a checkpoint path (a checkpoint, or a folder inside a run's ``checkpoints/``)
+    belongs to: the folder above ``checkpoints/``."""
     checkpoints = os.path.abspath(checkpoint)
     while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
         os.path.join(checkpoints, "latest")
     ):
         checkpoints = os.path.dirname(checkpoints)
-    return adopt_run_id(os.path.dirname(checkpoints), run_dir)
+    return os.path.dirname(checkpoints)
 
 
 def _store_run_id(run_dir: str, run_id: str) -> None:
@@ -126,7 +132,9 @@ class WandbLogger(Logger):
     rank. The run starts at the first ``log_hyperparams`` (with the resolved config, secrets
     redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
     stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
-    same run (``resume="allow"``).
+    same run (``resume="allow"``). A resumed job brings the run back to its checkpoint
+    (:meth:`resume_at`): the steps W&B had not written out when the job was killed are logged again
+    from metrics.jsonl, and a step it holds is not logged twice.
 
     Never hangs on a missing network: in ``auto`` mode without an API key the run is offline
     (``wandb sync <run_dir>/wandb/offline-run-*`` uploads it later); with a key, a server that
@@ -153,7 +161,9 @@ class WandbLogger(Logger):
         mode: ``auto`` (``$WANDB_MODE`` if set, else online with an API key, offline without),
             ``online``, ``offline`` or ``disabled`` (log nothing, import nothing).
         init_timeout_s: how long ``wandb.init`` may wait for the server.
-        **init_options: more ``wandb.init`` keywords (``job_type``, ``config``, ...).
+        **init_options: more ``wandb.init`` keywords (``job_type``, ...). ``config`` (a mapping) is
+            the W&B config together with the run's own (its values win on a name both have, with
+            one warning naming them), redacted as the rest.
     """
 
     def __init__(
@@ -297,13 +307,16 @@ class WandbLogger(Logger):
             values = {(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in metrics.items()}
             self.run.log(values, step=step)
 
-    def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None,
+                  earlier_run_dir: str | None = None) -> None:
         """A resume from the checkpoint at ``step``. W&B buffers what it writes, so a killed run's
         files (and, online, the server) may hold fewer steps than were logged, or more than the
         checkpoint's. Its history only goes forward (online, W&B drops a step below the run's last):
         the steps up to ``step`` that no earlier file of this run (nor the server) holds are logged
         again from ``history``, and later calls for a step it holds are left out (the killed run's
-        row stands; equal to the resumed run's in an exact resume)."""
+        row stands; equal to the resumed run's in an exact resume). ``earlier_run_dir``: the run
+        directory of the checkpoint, when the job resumed into another one (its W&B files count too,
+        and ``history`` is its metrics.jsonl)."""
         if not writes_here():
             return
         if self.run is None:
@@ -314,7 +327,8 @@ class WandbLogger(Logger):
         from trainer.loggers.wandb_history import last_step_held
 
         current = os.path.dirname(os.path.abspath(self.run.dir)) if getattr(self.run, "dir", None) else None
-        held = last_step_held(os.path.join(self.run_dir, "wandb"), self.run.id, exclude_dir=current)
+        held = max(last_step_held(os.path.join(folder, "wandb"), self.run.id, exclude_dir=current)
+                   for folder in {self.run_dir, earlier_run_dir or self.run_dir})
         held = max(held, (getattr(self.run, "starting_step", 0) or 0) - 1)  # online: the server's last step
         for row_step, values in merged_by_step(history or [], held, step):
             self.log_metrics(values, row_step)

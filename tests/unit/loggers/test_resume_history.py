@@ -17,6 +17,7 @@ from tests.unit.loggers.test_loggers import offline_runs, read_csv, tensorboard_
 from trainer.loggers import CSVLogger, JSONLLogger, TensorBoardLogger, WandbLogger
 from trainer.loggers.resume_history import resume_loggers
 from trainer.loggers.wandb_history import history_steps
+from trainer.loggers.wandb_logger import adopt_run_id
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -175,3 +176,20 @@ def test_wandb_config_given_to_the_logger_is_kept_beside_the_runs(tmp_path, capl
     _, config, _ = wandb_run(finish(logger))
     assert "WandbLogger(config=...) sets ['lr']" in caplog.text
     assert {k: config[k] for k in ("team", "lr", "optimizer")} == {"team": "vision", "lr": 0.5, "optimizer": {"name": "sgd"}}
+
+
+def test_wandb_run_resumed_into_a_new_run_directory_is_filled_from_the_checkpoints_run(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    jsonl = JSONLLogger(str(old))
+    for step in range(1, 9):
+        jsonl.log_metrics({"train/loss": loss(step)}, step)
+    path = finished_wandb_run(old, range(1, 4))  # W&B wrote steps 1-3 only, the checkpoint is at 6
+    adopt_run_id(str(old), str(new))
+    wandb = WandbLogger.in_run_dir(str(new), project="p")
+    resume_loggers([JSONLLogger(str(new)), wandb], 6, 6, checkpoint_run_dir=str(old))
+    for step in (7, 8):
+        wandb.log_metrics({"train/loss": loss(step, attempt=1)}, step)
+    finish(wandb)
+    assert os.path.getsize(path) > 7  # (the old directory's files stay as they were)
+    assert [json.loads(line)["step"] for line in open(old / "metrics.jsonl")] == list(range(1, 9))
+    assert wandb_steps(old) + wandb_steps(new) == [(s, loss(s)) for s in range(1, 7)] + [(7, loss(7, 1)), (8, loss(8, 1))]
