@@ -23,7 +23,7 @@ import numpy
 import pytest
 
 from tests.support.run_fit import run_fit
-from tests.unit.loggers.test_loggers import closed_port, read_csv, tensorboard_scalars, wandb_records
+from tests.unit.loggers.test_loggers import closed_port, read_csv, tensorboard_scalars, wandb_records, wandb_run
 from trainer.loggers.wandb_logger import PROXY_VARIABLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -64,6 +64,7 @@ def wandb_history(run_dir) -> list[tuple[int, dict]]:
     ``.wandb`` file in the order the attempts started (the time in the folder's name)."""
     folders = glob.glob(os.path.join(str(run_dir), "wandb", "offline-run-*"))
     folders.sort(key=lambda folder: os.path.basename(folder).split("-")[2])
+    wandb_run(glob.glob(os.path.join(folders[-1], "*.wandb"))[0])  # (waits for W&B's service to write the finished run)
     rows = []
     for folder in folders:
         (run_file,) = glob.glob(os.path.join(folder, "*.wandb"))
