@@ -111,6 +111,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
             return
         from trainer.loggers.resume_history import merged_by_step
 
+        os.makedirs(self.log_dir, exist_ok=True)  # (nothing written yet when the run logged no config)
         rows = merged_by_step(history or [], 0, step)
         again = step + 1 if dropped_from is None else min(step + 1, dropped_from)
         if rows:

@@ -193,3 +193,14 @@ def test_wandb_run_resumed_into_a_new_run_directory_is_filled_from_the_checkpoin
     assert os.path.getsize(path) > 7  # (the old directory's files stay as they were)
     assert [json.loads(line)["step"] for line in open(old / "metrics.jsonl")] == list(range(1, 9))
     assert wandb_steps(old) + wandb_steps(new) == [(s, loss(s)) for s in range(1, 7)] + [(7, loss(7, 1)), (8, loss(8, 1))]
+
+
+def test_a_logger_that_wrote_nothing_yet_resumes_too(tmp_path):
+    # No config was logged, so no folder or file exists at the resume: nothing to drop or fill, no error.
+    folder = tmp_path / "fresh"
+    tensorboard, csv_logger = TensorBoardLogger.in_run_dir(str(folder)), CSVLogger.in_run_dir(str(folder))
+    resume_loggers([tensorboard, csv_logger], 2, None)
+    JSONLLogger(str(tmp_path / "empty")).cut_to_checkpoint(2, 5)
+    tensorboard.finalize()
+    assert tensorboard_scalars(folder) == {} and not (folder / "metrics.csv").exists()
+    assert not (tmp_path / "empty" / "metrics.jsonl").exists()
