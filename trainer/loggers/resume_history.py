@@ -74,7 +74,8 @@ def kept_calls(rows: list[dict[str, Any]], step: int, logged_rows: int | None) -
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
-    """The complete lines of a ``metrics.jsonl`` (a line cut short by a kill is left out)."""
+    """The complete lines of a ``metrics.jsonl`` (a line cut short by a kill is left out, also one
+    that a later run appended to)."""
     rows = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -84,7 +85,7 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except ValueError:
-                    break
+                    continue
     except FileNotFoundError:
         pass
     return rows
