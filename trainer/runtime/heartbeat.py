@@ -198,9 +198,7 @@ class Heartbeat:
         self._reported = True
         killed = self._kill_peer_here() if kill_peer else ""
         line = f"{what}{killed}; rank {self.rank} ends the job" if exit else f"{what}{killed}"
-        log.error(line)
-        if not logging.getLogger().handlers and not log.handlers:  # no handler prints it: stderr
-            print(line, file=sys.stderr)
+        log.error(line)  # (with no handler configured, logging's last resort prints it on stderr)
         if exit:
             for stream in (sys.stdout, sys.stderr):
                 try:
