@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 
 def interval_for(silence_s: float) -> float:
     """How often a rank beats: ten beats per silence limit (so a limit is missed only by a rank that
-    missed ten beats in a row), between 0.2 s and 30 s."""
-    return min(max(silence_s / 10.0, 0.2), 30.0)
+    missed ten beats in a row), between 0.2 s and 5 s (a store request every 5 s per rank costs
+    nothing, and a peer that still beats at the long interval of the first join is not taken for
+    silent once the run sets a shorter collective timeout)."""
+    return min(max(silence_s / 10.0, 0.2), 5.0)
 
 
 def counter_key(rank: int) -> str:
@@ -83,6 +85,11 @@ class Staleness:
             self.values[rank] = value
             self.changed_at[rank] = now
 
+    def restart(self, now: float) -> None:
+        """Count every watched rank's silence from ``now``."""
+        self.started = now
+        self.changed_at = {rank: now for rank in self.changed_at}
+
     def silent_for(self, rank: int, now: float) -> float:
         """Seconds since ``rank`` last beat (since the watch started, if it never did); 0 once it left."""
         if rank in self.left:
@@ -112,6 +119,9 @@ class Heartbeat:
         self.last_answer = time.monotonic()  # when the store last answered this rank
         self.peer: str | None = None  # the watched rank's "host pid"
         self._stopping = threading.Event()
+        # Set to end a thread's wait early: on stop, and when the interval changes (a thread that
+        # slept out the old, longer interval would miss beats its watcher now expects).
+        self._wake = {"beat": threading.Event(), "watch": threading.Event()}
         self._reported = False
         self._beat = threading.Thread(target=self._beat_loop, name="trainer-heartbeat", daemon=True)
         # The watch never touches the store: it sees a store that stopped answering too.
@@ -120,6 +130,19 @@ class Heartbeat:
     @property
     def interval(self) -> float:
         return interval_for(self.silence_s)
+
+    def set_silence(self, silence_s: float) -> None:
+        # The watched rank gets the new limit counted from now (it may set the same limit a moment later).
+        self.staleness.restart(time.monotonic())
+        self.silence_s = silence_s
+        for event in self._wake.values():
+            event.set()
+
+    def _sleep(self, thread: str) -> bool:
+        """Wait one interval (less if woken); True once the heartbeat is stopping."""
+        self._wake[thread].wait(self.interval)
+        self._wake[thread].clear()
+        return self._stopping.is_set()
 
     def start(self) -> Heartbeat:
         self._beat.start()
@@ -138,8 +161,10 @@ class Heartbeat:
                 self._report(f"rank {self.watched} stopped responding: no heartbeat for {silent[0][1]:.0f} s"
                              f"{self._peer_text()}; rank {self.rank} failed waiting for it", kill_peer=True, exit=False)
         self._stopping.set()
+        for event in self._wake.values():
+            event.set()
         if self._beat.is_alive():
-            self._beat.join(timeout=max(2.0, 2 * self.interval))
+            self._beat.join(timeout=5.0)  # (longer only if the store stopped answering)
 
     # ----- the threads ---------------------------------------------------------------------------
     def _beat_loop(self) -> None:
@@ -153,13 +178,14 @@ class Heartbeat:
                     if self.peer is None and store.check([who_key(self.watched)]):
                         self.peer = store.get(who_key(self.watched)).decode()
                 self.last_answer = time.monotonic()
-                self._stopping.wait(self.interval)
+                if self._sleep("beat"):
+                    break
             store.add(counter_key(self.rank), LEFT)
         except Exception:  # the store went away (the job is ending); the watch reports a store that stays silent
             return
 
     def _watch_loop(self) -> None:
-        while not self._stopping.wait(self.interval):
+        while not self._sleep("watch"):
             now = time.monotonic()
             if now - self.last_answer > self.silence_s:
                 self._report(f"{self.store_name} did not answer for {now - self.last_answer:.0f} s (more than "
@@ -224,7 +250,7 @@ def start(connect: Callable[[], Any], rank: int, world_size: int, silence_s: flo
 def set_silence(silence_s: float) -> None:
     """The collective timeout changed: so does the silence a watcher allows."""
     if _current is not None:
-        _current.silence_s = silence_s
+        _current.set_silence(silence_s)
 
 
 def running() -> bool:
