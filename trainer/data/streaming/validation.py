@@ -11,8 +11,10 @@ one (weight 0).
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import random
+import time
 from types import SimpleNamespace
 from typing import Any, Iterator
 
@@ -26,6 +28,8 @@ except ImportError:  # NumPy is optional
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
+
+log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the validation lines
 
 
 def val_length(dataset: Any, setting: Any) -> int | float:
@@ -65,6 +69,10 @@ class StreamValShard:
         self.lockstep = False
         self.real = 0
         self.stream_first: Any = None
+        # A stream without __len__ read with no limit may never end; the trainer cannot tell an endless
+        # one from a long one, so a pass that reads for longer than a collective may wait says so.
+        endless_possible = limit is None and math.isinf(val_length(dataset, None))
+        self.notice_after_s = trainer.collective_timeout.total_seconds() if endless_possible else None
 
     def padded_to_the_busiest(self) -> StreamValShard:
         """Run as many forwards as the busiest rank (a lockstep strategy: FSDP): the extra ones re-read
@@ -98,8 +106,11 @@ class StreamValShard:
         self.real, self.stream_first = 0, None
         first: Any = None
         batches = self._batches()
+        started = time.monotonic()
         while True:
             mine, more = self._next_mine(batches)
+            if self.notice_after_s is not None and time.monotonic() - started > self.notice_after_s:
+                self._notice(time.monotonic() - started)
             if first is None:  # invariant: the stream's first sample; sharded: this rank's
                 first = self.stream_first if self.stream_first is not None else (mine[0] if mine else None)
             if mine is None and not more:
@@ -111,6 +122,13 @@ class StreamValShard:
                 continue
             self.real += 1
             yield len(mine), pin_batch(self.collate_fn(mine), self.pin_memory), True
+
+    def _notice(self, seconds: float) -> None:
+        after, self.notice_after_s = self.notice_after_s, None  # once a pass
+        log.warning("rank %d: this validation pass has read %s (a stream without __len__) for %.0f s, more than "
+                    "trainer.collective_timeout_s=%g, and goes on: a stream is read to its end each pass; if it never "
+                    "ends, set trainer.limit_val_batches to an integer (global validation batches)", self.rank,
+                    type(self.dataset).__name__, seconds, after)
 
     def _next_mine(self, batches: Iterator[list[Any]]) -> tuple[list[Any] | None, bool]:
         """This rank's next batch (None: none left for it), and whether any rank still runs a forward."""
