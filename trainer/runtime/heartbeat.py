@@ -96,9 +96,10 @@ class Staleness:
             return 0.0
         return now - self.changed_at.get(rank, self.started)
 
-    def silent(self, now: float, limit: float) -> list[tuple[int, float]]:
-        """``(rank, seconds)`` of every watched rank silent for more than ``limit`` seconds, most silent first."""
-        found = [(rank, self.silent_for(rank, now)) for rank in self.ranks]
+    def silent(self, now: float, limit: float, beaten_only: bool = False) -> list[tuple[int, float]]:
+        """``(rank, seconds)`` of every watched rank silent for more than ``limit`` seconds, most silent
+        first; ``beaten_only``: of the ranks that beat at least once (one still starting is not silent)."""
+        found = [(rank, self.silent_for(rank, now)) for rank in self.ranks if not beaten_only or rank in self.values]
         return sorted(((r, s) for r, s in found if s > limit), key=lambda item: -item[1])
 
 

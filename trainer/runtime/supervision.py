@@ -39,7 +39,10 @@ class HeartbeatWatch:
             self.staleness.observe(rank, int(self.store.add(counter_key(rank), 0)), now)
 
     def silent(self, limit: float) -> list[tuple[int, float]]:
-        return self.staleness.silent(time.monotonic(), limit)
+        """The ranks silent for more than ``limit`` since their last beat. A worker still starting (the
+        fork server's first start imports torch) has not beaten yet and is not silent: if it never
+        gets going, its peers' rendezvous times out, and ``_failed`` looks at it then."""
+        return self.staleness.silent(time.monotonic(), limit, beaten_only=True)
 
 
 def _kill(processes: list[Any], which: list[int]) -> None:
@@ -81,16 +84,22 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
 
 
 def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float) -> None:
-    """A worker ended with an error. A rank silent for two beats or more, or stopped, is the likely
-    cause (a peer's collective timed out waiting for it): it is named, and killed now, since torch's
-    clean-up of the rest sends SIGTERM first, which a stopped process would hold for 30 s."""
+    """A worker ended with an error. If that error is a timeout, a rank silent for two beats or more
+    is its likely cause (the collective waited for it): it is named. A stopped rank is named in any
+    case. Both are killed now: torch's clean-up of the rest sends SIGTERM first, which a stopped
+    process holds (for 30 s, until torch sends SIGKILL)."""
     processes = context.processes
+    time.sleep(0.1)  # the failing worker put its report before it exited; the queue's feeder may lag
+    reports = []
+    while not failures.empty():
+        reports.append(failures.get())
+    timed_out = any("timed out" in report[4].lower() for report in reports)
     alive = [i for i, p in enumerate(processes) if p.exitcode is None and p.is_alive()]
     try:
         watch.read(alive)
     except Exception:  # the store is the launcher's own; a failure here only loses the diagnosis
         pass
-    silent = watch.silent(2 * interval)
+    silent = watch.silent(2 * interval) if timed_out else []
     stopped = [i for i in alive if process_state(processes[i].pid) in ("T", "t")]
     silent += [(i, watch.staleness.silent_for(i, time.monotonic())) for i in stopped if i not in dict(silent)]
     _kill(processes, [rank for rank, _ in silent])
@@ -99,7 +108,6 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
         while not context.join():
             pass
     except mp.ProcessRaisedException as error:
-        reports = []
         while not failures.empty():
             reports.append(failures.get())
         if not reports:
@@ -113,9 +121,9 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
         logging.getLogger("trainer.runtime.launch").error("rank %d (pid %d) failed:\n%s", rank, pid, trace.rstrip())
         others = sorted({r for _, r, *_ in reports} - {rank})
         hint = ""
-        if "Timed out" in summary or "timed out" in summary:
-            hint = ("; every other rank was still beating (none had stopped): a rank is alive but did not reach "
-                    "the collective (a deadlock, or ranks that took different paths)")
+        if "timed out" in summary.lower():
+            hint = ("; no rank had stopped responding (every heartbeat was current): a rank is alive but did not "
+                    "reach the collective (a deadlock, or ranks that took different paths)")
         raise WorkerFailed(
             f"rank {rank} failed: {summary} (traceback above){hint}; "
             + (f"rank(s) {others} failed after it" if others else "the other ranks were stopped")
