@@ -104,8 +104,11 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
     silent += [(i, watch.staleness.silent_for(i, time.monotonic())) for i in stopped if i not in dict(silent)]
     _kill(processes, [rank for rank, _ in silent])
     cause = _silent_line(silent, processes, watch.silence_s) if silent else None
+    # After a timeout the other ranks are stuck in collectives: a short grace (torch's SIGTERM, then
+    # SIGKILL) instead of the default 30 s for ranks that may still be saving.
+    grace = 2.0 if timed_out else None
     try:
-        while not context.join():
+        while not context.join(grace_period=grace):
             pass
     except mp.ProcessRaisedException as error:
         while not failures.empty():

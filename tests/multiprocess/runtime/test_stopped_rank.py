@@ -1,6 +1,7 @@
 """A rank that stops responding without dying (SIGSTOP) ends the job within the collective timeout plus a
 grace period, one line names it, and no process of the job is left; a rank that is merely slow is not
-touched. Under the trainer's own spawning and under torchrun.
+touched; one alive but deadlocked is caught by the collective timeout, on the rank that waited, and the
+launcher says no rank had stopped. Under the trainer's own spawning and under torchrun.
 
 Each run is a subprocess in a session of its own (tests/support/command_line.py: a marker in its
 environment finds any process it left behind); the ranks also write their pids, checked one by one.
@@ -15,13 +16,13 @@ import time
 
 import pytest
 
-from tests.support.command_line import TORCHRUN, Started, _kill_unfinished, free_port  # noqa: F401 (a fixture)
+from tests.support.command_line import TORCHRUN, Started, _kill_unfinished, free_port  # noqa: F401 (_kill_unfinished: a fixture)
 from tests.support.helpers import REPO, Regressor, read_metrics, run_trainer
 
 pytestmark = pytest.mark.timeout(240)
 
 TIMEOUT_S = 10  # trainer.collective_timeout_s of the stopped runs
-GRACE_S = 10  # what ending the job may take beyond it: a beat interval, the kill, the launcher's exit
+GRACE_S = 15  # what ending the job may take beyond it: a beat interval, the kill, the launcher's exit (slow on a loaded machine)
 
 STOPPING_SCRIPT = """
     import os
@@ -49,6 +50,8 @@ STOPPING_SCRIPT = """
             if rank == 1 and batch_idx == 2:
                 with open(os.path.join(RUN_DIR, "stopped_at"), "w") as f:
                     f.write(repr(time.time()))
+                if {hang!r}:  # alive and beating, but never back (a deadlock)
+                    time.sleep(3600)
                 os.kill(os.getpid(), signal.SIGSTOP)
             return super().training_step(batch, batch_idx)
 
@@ -69,10 +72,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _run_stopping(tmp_path, launcher: list[str]):
+def _run_stopping(tmp_path, launcher: list[str], hang: bool = False):
     run_dir = tmp_path / "run"
     script = tmp_path / "stopping.py"
-    script.write_text(textwrap.dedent(STOPPING_SCRIPT.format(repo=REPO, run_dir=str(run_dir), timeout=TIMEOUT_S)))
+    script.write_text(textwrap.dedent(STOPPING_SCRIPT.format(repo=REPO, run_dir=str(run_dir), timeout=TIMEOUT_S,
+                                                             hang=hang)))
     started = Started(launcher + [str(script)])
     result = started.finish(timeout=180)
     ended = time.time()
@@ -100,6 +104,18 @@ def test_a_stopped_torchrun_rank_is_named_and_the_job_ends(tmp_path):
     launcher = TORCHRUN + ["--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
     result, elapsed, pids = _run_stopping(tmp_path, launcher)
     _assert_named_and_gone(result, elapsed, pids)
+
+
+def test_a_deadlocked_rank_is_caught_by_the_collective_timeout(tmp_path):
+    # Rank 1 is alive (its heartbeat goes on) but never comes back: rank 0's collective times out,
+    # and the launcher says that no rank had stopped responding.
+    result, elapsed, pids = _run_stopping(tmp_path, [sys.executable], hang=True)
+    assert result.returncode != 0, result.describe()
+    line = next((line for line in result.stderr.splitlines() if line.startswith("trainer.runtime")), "")
+    assert "rank 0 failed" in line and "no rank had stopped responding" in line, result.describe()
+    assert elapsed < TIMEOUT_S + GRACE_S, f"the job ended {elapsed:.1f} s after rank 1 hung\n{result.describe()}"
+    assert not [pid for pid in pids if _alive(pid)], f"ranks left running: {pids}\n{result.describe()}"
+    assert not result.leftovers, f"processes left behind: {result.leftovers}\n{result.describe()}"
 
 
 class SlowRanks(Regressor):
