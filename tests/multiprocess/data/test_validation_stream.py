@@ -15,7 +15,7 @@ import logging
 import pytest
 import torch
 
-from tests.support.helpers import Regressor, new_trainer
+from tests.support.helpers import Regressor, new_trainer, read_metrics
 from tests.support.stream_modules import VAL_SIZES, IdShards
 
 pytestmark = pytest.mark.timeout(300)
@@ -137,3 +137,23 @@ def test_an_endless_stream_without_a_limit_is_not_read_silently(tmp_path, caplog
     notices = [r.getMessage() for r in caplog.records if "a stream without __len__" in r.getMessage()]
     assert len(notices) == 1, notices
     assert "EndlessShards" in notices[0] and "trainer.limit_val_batches" in notices[0], notices
+
+
+class PersistentTrainLoader(StreamValidation):
+    """Training from a loader with persistent workers; validation from a stream (val_dataset)."""
+
+    def train_dataloader(self):
+        from tests.support.helpers import regression_data
+
+        return torch.utils.data.DataLoader(regression_data(64), batch_size=8, num_workers=1, persistent_workers=True)
+
+
+def test_persistent_workers_of_the_train_loader_are_not_silently_dropped_for_a_validation_stream(tmp_path, caplog):
+    stream = IdShards(sizes=VAL_SIZES)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        new_trainer(tmp_path, max_steps=2, val_every_n_steps=2, num_sanity_val_steps=0).fit(
+            PersistentTrainLoader(stream))
+    warnings = [r.getMessage() for r in caplog.records if "persistent_workers=True (train_dataloader())" in r.getMessage()]
+    assert len(warnings) == 1 and "validation stream of val_dataset()" in warnings[0], warnings
+    val = [r["val/loss"] for r in read_metrics(str(tmp_path)) if "val/loss" in r]
+    assert len(val) == 1  # and the stream validated
