@@ -76,11 +76,15 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
             processes[index].join()
             if processes[index].exitcode != 0:
                 _failed(context, failures, watch, interval)
-        watch.read([pending[s] for s in pending])
+        try:
+            watch.read([pending[s] for s in pending])
+        except Exception:  # (the launcher's own store: not expected) no diagnosis this round, the wait goes on
+            continue
         silent = watch.silent(silence_s)
         if silent:
+            line = _silent_line(silent, processes, silence_s)  # (before the kill: it says whether it was stopped)
             _kill(processes, list(range(len(processes))))
-            raise WorkerFailed(_silent_line(silent, processes, silence_s) + "; every rank was stopped")
+            raise WorkerFailed(line + "; every rank was stopped")
 
 
 def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float) -> None:
@@ -102,8 +106,8 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
     silent = watch.silent(2 * interval) if timed_out else []
     stopped = [i for i in alive if process_state(processes[i].pid) in ("T", "t")]
     silent += [(i, watch.staleness.silent_for(i, time.monotonic())) for i in stopped if i not in dict(silent)]
-    _kill(processes, [rank for rank, _ in silent])
     cause = _silent_line(silent, processes, watch.silence_s) if silent else None
+    _kill(processes, [rank for rank, _ in silent])
     # After a timeout the other ranks are stuck in collectives: a short grace (torch's SIGTERM, then
     # SIGKILL) instead of the default 30 s for ranks that may still be saving.
     grace = 2.0 if timed_out else None
