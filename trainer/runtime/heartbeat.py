@@ -23,6 +23,7 @@ rank that waited; the launcher of spawned workers then adds that every rank was 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import signal
@@ -205,34 +206,54 @@ class Heartbeat:
         host, _, pid = self.peer.partition(" ")
         return f" (host {host}, pid {pid})"
 
-    def _kill_peer_here(self) -> str:
-        """SIGKILL the watched rank if it runs on this host (SIGTERM waits until a stopped process is
-        continued); returns what was done, for the report."""
+    def _peer_here(self) -> int | None:
+        """The watched rank's pid if it runs on this host and is still there (not a zombie)."""
         if self.peer is None:
-            return ""
+            return None
         host, _, pid = self.peer.partition(" ")
         if host != socket.gethostname() or not pid.isdigit() or process_state(int(pid)) in (None, "Z"):
-            return ""
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            return ""
-        return f"; killed it (pid {pid})"
+            return None
+        return int(pid)
 
     def _report(self, what: str, kill_peer: bool, exit: bool) -> None:
+        """Log ``what`` (and under torchrun, write it to the error file its agent shows), SIGKILL the
+        watched rank if it runs here (SIGTERM waits until a stopped process is continued), and with
+        ``exit`` end this process: the line comes first, so it is there whoever sees a death first."""
         if self._reported:
             return
         self._reported = True
-        killed = self._kill_peer_here() if kill_peer else ""
-        line = f"{what}{killed}; rank {self.rank} ends the job" if exit else f"{what}{killed}"
+        pid = self._peer_here() if kill_peer else None
+        line = what + (f"; killing it (pid {pid})" if pid is not None else "")
+        line += f"; rank {self.rank} ends the job" if exit else ""
         log.error(line)  # (with no handler configured, logging's last resort prints it on stderr)
         if exit:
+            _write_elastic_error(line)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
                 except Exception:
                     pass
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if exit:
             os._exit(1)  # the main thread waits inside a collective and would not see an exception
+
+
+def _write_elastic_error(line: str) -> None:
+    """Under torchrun: the line in this worker's error file, so the agent's failure summary shows it
+    (the format torch's ``@record`` writes)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"message": {"message": f"RankStoppedResponding: {line}",
+                                   "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}, handle)
+    except OSError:
+        pass
 
 
 #: this process's heartbeat (one process, one rank)
