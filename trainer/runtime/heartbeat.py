@@ -134,8 +134,10 @@ class Heartbeat:
         return interval_for(self.silence_s)
 
     def set_silence(self, silence_s: float) -> None:
-        # The watched rank gets the new limit counted from now (it may set the same limit a moment later).
+        # The watched rank, and the store, get the new limit counted from now (a peer may set the same
+        # limit a moment later; this rank's beat thread slept out the old interval).
         self.staleness.restart(time.monotonic())
+        self.last_answer = time.monotonic()
         self.silence_s = silence_s
         for event in self._wake.values():
             event.set()
