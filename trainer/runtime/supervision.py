@@ -38,11 +38,17 @@ class HeartbeatWatch:
         for rank in alive:
             self.staleness.observe(rank, int(self.store.add(counter_key(rank), 0)), now)
 
-    def silent(self, limit: float) -> list[tuple[int, float]]:
+    def silent(self, limit: float, processes: list[Any]) -> list[tuple[int, float]]:
         """The ranks silent for more than ``limit`` since their last beat. A worker still starting (the
-        fork server's first start imports torch) has not beaten yet and is not silent: if it never
-        gets going, its peers' rendezvous times out, and ``_failed`` looks at it then."""
-        return self.staleness.silent(time.monotonic(), limit, beaten_only=True)
+        fork server's first start imports torch) has not beaten yet and is not silent, unless it is
+        stopped (one stopped before its first beat)."""
+        now = time.monotonic()
+        silent = self.staleness.silent(now, limit, beaten_only=True)
+        named = {rank for rank, _ in silent}
+        for rank, seconds in self.staleness.silent(now, limit):
+            if rank not in named and process_state(processes[rank].pid) in ("T", "t"):
+                silent.append((rank, seconds))
+        return silent
 
 
 def _kill(processes: list[Any], which: list[int]) -> None:
@@ -80,7 +86,7 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
             watch.read([pending[s] for s in pending])
         except Exception:  # (the launcher's own store: not expected) no diagnosis this round, the wait goes on
             continue
-        silent = watch.silent(silence_s)
+        silent = watch.silent(silence_s, processes)
         if silent:
             line = _silent_line(silent, processes, silence_s)  # (before the kill: it says whether it was stopped)
             _kill(processes, list(range(len(processes))))
@@ -103,7 +109,7 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
         watch.read(alive)
     except Exception:  # the store is the launcher's own; a failure here only loses the diagnosis
         pass
-    silent = watch.silent(2 * interval) if timed_out else []
+    silent = watch.silent(2 * interval, processes) if timed_out else []
     stopped = [i for i in alive if process_state(processes[i].pid) in ("T", "t")]
     silent += [(i, watch.staleness.silent_for(i, time.monotonic())) for i in stopped if i not in dict(silent)]
     cause = _silent_line(silent, processes, watch.silence_s) if silent else None

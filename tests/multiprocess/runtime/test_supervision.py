@@ -17,11 +17,13 @@ from trainer.runtime.launch import WorkerFailed, spawn
 pytestmark = pytest.mark.timeout(120)
 
 
-def _stop_one(pid_dir: str) -> str:
+def _stop_one(pid_dir: str, first_beat: bool) -> str:
     rank = int(os.environ["RANK"])
     with open(os.path.join(pid_dir, f"pid{rank}"), "w") as f:
         f.write(str(os.getpid()))
     if rank == 1:
+        if first_beat:
+            time.sleep(1.0)  # (beats every 0.2 s)
         os.kill(os.getpid(), signal.SIGSTOP)
     time.sleep(60)  # rank 0: busy (beating) and in no collective, so nothing else would end the job
     return "finished"
@@ -43,10 +45,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_stopped_worker_is_named_and_every_worker_killed(tmp_path):
+@pytest.mark.parametrize("first_beat", [True, False], ids=["after its first beat", "at once"])
+def test_a_stopped_worker_is_named_and_every_worker_killed(tmp_path, first_beat):
     started = time.monotonic()
     with pytest.raises(WorkerFailed) as raised:
-        spawn(_stop_one, (str(tmp_path),), nprocs=2, timeout=timedelta(seconds=2))
+        spawn(_stop_one, (str(tmp_path), first_beat), nprocs=2, timeout=timedelta(seconds=2))
     elapsed = time.monotonic() - started
     message = str(raised.value)
     assert message.startswith("rank 1 (pid ") and "(stopped) stopped responding: no heartbeat for" in message, message
