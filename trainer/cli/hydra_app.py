@@ -18,7 +18,7 @@ import torch
 
 from trainer.runtime import distributed
 from trainer.runtime import elastic
-from trainer.cli.errors import JobCannotStart, config_errors, exit_status
+from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
 from trainer.cli.redact_files import redact_hydra_files
@@ -276,7 +276,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
     sys.argv = strip_local_rank_argument(sys.argv)
     env = detect_environment()
     if not (env.external and env.distributed):
-        hydra_task()
+        with hydra_errors_in_one_line():  # a mistyped key or option: one line, not Hydra's report
+            hydra_task()
         if exit_status():  # a multirun job failed with a config error (printed)
             sys.exit(exit_status())
         return
@@ -298,7 +299,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
                 agreed = True
             else:
                 try:
-                    hydra_task()
+                    with hydra_errors_in_one_line():
+                        hydra_task()
                     failed = bool(exit_status())
                 finally:
                     distributed.broadcast_object(("stop", failed))
