@@ -21,6 +21,7 @@ from trainer.runtime import elastic
 from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
+from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
     cfg = OmegaConf.create(config)
     check_config_keys(cfg)
+    check_optimizer_settings(config)  # torch's own checks of lr, betas, ...: here, not in every worker
     # Layers built in a module's __init__ get the same initial weights in every run of this config.
     seed_everything(cfg.trainer.seed)
     module = instantiate(cfg.module)
