@@ -201,6 +201,7 @@ def _has_path(config: Any, dotted: str) -> bool:
 def _bad_syntax(error: Any) -> str:
     override = str(getattr(error, "override", "") or "")
     reason = " ".join(str(getattr(error, "message", "") or error).split("\nSee ")[0].split())
+    reason = reason.replace(f"Error parsing override '{override}' ", "")  # the override is said first already
     fix = _repair(override) if override else None
     return (f"{override}: not a valid override ({reason})" + (f"; did you mean {fix}?" if fix else "")
             + f" ({_VALUE_SYNTAX})")
