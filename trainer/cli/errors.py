@@ -20,6 +20,7 @@ are reported the same way, in one line with the valid names (:func:`hydra_errors
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Iterator
@@ -110,10 +111,8 @@ def hydra_errors_in_one_line() -> Iterator[None]:
                 message = describe(error)
             except Exception:  # describing failed: Hydra's own report is better than none
                 message = None
-            if message is None:
-                def again():
-                    raise error
-                return original(again)
+            if message is None:  # Hydra reports it, as it would have
+                return original(functools.partial(_raise, error))
             if distributed.rank() == 0:
                 print(one_line(message), file=sys.stderr, flush=True)
             sys.exit(1)
@@ -123,3 +122,7 @@ def hydra_errors_in_one_line() -> Iterator[None]:
         yield
     finally:
         hydra_utils.run_and_report = original
+
+
+def _raise(error: BaseException) -> None:
+    raise error
