@@ -56,11 +56,14 @@ def _missing_option(error: Any) -> str:
     missing = str(error.missing_cfg_file)
     group, _, option = missing.rpartition("/")
     options = list(error.options or _group_options(group))
+    # The defaults list that names it: the primary one (also for a command-line choice) or a recipe's own.
     asked_by = re.match(r"In '([^']+)'", str(error))
-    where = f" (asked for by {asked_by.group(1)})" if asked_by and asked_by.group(1) != "config" else ""
+    asked_by = asked_by.group(1) if asked_by and asked_by.group(1) not in ("config", "hydra/config") else None
+    where = f" (asked for by {asked_by})" if asked_by else ""
     if not group:  # the primary config (--config-name)
+        configs = [name for name in _group_options("") if not name.startswith("_")]  # not Hydra's own
         return (f"--config-name={option}: there is no config {option}{where}; "
-                f"the configs are {', '.join(closest_first(option, _group_options('')))}")
+                f"the configs are {', '.join(closest_first(option, configs))}")
     if not options:
         groups = [g for g in _groups() if g != "hydra"]
         return (f"{group}={option}: there is no config group {group}{where}; "
