@@ -40,6 +40,8 @@ BAD = {
                                    ["strategy.sharding=full", "strategy=fsdp has it"]),
     "devices that do not divide the stages": (FAST + ["strategy=pipeline", "trainer.devices=3", "strategy.stages=2"],
                                               ["strategy.stages=2", "choose one of [1, 3]"]),
+    "stages that do not divide the batch": (GPT + ["strategy=pipeline", "trainer.devices=3"],
+                                            ["strategy.microbatches=null (the 3 stages)", "one of [4, 8, 16]"]),
     "fractional batch size": (FAST + ["data.batch_size=3.5"], ["got 3.5", "an integer >= 1"]),
     "batch size that is no number": (FAST + ["data.batch_size=abc"], ["got 'abc'", "an integer >= 1"]),
 }

@@ -166,3 +166,24 @@ def test_optimizer_nested_in_a_module_of_its_own_is_checked_by_its_path():
     config = {"module": {"_target_": "x.Module", "generator_optimizer": {**SGD, "lr": -0.5}}}
     with pytest.raises(ValueError, match=r"^module\.generator_optimizer\.lr=-0\.5: torch\.optim\.SGD refuses it"):
         check_optimizer_settings(config)
+
+
+@pytest.mark.parametrize(
+    "strategy, batch_size, line",
+    [
+        (dict(microbatches=3), 16, "strategy.microbatches=3 does not divide data.batch_size=16; set "
+                                   "strategy.microbatches to one of [2, 4, 8, 16], or data.batch_size to a multiple of 3"),
+        (dict(schedule="gpipe"), 7, "strategy.microbatches=null (the 2 stages) does not divide data.batch_size=7; set "
+                                    "strategy.microbatches to one of [1, 7], or data.batch_size to a multiple of 2"),
+        (dict(stages=4), 2, "strategy.microbatches=null (the 4 stages) does not divide data.batch_size=2; set "
+                            "data.batch_size to a multiple of 4"),
+    ],
+)
+def test_pipeline_microbatches_that_do_not_divide_the_batch_are_refused_by_the_trainer(strategy, batch_size, line):
+    from trainer import Trainer
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    with pytest.raises(ValueError) as error:
+        Trainer(strategy=PipelineStrategy(**strategy), devices=strategy.get("stages", 2), batch_size=batch_size,
+                max_steps=1, logger=False)
+    assert str(error.value) == line
