@@ -310,6 +310,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
         self.gradient_clip_val = gradient_clip_val
         self.log_every_n_steps = log_every_n_steps
         self.val_every_n_steps = val_every_n_steps
+        _require(_is_int(seed), f"trainer.seed={seed!r} must be an integer")
         self.seed = seed
         self.loss_normalization = loss_normalization
         self.num_workers = num_workers or 0

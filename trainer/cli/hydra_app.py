@@ -35,6 +35,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from trainer.api.trainer_arguments import is_int
     from trainer.runtime.seeding import seed_everything
     from trainer.trainer import Trainer
 
@@ -42,6 +43,8 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     check_config_keys(cfg)
     check_optimizer_settings(config)  # torch's own checks of lr, betas, ...: here, not in every worker
     # Layers built in a module's __init__ get the same initial weights in every run of this config.
+    if not is_int(cfg.trainer.seed):  # before seeding with it: the Trainer checks it too late for that
+        raise ValueError(f"trainer.seed={cfg.trainer.seed!r} must be an integer")
     seed_everything(cfg.trainer.seed)
     module = instantiate(cfg.module)
     strategy = instantiate(cfg.strategy)

@@ -187,3 +187,12 @@ def test_pipeline_microbatches_that_do_not_divide_the_batch_are_refused_by_the_t
         Trainer(strategy=PipelineStrategy(**strategy), devices=strategy.get("stages", 2), batch_size=batch_size,
                 max_steps=1, logger=False)
     assert str(error.value) == line
+
+
+@pytest.mark.parametrize("seed", [1.5, "abc", True])
+def test_seed_that_is_no_integer_is_refused_naming_it(seed):
+    from trainer import Trainer
+
+    with pytest.raises(ValueError) as error:
+        Trainer(seed=seed, logger=False)
+    assert str(error.value) == f"trainer.seed={seed!r} must be an integer"
