@@ -21,6 +21,7 @@ from trainer.runtime import elastic
 from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
+from trainer.cli.hydra_errors import import_target
 from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
@@ -151,9 +152,7 @@ def _check_target_arguments(where: str, node: Any) -> None:
     """An error for a key of ``node`` that its ``_target_`` does not take (unless it takes ``**kwargs``)."""
     import inspect
 
-    from hydra.utils import get_object
-
-    target = get_object(node._target_)
+    target = import_target(where, node._target_)  # a mistyped class name: the names its module does have
     try:
         parameters = inspect.signature(target).parameters
     except (TypeError, ValueError):  # a builtin without a signature: instantiate will say

@@ -8,7 +8,10 @@ turns those errors into one line that names what was typed and what is allowed:
 - ``trainer.max_step=10``: the node's keys (``did you mean trainer.max_steps=10?``);
 - ``devices=2``: the keys of that name deeper in the config (``did you mean trainer.devices=2?``);
 - ``strategy=ddp strategy.sharding=full``: the options of the group that have the key;
-- ``trainer.max_steps=[1``: an override that parses, where closing a bracket or a quote gives one.
+- ``trainer.max_steps=[1``: an override that parses, where closing a bracket or a quote gives one;
+- ``logger=jsonl,csv``: a sweep without ``--multirun``: the list and the text it may have meant.
+
+:func:`import_target` does the same for a ``_target_`` that does not import.
 
 Any other error Hydra raises while composing is joined into one line as it is.
 """
@@ -16,6 +19,7 @@ Any other error Hydra raises while composing is joined into one line as it is.
 from __future__ import annotations
 
 import difflib
+import pkgutil
 import re
 from typing import Any
 
@@ -43,6 +47,9 @@ def describe(error: BaseException) -> str | None:
     if (isinstance(error, CompactHydraException) and isinstance(cause, (ConfigAttributeError, ConfigKeyError))
             and getattr(cause, "parent_node", None) is not None and getattr(cause, "key", None) is not None):
         return _unknown_key(error, cause)
+    sweep = re.match(r"(?:Ambiguous value for argument|Sweep parameters) '([^']*)'", str(error))
+    if isinstance(error, CompactHydraException) and sweep:
+        return _sweep_without_multirun(sweep.group(1))
     if isinstance(error, CompactHydraException):
         text = str(error)
         if isinstance(cause, OmegaConfBaseException):
@@ -145,10 +152,8 @@ def _target_arguments(target: Any) -> list[str]:
     if not isinstance(target, str):
         return []
     try:
-        from hydra.utils import get_object
-
-        parameters = inspect.signature(get_object(target)).parameters
-    except Exception:  # a target that does not import: instantiate will say so
+        parameters = inspect.signature(import_target("", target)).parameters
+    except Exception:  # a target that does not import, or has no signature: nothing to suggest
         return []
     return [name for name, p in parameters.items()
             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -198,6 +203,56 @@ def _has_path(config: Any, dotted: str) -> bool:
             return False
         config = config[part]
     return True
+
+
+# ----- a sweep, or a list without its brackets -------------------------------------------------------------
+def _close_ignoring_case(name: str, names: list[str], n: int) -> list[str]:
+    """The ``n`` names closest to ``name`` (``Adamw`` finds ``AdamW`` first)."""
+    by_lower: dict[str, str] = {}
+    for candidate in names:
+        by_lower.setdefault(candidate.lower(), candidate)
+    return [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.6)]
+
+
+def _sweep_without_multirun(override: str) -> str:
+    key, _, value = override.partition("=")
+    quote = '"' if "'" in value else "'"
+    return (f"{override}: a comma-separated value is a sweep, which runs with --multirun (-m); "
+            f"for a list write {key}=[{value}], for text {key}={quote}{value}{quote}")
+
+
+# ----- a _target_ that does not import --------------------------------------------------------------------
+def import_target(where: str, target: str) -> Any:
+    """The object a ``_target_`` names (as Hydra finds it, without its error log); a ``ValueError`` in
+    one line if it does not import: the names close to the missing one in the deepest module of
+    its path that does import."""
+    import importlib
+
+    parts = str(target).split(".")
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            found = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and not name.startswith(error.name):  # the module imports a missing one
+                raise ValueError(f"{where}._target_={target}: importing {name} failed ({error})") from None
+            continue
+        except Exception as error:  # the module itself fails to import: that is the error to show
+            raise ValueError(f"{where}._target_={target}: importing {name} failed "
+                             f"({type(error).__name__}: {' '.join(str(error).split())})") from None
+        for depth, attribute in enumerate(parts[cut:]):
+            if not hasattr(found, attribute):
+                owner = ".".join(parts[:cut + depth])
+                names = [n for n in dir(found) if not n.startswith("_")]
+                if hasattr(found, "__path__"):  # a package: its modules too, imported or not
+                    names += [m.name for m in pkgutil.iter_modules(found.__path__) if m.name not in names]
+                close = [f"{owner}.{n}" for n in _close_ignoring_case(attribute, names, 3)]
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise ValueError(f"{where}._target_={target}: {owner} has no {attribute}{hint}")
+            found = getattr(found, attribute)
+        return found
+    raise ValueError(f"{where}._target_={target}: there is no module {parts[0]}; give a class or function "
+                     "as package.module.Name")
 
 
 # ----- an override that does not parse ----------------------------------------------------------------

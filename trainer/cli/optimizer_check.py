@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from trainer.cli.hydra_errors import import_target
+
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
@@ -62,10 +64,8 @@ def _optimizer_nodes(config: Any, where: str = "") -> Iterator[tuple[str, dict]]
 
 def _is_optimizer_class(target: str) -> bool:
     try:
-        from hydra.utils import get_object
-
-        found = get_object(target)
-    except Exception:  # a target that does not import: building the module will say so
+        found = import_target("", target)
+    except ValueError:  # a target that does not import: building the module will say so
         return False
     return inspect.isclass(found) and issubclass(found, torch.optim.Optimizer)
 
@@ -93,10 +93,8 @@ def _build(where: str, node: dict, call: Callable[[Any], Any], refusals: tuple[t
 
 
 def _default(target: str, key: str) -> Any:
-    from hydra.utils import get_object
-
     try:
-        parameter = inspect.signature(get_object(target)).parameters.get(key)
+        parameter = inspect.signature(import_target("", target)).parameters.get(key)
     except (TypeError, ValueError):
         return inspect.Parameter.empty
     return parameter.default if parameter is not None else inspect.Parameter.empty

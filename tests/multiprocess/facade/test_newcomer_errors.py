@@ -32,7 +32,7 @@ BAD = {
     "impossible betas": (FAST + ["optimizer=adamw", "optimizer.betas=[0.9,1.5]"],
                          ["optimizer.betas=[0.9,1.5]", "the default is betas=[0.9,0.999]"]),
     "missing data file": (GPT + ["data.path=nope"], ["data.path='nope'", "or null for the built-in text"]),
-    "missing token directory": (GPT + ["data.tokens=nope"], ["data.tokens='nope'", "python -m recipes.prepare_text"]),
+    "missing token directory": (GPT + ["data.tokens=nope"], ["data.tokens='nope'", "prepare_text"]),
     "missing resume path": (FAST + ["trainer.resume=/no/such"], ["trainer.resume='/no/such'", "auto"]),
     "override syntax": (FAST + ["trainer.max_steps=[1"],
                         ["trainer.max_steps=[1:", "did you mean trainer.max_steps=[1]?"]),

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from tests.support.helpers import REPO
 from trainer.cli.errors import hydra_errors_in_one_line
-from trainer.cli.hydra_errors import closest_first, describe
+from trainer.cli.hydra_errors import closest_first, describe, import_target
 from trainer.cli.optimizer_check import check_optimizer_settings
 
 CONF_DIR = os.path.join(REPO, "conf")
@@ -61,6 +61,8 @@ def composing(overrides: list[str]) -> str | None:
                                    "'[1'); did you mean trainer.max_steps=[1]? (an override is name=value, the value "
                                    "a number, a word, 'quoted text', [a,b] or {k:v})"),
         (["~trainer.nothing"], "Could not delete from config. 'trainer.nothing' does not exist."),
+        (["logger=jsonl,csv"], "logger=jsonl,csv: a comma-separated value is a sweep, which runs with --multirun "
+                               "(-m); for a list write logger=[jsonl,csv], for text logger='jsonl,csv'"),
     ],
 )
 def test_composition_error_is_one_line_with_the_closest_valid_names(overrides, line):
@@ -79,6 +81,30 @@ def test_syntax_error_without_a_likely_fix_still_says_the_form():
     line = composing(["trainer.max_steps"])
     assert line.startswith("trainer.max_steps: not a valid override (missing EQUAL at '<EOF>')"), line
     assert "did you mean" not in line and "an override is name=value" in line
+
+
+@pytest.mark.parametrize(
+    "target, line",
+    [
+        ("torch.optim.Adamw", "optimizer._target_=torch.optim.Adamw: torch.optim has no Adamw; did you mean "
+                              "torch.optim.AdamW or torch.optim.Adam or torch.optim.RAdam?"),
+        ("torch.optim.lr_schedulr.StepLR", "optimizer._target_=torch.optim.lr_schedulr.StepLR: torch.optim has no "
+                                           "lr_schedulr; did you mean torch.optim.lr_scheduler?"),
+        ("no_such_package_here.Thing", "optimizer._target_=no_such_package_here.Thing: there is no module "
+                                       "no_such_package_here; give a class or function as package.module.Name"),
+    ],
+)
+def test_target_that_does_not_import_names_the_closest_names_of_its_module(target, line):
+    with pytest.raises(ValueError) as error:
+        import_target("optimizer", target)
+    assert str(error.value) == line
+
+
+def test_target_that_imports_is_found_as_hydra_finds_it():
+    import torch
+
+    assert import_target("optimizer", "torch.optim.SGD") is torch.optim.SGD
+    assert import_target("optimizer", "torch.optim.SGD.step") is torch.optim.SGD.step
 
 
 def test_closest_first_keeps_the_others_in_order():
