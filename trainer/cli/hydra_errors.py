@@ -225,7 +225,8 @@ def _sweep_without_multirun(override: str) -> str:
 def import_target(where: str, target: str) -> Any:
     """The object a ``_target_`` names (as Hydra finds it, without its error log); a ``ValueError`` in
     one line if it does not import: the names close to the missing one in the deepest module of
-    its path that does import."""
+    its path that does import. A module that raises something else while importing (a bug in it)
+    raises that, with its traceback."""
     import importlib
 
     parts = str(target).split(".")
@@ -237,9 +238,6 @@ def import_target(where: str, target: str) -> Any:
             if error.name is not None and not name.startswith(error.name):  # the module imports a missing one
                 raise ValueError(f"{where}._target_={target}: importing {name} failed ({error})") from None
             continue
-        except Exception as error:  # the module itself fails to import: that is the error to show
-            raise ValueError(f"{where}._target_={target}: importing {name} failed "
-                             f"({type(error).__name__}: {' '.join(str(error).split())})") from None
         for depth, attribute in enumerate(parts[cut:]):
             if not hasattr(found, attribute):
                 owner = ".".join(parts[:cut + depth])
