@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.command_line import FAST, TRAIN, run
+from tests.support.command_line import _LAUNCHER_VARS, FAST, TRAIN, run
 from tests.support.helpers import REPO
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,6 +49,8 @@ BAD = {
 
 @pytest.fixture(scope="module")
 def bad_runs(tmp_path_factory):
+    # Hermetic: run() starts each command without HYDRA_FULL_ERROR (a shell with it set would keep tracebacks).
+    assert _LAUNCHER_VARS.fullmatch("HYDRA_FULL_ERROR")
     root = tmp_path_factory.mktemp("newcomer_errors")
 
     def one(item):
