@@ -21,7 +21,7 @@ from trainer.runtime import elastic
 from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
-from trainer.cli.hydra_errors import import_target
+from trainer.cli.hydra_errors import closest_first, did_you_mean, import_target
 from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
@@ -109,7 +109,8 @@ def check_config_keys(cfg: Any) -> None:
              if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE and p.kind is not p.VAR_KEYWORD]
     extra = [key for key in cfg.trainer if key not in known]
     if extra:
-        raise ValueError(f"trainer.{extra[0]} is not a trainer setting; the trainer settings are {', '.join(known)}"
+        raise ValueError(f"trainer.{extra[0]} is not a trainer setting{did_you_mean('trainer', extra[0], known)}; "
+                         f"the trainer settings are {', '.join(closest_first(extra[0], known))}"
                          + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
                          + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS
                             else "")
@@ -162,8 +163,9 @@ def _check_target_arguments(where: str, node: Any) -> None:
     names = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     extra = [key for key in node if key not in names and key not in _HYDRA_KEYS]
     if extra:
-        raise ValueError(f"{where}.{extra[0]}: {node._target_} takes no argument {extra[0]!r}; "
-                         f"it takes {', '.join(names)}")
+        raise ValueError(f"{where}.{extra[0]}: {node._target_} takes no argument {extra[0]!r}"
+                         f"{did_you_mean(where, extra[0], names)}; "
+                         f"it takes {', '.join(closest_first(extra[0], names))}")
 
 
 def _check_added_data_keys(cfg: Any) -> None:

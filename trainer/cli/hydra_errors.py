@@ -34,6 +34,12 @@ def closest_first(name: str, choices: list[str]) -> list[str]:
     return close + [choice for choice in choices if choice not in close]
 
 
+def did_you_mean(prefix: str, name: str, choices: list[str]) -> str:
+    """``" (did you mean <prefix>.<closest>?)"``, or nothing when no choice is close to ``name``."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {prefix}.{close[0]}?)" if close else ""
+
+
 def describe(error: BaseException) -> str | None:
     """One line for an error Hydra raised while composing the config; None for any other error."""
     from hydra.errors import CompactHydraException, MissingConfigException, OverrideParseException
