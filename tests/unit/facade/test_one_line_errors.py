@@ -222,3 +222,18 @@ def test_seed_that_is_no_integer_is_refused_naming_it(seed):
     with pytest.raises(ValueError) as error:
         Trainer(seed=seed, logger=False)
     assert str(error.value) == f"trainer.seed={seed!r} must be an integer"
+
+
+def test_missing_file_raised_while_building_the_module_is_one_line(monkeypatch, capsys):
+    # What hydra.utils.instantiate raises when a recipe's module finds no data.tokens directory.
+    from hydra.errors import InstantiationException
+
+    from trainer.cli.errors import config_errors
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    missing = NotADirectoryError("data.tokens='nope' is not a directory; make one with prepare_text INPUT... DIR")
+    with pytest.raises(SystemExit) as ended:
+        with config_errors():
+            raise InstantiationException("Error in call to target 'GPTModule':\nNotADirectoryError(...)") from missing
+    assert ended.value.code == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: {missing}"]
