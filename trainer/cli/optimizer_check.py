@@ -106,4 +106,4 @@ def _shown(value: Any) -> str:
         return "[" + ",".join(_shown(v) for v in value) + "]"
     if isinstance(value, bool):
         return str(value).lower()
-    return str(value)
+    return "null" if value is None else str(value)
