@@ -18,7 +18,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from tests.support.command_line import FAST, TRAIN, assert_ok, assert_six_steps, assert_same_losses, run
 from tests.support.helpers import REPO
 from trainer.cli import command
-from trainer.cli.init_project import init_project, package_name
+from trainer.cli.init_project import package_name
 from trainer.cli.project_dir import ProjectConfigs, use_project_dir
 from trainer.runtime import config_dir
 from trainer.runtime.config_dir import builtin_config_dir
