@@ -66,7 +66,7 @@ def venv(tmp_path_factory) -> Venv:
         else:
             shutil.copy(path, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(root / "dist"), str(source)], check=True, capture_output=True, timeout=TIMEOUT_S)
+                    str(root / "dist"), f"{source}/"], check=True, capture_output=True, timeout=TIMEOUT_S)
     (wheel,) = (root / "dist").glob("trainer-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=TIMEOUT_S)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "venv" / "bin" / "python"), "install",
@@ -75,6 +75,14 @@ def venv(tmp_path_factory) -> Venv:
                           check=True, capture_output=True, text=True).stdout.strip()
     Path(site, "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return Venv(root)
+
+
+def _files(package: Path) -> set[str]:
+    return {p.relative_to(package).as_posix() for p in package.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts} | {
+        # rglob does not enter linked folders: list the checkout's links' files under their link's name
+        f"{link.name}/{p.relative_to(link.resolve()).as_posix()}" for link in package.iterdir() if link.is_symlink()
+        for p in link.resolve().rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -90,6 +98,8 @@ def test_the_installed_package_is_the_one_imported_and_holds_everything(venv):
                      "from trainer.runtime.config_dir import builtin_config_dir as d; print(trainer.__file__); print(d())"])
     module_file, conf = done.stdout.split()
     assert Path(module_file).is_relative_to(venv.root / "venv"), module_file
+    # Every file of the package in the checkout (the recipes and configs through their links) is installed.
+    assert _files(Path(module_file).parent) == _files(Path(REPO) / "trainer")
     assert sorted(p.name for p in Path(conf).iterdir() if p.is_dir()) == sorted(
         p.name for p in (Path(REPO) / "conf").iterdir() if p.is_dir())
     assert not Path(conf).is_symlink()  # the files themselves, not a link back into the checkout
