@@ -131,13 +131,15 @@ import trainer
 from trainer import Trainer
 from trainer.recipes.mlp import MLPClassifier
 
-assert trainer.__file__.startswith(sys.prefix), trainer.__file__
-strategy, devices, batch_size, run_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-fit = Trainer(strategy=strategy, devices=devices, max_steps=4, batch_size=batch_size, log_every_n_steps=1, run_dir=run_dir,
-              loggers=["jsonl"], enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-module = MLPClassifier(optimizer=functools.partial(torch.optim.SGD, lr=0.1), num_samples=256, val_samples=0)
-fit.fit(module)
-print(json.dumps([x for p in module.parameters() for x in p.detach().flatten().tolist()]))
+if __name__ == "__main__":  # the workers import this file: only the launching process trains
+    assert trainer.__file__.startswith(sys.prefix), trainer.__file__
+    strategy, devices, batch_size, run_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    fit = Trainer(strategy=strategy, devices=devices, max_steps=4, batch_size=batch_size, log_every_n_steps=1,
+                  run_dir=run_dir, loggers=["jsonl"], enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False)
+    module = MLPClassifier(optimizer=functools.partial(torch.optim.SGD, lr=0.1), num_samples=256, val_samples=0)
+    fit.fit(module)
+    print(json.dumps([x for p in module.parameters() for x in p.detach().flatten().tolist()]))
 """
 
 
