@@ -137,6 +137,7 @@ if __name__ == "__main__":  # the workers import this file: only the launching p
     fit = Trainer(strategy=strategy, devices=devices, max_steps=4, batch_size=batch_size, log_every_n_steps=1,
                   run_dir=run_dir, loggers=["jsonl"], enable_checkpointing=False, enable_progress_bar=False,
                   enable_model_summary=False)
+    trainer.seed_everything(0)  # the same initial weights in every run
     module = MLPClassifier(optimizer=functools.partial(torch.optim.SGD, lr=0.1), num_samples=256, val_samples=0)
     fit.fit(module)
     print(json.dumps([x for p in module.parameters() for x in p.detach().flatten().tolist()]))
