@@ -37,7 +37,7 @@ def _autotune(argv: list[str]) -> int:
 def _consolidate(argv: list[str]) -> int:
     from trainer.checkpoint.__main__ import main
 
-    return main(["consolidate", *argv])
+    return main(["consolidate", *argv], prog="trainer")
 
 
 def _prepare_text(argv: list[str]) -> int:
