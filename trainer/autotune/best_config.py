@@ -1,4 +1,4 @@
-"""The best candidate as a config file that ``python train.py --config-path DIR --config-name NAME`` runs as is.
+"""The best candidate as a config file that ``trainer --config-path DIR --config-name NAME`` runs as is.
 
 The file is a primary config whose defaults list composes train.py's own ``config`` (found through
 ``hydra.searchpath``, this checkout's conf/) with the group choices of the overrides
@@ -13,13 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.autotune.settings import CONF_DIR, TRAIN_PY, AutotuneError
+from trainer.autotune.settings import CONF_DIR, AutotuneError
 
 TRAIN_CONFIG = "config"  # train.py's primary config (conf/config.yaml)
 
 
 def _is_group(key: str, conf_dir: Path) -> bool:
-    return "." not in key and (conf_dir / key).is_dir()
+    """Whether ``key`` names a config group: of the built-in configs, or of the project's ``conf/``
+    that the ``trainer`` command searches first in the folder it runs in."""
+    from trainer.cli.project_dir import project_conf_dir
+
+    project = project_conf_dir()
+    return "." not in key and ((conf_dir / key).is_dir() or (project is not None and (project / key).is_dir()))
 
 
 def config_document(overrides: list[str], conf_dir: Path = CONF_DIR) -> dict[str, Any]:
@@ -59,12 +64,11 @@ def write_best_config(path: Path, overrides: list[str], comment: str, conf_dir: 
 
 
 def run_command(path: Path) -> str:
-    """``python train.py --config-path DIR --config-name NAME`` for the file at ``path``."""
-    import os
+    """``python -m trainer --config-path DIR --config-name NAME`` for the file at ``path`` (the
+    ``trainer`` command; ``python train.py`` in a checkout takes the same arguments)."""
     import shlex
 
-    train = os.path.relpath(TRAIN_PY) if Path.cwd() in TRAIN_PY.parents else str(TRAIN_PY)
-    return f"python {shlex.quote(train)} --config-path {shlex.quote(str(path.parent.resolve()))} --config-name {path.stem}"
+    return f"python -m trainer --config-path {shlex.quote(str(path.parent.resolve()))} --config-name {path.stem}"
 
 
 def compose_file(path: Path, overrides: list[str] | None = None) -> Any:

@@ -8,21 +8,19 @@ comparison of every strategy. Nothing is trained and no process group is made.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 from trainer.cli.hydra_errors import describe
 from trainer.estimate import estimate_config
-
-CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
+from trainer.runtime.config_dir import builtin_config_dir
 
 
 def compose(overrides: Sequence[str]):
     """The composed config (conf/estimate.yaml with ``overrides``), as Hydra composes train.py's."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(builtin_config_dir()), version_base="1.3"):
         try:
             return hydra_compose(config_name="estimate", overrides=list(overrides))
         except Exception as error:  # a mistyped key or option: train.py's one line (the groups are known here)
@@ -47,4 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from trainer.cli.project_dir import use_project_dir
+
+    use_project_dir()  # as under the trainer command: the folder's conf/ and modules are found
     sys.exit(main())

@@ -66,7 +66,7 @@ def test_known_config_builds_without_a_warning(tmp_path, caplog):
                                                     "takes zero1, accelerator, find_unused_parameters"),
         (["+trainer.max_step=10"], "trainer.max_step is not a trainer setting (did you mean trainer.max_steps?); the "
                                    "trainer settings are max_steps, max_time"),
-        (["+module.typo=1"], "module.typo: recipes.mlp.MLPClassifier takes no argument 'typo'; it takes optimizer"),
+        (["+module.typo=1"], "module.typo: trainer.recipes.mlp.MLPClassifier takes no argument 'typo'; it takes optimizer"),
         (["+optimizer.typo=1"], "optimizer.typo: torch.optim.SGD takes no argument 'typo'"),
         (["scheduler=warmup_cosine", "+scheduler.typo=1"], "scheduler.typo: trainer.optim.schedules.warmup_cosine"),
         (["callbacks=[timer]", "+callbacks.timer.typo=1"], "callbacks.timer.typo: trainer.callbacks.Timer takes no"),
