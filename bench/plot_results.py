@@ -181,18 +181,31 @@ def load(name: str, results: str = RESULTS) -> dict | None:
         return json.load(f)
 
 
-def _when(result: dict, timing: bool) -> list[str]:
+def _busy(result: dict, timing: bool) -> bool:
+    return timing and result["load_average"]["start"] > BUSY_LOAD
+
+
+def _stamp(result: dict, timing: bool) -> str:
+    """The figure's own line: when, on what, and whether the machine was busy (a figure travels alone)."""
+    m = result["machine"]
+    line = f"{result['date'][:10]}, {m['processor']}, {m['cpu_count']} cores{', ' + m['gpu'] if m.get('gpu') else ''}"
+    if _busy(result, timing):
+        line += f"; BUSY machine (load average {result['load_average']['start']:.1f}): not idle-machine timings"
+    return line
+
+
+def _when(result: dict, timing: bool, script: str) -> list[str]:
     m, load_average = result["machine"], result["load_average"]
     date = result["date"].replace("T", " ").replace("Z", " UTC")
     lines = [f"Measured {date} on {m['processor']} ({m['cpu_count']} cores"
              f"{', ' + m['gpu'] if m.get('gpu') else ', no GPU'}), python {m['python']}, torch {m['torch']}"
              f"{', lightning ' + m['lightning'] if m.get('lightning') else ''}; load average "
              f"{load_average['start']:.2f} at the start, {load_average['end']:.2f} at the end."]
-    if timing and load_average["start"] > BUSY_LOAD:
+    if _busy(result, timing):
         lines += ["", '!!! warning "Measured on a busy machine"',
                   f"    Other work was running (load average {load_average['start']:.2f} at the start, on "
                   f"{m['cpu_count']} cores): these timings show how the run behaves under load, not idle-machine "
-                  "figures. Run the command below on an idle machine for those."]
+                  f"figures. Run `{script}` on an idle machine for those."]
     elif not timing:
         lines += ["", "These are byte counts of the tensors each rank holds: other work on the machine does not "
                   "change them."]
@@ -203,7 +216,7 @@ def section(bench: Bench, result: dict | None) -> list[str]:
     """The page's lines between the bench's markers."""
     if result is None:
         return [f"Not measured yet: run `{bench.script}` on an idle machine, then `python bench/plot_results.py`."]
-    return [f"![{bench.name}]({FIGURE_LINK}/{bench.name}.svg)", "", *_when(result, bench.timing), "",
+    return [f"![{bench.name}]({FIGURE_LINK}/{bench.name}.svg)", "", *_when(result, bench.timing, bench.script), "",
             *bench.table(result), "", f"Produced by `{result['command']}`, drawn by `python bench/plot_results.py`."]
 
 
@@ -235,6 +248,8 @@ def draw_all(results: str = RESULTS, figures: str = FIGURES) -> list[str]:
         if result is None:
             continue
         fig = bench.draw(result, plt)
+        fig.suptitle(_stamp(result, bench.timing), fontsize=7, color="#b00000" if _busy(result, bench.timing) else "black")
+        fig.tight_layout(rect=(0, 0, 1, 0.93))  # room for that line above the axes' titles
         path = os.path.join(figures, f"{bench.name}.svg")
         fig.savefig(path, format="svg", metadata={"Date": None}, bbox_inches="tight")
         plt.close(fig)
