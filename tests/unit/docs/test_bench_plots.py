@@ -107,3 +107,20 @@ def test_figures_draw_from_every_result_file(tmp_path):
     for first, second in zip(written, again):  # the same file gives the same bytes (no date, fixed ids)
         with open(first, "rb") as a, open(second, "rb") as b:
             assert a.read() == b.read()
+
+
+def test_a_bench_result_file_says_when_where_and_how_it_was_measured(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        from _results import Recorder
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "bench", "step_overhead.py"), "--steps", "20"])
+    recorder = Recorder("step_overhead", {"steps": 20}, str(tmp_path / "out.json"))
+    recorder.write({"hand-written loop": {"seconds": 2.0, "steps_per_s": 10.0, "ratio": 1.0}})
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["benchmark"] == "step_overhead" and result["settings"] == {"steps": 20}
+    assert result["command"] == "python bench/step_overhead.py --steps 20"
+    assert result["date"].endswith("Z") and set(result["load_average"]) == {"start", "end"}
+    assert {"processor", "cpu_count", "torch", "python", "lightning", "gpu"} <= set(result["machine"])
+    assert plots.step_overhead_table(result)[2] == "| hand-written loop | 2.00 | 10.0 | 1.000 |"
