@@ -83,6 +83,8 @@ HOOKS: dict[str, HookLogging | None] = {
 }
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # trainer/
+# The recipes ship inside the package but are modules as a user writes them: their frames are the user's.
+_RECIPES = os.path.join(_PACKAGE, "recipes") + os.sep
 
 
 def calling_hook(depth: int = 2) -> tuple[str | None, str]:
@@ -92,7 +94,7 @@ def calling_hook(depth: int = 2) -> tuple[str | None, str]:
     user = None
     while frame is not None:
         code = frame.f_code
-        if not code.co_filename.startswith(_PACKAGE):
+        if not code.co_filename.startswith(_PACKAGE) or code.co_filename.startswith(_RECIPES):
             if user is None:
                 user = code.co_name
             if code.co_name in HOOKS:
