@@ -70,7 +70,7 @@ def hot_path_table(result: dict) -> list[str]:
             rows.append([r["ranks"], name, f"{wall['median']:.3f} [{wall['min']:.3f}, {wall['max']:.3f}]",
                          f"{cpu['median']:.3f} [{cpu['min']:.3f}, {cpu['max']:.3f}]", len(wall["pairs"])])
     return _table(["ranks", "contender", f"wall vs {result['results'][0]['baseline']} (median [min, max])",
-                   "CPU vs hand-written (median [min, max])", "pairs"], rows)
+                   f"CPU vs {result['results'][0]['baseline']} (median [min, max])", "pairs"], rows)
 
 
 def strategy_memory_table(result: dict) -> list[str]:
