@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
 
+from trainer.api.module import TrainModule
+from trainer.data.loading_generators import GENERATORS
 from trainer.runtime.seeding import _seed_dataloader_worker, derive_seed, seed_everything
 
 
@@ -55,24 +56,21 @@ def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int)
 @contextlib.contextmanager
 def _loading_generators(seed: int) -> Iterator[None]:
     """In the main process: the CPU generators of torch, ``random`` and NumPy seeded with ``seed``
-    for the body, then put back, so loading never draws from (or shifts) the training's own
-    stream (dropout), and draws what a worker seeded with ``seed`` draws. CUDA's stays untouched."""
-    try:
-        import numpy as np
-    except ImportError:  # NumPy is optional
-        np = None
-    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None)
-    torch.default_generator.manual_seed(seed)
-    random.seed(seed)
-    if np is not None:
-        np.random.seed(seed % (1 << 32))
+    for the body, then put back (trainer/data/loading_generators.py)."""
+    saved = GENERATORS.enter(seed)
     try:
         yield
     finally:
-        torch.set_rng_state(saved[0])
-        random.setstate(saved[1])
-        if np is not None:
-            np.random.set_state(saved[2])
+        GENERATORS.exit(saved)
+
+
+def draws_no_random_numbers(dataset: Any, collate_fn: Callable[[list], Any]) -> bool:
+    """Whether loading a batch is known to draw no random number: a ``TensorDataset`` (indexing only,
+    not a subclass) collated by torch's ``default_collate`` (directly or as ``TrainModule.collate_fn``'s
+    default). Such a batch needs no seeded generators: it draws the same with or without them."""
+    if type(dataset) is not TensorDataset:
+        return False
+    return getattr(collate_fn, "__func__", collate_fn) in (default_collate, TrainModule.collate_fn)
 
 
 def _collated(batch: Any) -> Any:
@@ -87,6 +85,8 @@ class _SeededBatches(Dataset):
 
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
         self.dataset, self.collate_fn = dataset, collate_fn
+        self.getitems = getattr(dataset, "__getitems__", None)
+        self.unseeded = draws_no_random_numbers(dataset, collate_fn)  # nothing to seed
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -96,12 +96,20 @@ class _SeededBatches(Dataset):
 
     def __getitems__(self, key: tuple[int, list[int]]) -> Any:
         seed, indices = key
-        in_worker = torch.utils.data.get_worker_info() is not None
-        if in_worker:
+        if self.unseeded:
+            return self._load(indices)
+        if torch.utils.data.get_worker_info() is not None:
             seed_everything(seed)
-        with contextlib.nullcontext() if in_worker else _loading_generators(seed):
-            getitems = getattr(self.dataset, "__getitems__", None)
-            return self.collate_fn(getitems(indices) if getitems is not None else [self.dataset[i] for i in indices])
+            return self._load(indices)
+        saved = GENERATORS.enter(seed)
+        try:
+            return self._load(indices)
+        finally:
+            GENERATORS.exit(saved)
+
+    def _load(self, indices: list[int]) -> Any:
+        getitems, dataset = self.getitems, self.dataset
+        return self.collate_fn(getitems(indices) if getitems is not None else [dataset[i] for i in indices])
 
 
 def build_loader(
