@@ -34,14 +34,20 @@ class LoaderOptions:
 class _Batches:
     """The batch sampler of a loader: ``(seed, indices)`` for each batch of one pass, keyed by the
     batch's position in the epoch and drawn lazily from ``batches`` (a list, or a plan's
-    ``RankBatches``); replaced for the next pass when the loader's workers persist."""
+    ``RankBatches``); replaced for the next pass when the loader's workers persist. ``seed`` None:
+    loading draws no random number (``draws_no_random_numbers``), so no batch needs a seed."""
 
-    def __init__(self, batches: Iterable[Sequence[int]], seed: int, first_batch: int):
+    def __init__(self, batches: Iterable[Sequence[int]], seed: int | None, first_batch: int):
         self.batches, self.seed, self.first_batch = batches, seed, first_batch
 
-    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+    def __iter__(self) -> Iterator[tuple[int | None, list[int]]]:
+        seed = self.seed
+        if seed is None:
+            for batch in self.batches:
+                yield None, list(batch)
+            return
         for i, batch in enumerate(self.batches, start=self.first_batch):
-            yield derive_seed(self.seed, "batch", i), list(batch)
+            yield derive_seed(seed, "batch", i), list(batch)
 
     def __len__(self) -> int:
         return len(self.batches)  # type: ignore[arg-type]
@@ -86,7 +92,6 @@ class _SeededBatches(Dataset):
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
         self.dataset, self.collate_fn = dataset, collate_fn
         self.getitems = getattr(dataset, "__getitems__", None)
-        self.unseeded = draws_no_random_numbers(dataset, collate_fn)  # nothing to seed
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -94,9 +99,9 @@ class _SeededBatches(Dataset):
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, key: tuple[int, list[int]]) -> Any:
+    def __getitems__(self, key: tuple[int | None, list[int]]) -> Any:
         seed, indices = key
-        if self.unseeded:
+        if seed is None:  # loading draws no random number: nothing to seed
             return self._load(indices)
         if torch.utils.data.get_worker_info() is not None:
             seed_everything(seed)
@@ -136,10 +141,11 @@ def build_loader(
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
     workers = options.num_workers > 0
-    keyed = _Batches(batches, seed, first_batch)
+    batch_seed = None if draws_no_random_numbers(dataset, collate_fn) else seed
+    keyed = _Batches(batches, batch_seed, first_batch)
     if reuse is not None and workers and options.persistent_workers:
         sampler = reuse.batch_sampler
-        sampler.batches, sampler.seed, sampler.first_batch = batches, seed, first_batch  # type: ignore[union-attr]
+        sampler.batches, sampler.seed, sampler.first_batch = batches, batch_seed, first_batch  # type: ignore[union-attr]
         return reuse
     return DataLoader(
         _SeededBatches(dataset, collate_fn),
