@@ -4,7 +4,7 @@
                                       [--out bench/results/hot_path_overhead.json]
 
 Every contender trains the same MLP (64 -> 256 -> 256 -> 256 -> 10, ReLU) with AdamW (lr 1e-3) on the
-same 16,384 random samples, global batch 64 (32 per rank on 2 ranks), for ``--steps`` optimizer steps,
+same 16,384 random samples (a ``TensorDataset``), global batch 64 (32 per rank on 2 ranks), for ``--steps`` optimizer steps,
 reporting the loss every 50 steps, with no validation and no checkpoints:
 
 - hand-written: a ``DataLoader`` with ``shuffle=True`` (``DistributedSampler`` and ``DistributedDataParallel``
@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import socket
 import statistics
 import subprocess
@@ -144,21 +145,55 @@ RUNS = {"hand-written": run_hand_written, "trainer": run_trainer, "lightning": r
 
 
 # ----- timing whole processes ------------------------------------------------------------------------------
-def timed_process(contender: str, steps: int, ranks: int) -> dict[str, float]:
-    """One run of ``contender`` in a fresh process: its wall time (start to exit), the CPU time of it
-    and the processes it waited for (the spawned ranks), and the largest resident set among them."""
+def _adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux): a run's helper processes
+    that outlive it (the trainer's fork server, whose children are the ranks) are then reaped here,
+    and their CPU time, their children's included, is counted."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+ADOPTS = _adopt_orphans()
+
+
+def _reap_orphans(limit_s: float = 60.0) -> bool:
+    """Wait for the adopted orphans to end (True: all of them within ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
+def timed_process(contender: str, steps: int, ranks: int) -> dict[str, float | None]:
+    """One run of ``contender`` in a fresh process: its wall time (start to exit); the CPU time of it
+    and of every process it started (None where they could not all be reaped: no subreaper, or one
+    outlived the minute after its exit); the largest resident set among the process and those it reaped."""
     command = [sys.executable, os.path.abspath(__file__), "--run", contender, "--steps", str(steps), "--ranks", str(ranks)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile() as output:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
+        all_reaped = _reap_orphans() and ADOPTS
         if process.returncode != 0:
             output.seek(0)
             tail = output.read().decode(errors="replace")[-3000:]
             raise RuntimeError(f"{contender} ({ranks} rank(s), {steps} steps) exited with {process.returncode}:\n{tail}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu if all_reaped else None, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -175,15 +210,16 @@ def measure(ranks: int, steps: int, pairs: int, warmup: int, contenders: list[st
             figures = timed_process(name, steps, ranks)
             if counted:
                 runs[name].append(figures)
+            cpu = "unknown" if figures["cpu_s"] is None else f"{figures['cpu_s']:.2f} s"
             print(f"  {ranks} rank(s), {'pair ' + str(round_ - warmup + 1) if counted else 'warm-up'}, {name}: "
-                  f"wall {figures['wall_s']:.2f} s, cpu {figures['cpu_s']:.2f} s (load average {os.getloadavg()[0]:.2f})",
-                  flush=True)
+                  f"wall {figures['wall_s']:.2f} s, cpu {cpu} (load average {os.getloadavg()[0]:.2f})", flush=True)
     base = runs["hand-written"]
     ratios = {}
     for name in contenders[1:]:
         wall = [r["wall_s"] / b["wall_s"] for r, b in zip(runs[name], base)]
-        cpu = [r["cpu_s"] / b["cpu_s"] for r, b in zip(runs[name], base)]
-        ratios[name] = {"wall": {"pairs": wall, **_spread(wall)}, "cpu": {"pairs": cpu, **_spread(cpu)}}
+        cpu = [r["cpu_s"] / b["cpu_s"] for r, b in zip(runs[name], base) if r["cpu_s"] and b["cpu_s"]]
+        ratios[name] = {"wall": {"pairs": wall, **_spread(wall)},
+                        "cpu": {"pairs": cpu, **_spread(cpu)} if len(cpu) == len(wall) else None}
     return {"ranks": ranks, "baseline": "hand-written", "runs": runs, "ratios": ratios}
 
 
@@ -207,8 +243,9 @@ def write_result(path: str, result: dict) -> None:
     "load_average": {"start", "end"}, "settings": {steps, pairs, warmup, model, optimizer,
     global_batch, samples, log_every_n_steps}, "results": [{"ranks": 1 | 2, "baseline": "hand-written",
     "runs": {contender: [{"wall_s", "cpu_s", "peak_rss_mb"} per pair]},
-    "ratios": {contender: {"wall" | "cpu": {"pairs": [per pair], "median", "min", "max"}}}}]}``;
-    a ratio is the contender's figure over the hand-written run's of the same pair."""
+    "ratios": {contender: {"wall" | "cpu": {"pairs": [per pair], "median", "min", "max"}}}}], "note": str}``;
+    a ratio is the contender's figure over the hand-written run's of the same pair; ``cpu_s`` and the
+    cpu ratios are null where a run's processes could not all be reaped (see ``timed_process``)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
@@ -223,15 +260,17 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "hot_path_overhead.json"))
+    parser.add_argument("--note", default="", help="written into the result file (e.g. what else ran)")
     parser.add_argument("--run", choices=CONTENDERS, help=argparse.SUPPRESS)  # one timed process
     args = parser.parse_args()
     for name, value, least in (("--steps", args.steps, 1), ("--pairs", args.pairs, 1), ("--warmup", args.warmup, 0)):
         if value < least:
             parser.error(f"{name} must be >= {least}, got {value}")
+    sys.path[:0] = [ROOT, HERE]
     if args.run is not None:
-        sys.path[:0] = [ROOT, HERE]
         RUNS[args.run](args.steps, args.ranks[0])
         return
+    from _mlp_modules import SAMPLES
 
     info = machine()
     contenders = list(CONTENDERS if info["lightning"] is not None and not args.no_lightning else CONTENDERS[:2])
@@ -253,15 +292,15 @@ def main() -> None:
         for name, ratio in result["ratios"].items():
             wall, cpu = ratio["wall"], ratio["cpu"]
             line += (f"; {name} {wall['median']:.3f}x [{wall['min']:.3f}, {wall['max']:.3f}]"
-                     f" (cpu {cpu['median']:.3f}x)")
+                     f" (cpu {'unknown' if cpu is None else format(cpu['median'], '.3f') + 'x'})")
         print(line)
     write_result(args.out, {
         "benchmark": "hot_path_overhead", "date": date, "command": " ".join(["python", "bench/hot_path_overhead.py"] + sys.argv[1:]),
         "machine": info, "load_average": {"start": load_start, "end": load_end},
         "settings": {"steps": args.steps, "pairs": args.pairs, "warmup": args.warmup,
                      "model": "MLP 64-256-256-256-10 (ReLU)", "optimizer": "AdamW(lr=1e-3)",
-                     "global_batch": GLOBAL_BATCH, "samples": 16384, "log_every_n_steps": LOG_EVERY},
-        "results": results,
+                     "global_batch": GLOBAL_BATCH, "samples": SAMPLES, "log_every_n_steps": LOG_EVERY},
+        "results": results, "note": args.note,
     })
     print(f"written: {os.path.relpath(args.out)}")
 
