@@ -115,6 +115,11 @@ class Strategy(OptimizerStateIO):
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
         Trainer before any worker starts, and again with the launcher's actual numbers)."""
 
+    def check_batch_size(self, batch_size: int, world_size: int) -> None:
+        """Raise ValueError if this strategy cannot split a per-rank micro-batch of ``batch_size`` on
+        ``world_size`` processes (called by the Trainer before any worker starts, when
+        ``data.batch_size`` is given)."""
+
     def data_parallel_size(self, world_size: int | None = None) -> int:
         """Ranks that each load different samples, and by how many the gradient sync averages, out of
         ``world_size`` (all of them but under pipeline parallelism, whose stages of one pipeline share a
