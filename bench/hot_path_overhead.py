@@ -1,7 +1,11 @@
 """The trainer's whole-process cost against a hand-written loop (and Lightning), one process and DDP.
 
-    python bench/hot_path_overhead.py [--steps 1500] [--pairs 5] [--ranks 1 2] [--no-lightning]
-                                      [--out bench/results/hot_path_overhead.json]
+    python bench/hot_path_overhead.py [--steps 1500] [--pairs 5] [--warmup 1] [--ranks 1 2] [--no-lightning]
+                                      [--out bench/results/hot_path_overhead.json] [--note TEXT]
+
+On an idle machine (nothing else running) the defaults are the measurement: one process and 2 DDP
+ranks, 1500 steps, a warm-up round then 5 pairs (about 10 minutes on 2 cores). A quick check that it
+works: ``--steps 50 --pairs 1 --warmup 0 --out /tmp/check.json``.
 
 Every contender trains the same MLP (64 -> 256 -> 256 -> 256 -> 10, ReLU) with AdamW (lr 1e-3) on the
 same 16,384 random samples (a ``TensorDataset``), global batch 64 (32 per rank on 2 ranks), for ``--steps`` optimizer steps,
