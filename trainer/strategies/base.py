@@ -31,6 +31,9 @@ from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 
 
+#: a context that does nothing (stateless: one object serves every step and every strategy)
+NO_CONTEXT = contextlib.nullcontext()
+
 class TrainingStepForward(nn.Module):
     """Makes ``training_step`` the forward of a module, so wrappers that hook the forward (DDP)
     see the user's whole step. Validation calls the module directly, outside any wrapper."""
@@ -170,7 +173,7 @@ class Strategy(OptimizerStateIO):
 
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
         """Context for one micro-batch's forward+backward; ``sync=False`` skips gradient sync."""
-        return contextlib.nullcontext()
+        return NO_CONTEXT
 
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
         """The global 2-norm of all gradients (over every rank's shards where they are sharded)."""

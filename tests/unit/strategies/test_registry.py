@@ -1,0 +1,25 @@
+"""Strategy yamls read without OmegaConf where they are the package's own: the same values."""
+
+import glob
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+from trainer.strategies import registry
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(registry._PACKAGE_CONF, registry.GROUP, "*.yaml"))))
+def test_the_packaged_yamls_read_as_omegaconf_reads_them(path):
+    assert registry._read(path) == OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def test_a_yaml_of_an_added_directory_is_read_by_omegaconf(tmp_path, monkeypatch):
+    # (PyYAML alone would read 1e-3 as a string, and a date as a date)
+    (tmp_path / registry.GROUP).mkdir()
+    (tmp_path / registry.GROUP / "mine.yaml").write_text(
+        "_target_: trainer.strategies.single.SingleDeviceStrategy\nlr: 1e-3\nsince: 2026-11-25\n")
+    monkeypatch.setattr(registry, "_extra_dirs", [])
+    registry.add_config_dir(str(tmp_path))
+    assert registry.yaml_values("mine") == {"lr": 0.001, "since": "2026-11-25"}
+    assert registry.strategy_class("mine").__name__ == "SingleDeviceStrategy"
