@@ -109,7 +109,10 @@ def check_config_keys(cfg: Any) -> None:
              if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE and p.kind is not p.VAR_KEYWORD]
     extra = [key for key in cfg.trainer if key not in known]
     if extra:
-        raise ValueError(f"trainer.{extra[0]} is not a trainer setting{did_you_mean('trainer', extra[0], known)}; "
+        # A name with its own answer below (Lightning's, or data's) gets that answer, not a look-alike key.
+        specific = extra[0] in _DATA_KEYS or extra[0] in LIGHTNING_ARGUMENTS or extra[0] in _PYTHON_API_ONLY
+        guess = "" if specific else did_you_mean("trainer", extra[0], known)
+        raise ValueError(f"trainer.{extra[0]} is not a trainer setting{guess}; "
                          f"the trainer settings are {', '.join(closest_first(extra[0], known))}"
                          + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
                          + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS

@@ -54,7 +54,7 @@ def _read(path: str) -> dict[str, Any]:
     own yamls (plain keys and scalars, read alike either way: tests/unit/strategies/test_registry.py)
     are read with PyYAML, which the trainer imports anyway: importing OmegaConf costs a tenth of a
     second at every start, paid only for the yamls of ``add_config_dir``'s directories."""
-    if os.path.dirname(os.path.dirname(os.path.abspath(path))) == _PACKAGE_CONF:
+    if os.path.dirname(os.path.dirname(os.path.abspath(path))) == os.path.abspath(builtin_config_dir()):
         import yaml
 
         with open(path, encoding="utf-8") as f:

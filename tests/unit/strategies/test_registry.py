@@ -6,12 +6,24 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
+from trainer.runtime.config_dir import builtin_config_dir
 from trainer.strategies import registry
 
+PACKAGED = sorted(glob.glob(os.path.join(str(builtin_config_dir()), registry.GROUP, "*.yaml")))
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(registry._PACKAGE_CONF, registry.GROUP, "*.yaml"))))
-def test_the_packaged_yamls_read_as_omegaconf_reads_them(path):
+
+def test_the_package_has_strategy_yamls():
+    assert len(PACKAGED) >= 4, PACKAGED  # single, ddp, fsdp, pipeline: the parametrized test below is not empty
+
+
+@pytest.mark.parametrize("path", PACKAGED)
+def test_the_packaged_yamls_read_as_omegaconf_reads_them(path, monkeypatch):
+    import yaml
+
+    seen = []
+    monkeypatch.setattr(yaml, "safe_load", lambda f, _load=yaml.safe_load: seen.append(1) or _load(f))
     assert registry._read(path) == OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert seen, "the package's own yaml was not read with PyYAML"
 
 
 def test_a_yaml_of_an_added_directory_is_read_by_omegaconf(tmp_path, monkeypatch):
