@@ -81,7 +81,7 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
             index = pending.pop(sentinel)
             processes[index].join()
             if processes[index].exitcode != 0:
-                _failed(context, failures, watch, interval)
+                _failed(context, failures, watch, interval, first=index)
         try:
             watch.read([pending[s] for s in pending])
         except Exception:  # (the launcher's own store: not expected) no diagnosis this round, the wait goes on
@@ -93,7 +93,13 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
             raise WorkerFailed(line + "; every rank was stopped")
 
 
-def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float) -> None:
+def _exit_line(process: Any, rank: int) -> str:
+    code = process.exitcode
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"rank {rank} (pid {process.pid}) {how}"
+
+
+def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float, first: int) -> None:
     """A worker ended with an error. If that error is a timeout, a rank silent for two beats or more
     is its likely cause (the collective waited for it): it is named. A stopped rank is named in any
     case. Both are killed now: torch's clean-up of the rest sends SIGTERM first, which a stopped
@@ -125,6 +131,11 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
             reports.append(failures.get())
         if not reports:
             raise WorkerFailed(cause or f"rank {error.error_index} (pid {error.error_pid}) failed:\n{error.msg}") from None
+        if cause is None and first not in {r for _, r, *_ in reports}:
+            # The first to end died without raising (os._exit, a signal, the OOM killer): the ranks
+            # that raised did so because it left (a reset connection), so it is the one named.
+            raise WorkerFailed(f"{_exit_line(processes[first], first)}; rank(s) {sorted({r for _, r, *_ in reports})} "
+                               "failed after it; the other ranks were stopped") from None
         _, rank, pid, trace, summary = min(reports)  # the first to fail
         if cause is not None:  # the failure is a consequence: one line, the waiting rank's error in short
             raise WorkerFailed(f"{cause}; rank {rank} failed waiting for it ({_short(summary)}); every rank was "
@@ -144,10 +155,8 @@ def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float)
     except mp.ProcessExitedException as error:
         if cause is not None:
             raise WorkerFailed(f"{cause}; every rank was stopped") from None
-        raise WorkerFailed(
-            f"rank {error.error_index} (pid {error.error_pid}) exited with code {error.exit_code}"
-            f"{' (' + error.signal_name + ')' if error.signal_name else ''}; the other ranks were stopped"
-        ) from None
+        del error  # (torch names the first ended process it looked at; ``first`` is the one that ended first)
+        raise WorkerFailed(f"{_exit_line(processes[first], first)}; the other ranks were stopped") from None
     raise WorkerFailed(cause or "a worker failed")  # (join raises whenever a worker failed)
 
 

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.timeout(300)
 
 # ----- 5. bad input -------------------------------------------------------------------------------------
 BAD_INPUT = {
-    "unknown strategy": (["strategy=nope"], ["strategy/nope"]),
-    "unknown recipe": (["recipe=nope"], ["recipe/nope"]),
+    "unknown strategy": (["strategy=nope"], ["no strategy option nope", "ddp, fsdp"]),
+    "unknown recipe": (["recipe=nope"], ["no recipe option nope", "mlp"]),
     "misspelt key": (["trainer.max_stepz=5"], ["trainer.max_stepz"]),
     "no devices": (["trainer.devices=0"], ["trainer.devices", "got 0"]),
     "no accumulation": (["trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches", "got 0"]),
