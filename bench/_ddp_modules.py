@@ -9,7 +9,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from recipes.gpt import GPT, GPTModule
+from trainer.recipes.gpt import GPT, GPTModule
 
 
 def stamp(stamps: str, key: str) -> None:

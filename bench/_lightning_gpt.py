@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from _ddp_modules import stamp
-from recipes.gpt import GPT
+from trainer.recipes.gpt import GPT
 
 
 class LitGPT(L.LightningModule):

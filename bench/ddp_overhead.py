@@ -57,7 +57,7 @@ def _hand_written_worker(rank: int, steps: int, port: int, stamps: str) -> None:
     from torch.utils.data import DataLoader, DistributedSampler
 
     from _ddp_modules import stamp
-    from recipes.gpt import GPT, GPTModule
+    from trainer.recipes.gpt import GPT, GPTModule
 
     # Each worker its share of the cores, as torchrun, Lightning and this trainer do (2 x 2 spinning
     # threads on 2 cores make every step several times slower).
@@ -116,7 +116,7 @@ def lightning(steps: int, stamps: str) -> None:
     from _lightning_gpt import LitGPT
     from torch.utils.data import DataLoader
 
-    from recipes.gpt import GPTModule
+    from trainer.recipes.gpt import GPTModule
 
     torch.manual_seed(0)
     loader = DataLoader(GPTModule(**MODEL).train_dataset(), batch_size=BATCH, shuffle=True)

@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from recipes.gpt import GPT, GPTModule
+from trainer.recipes.gpt import GPT, GPTModule
 from trainer import Trainer
 
 MODEL = dict(vocab_size=256, block_size=64, layers=2, heads=4, width=128, dropout=0.0)

@@ -33,7 +33,7 @@ import torch
 def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 def status(key): return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
 baseline = peak()
-from recipes.gpt import GPTModule
+from trainer.recipes.gpt import GPTModule
 from trainer import Trainer
 tokens, steps, run_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 module = GPTModule(optimizer=functools.partial(torch.optim.AdamW, lr=3e-3), tokens=tokens, block_size=64)
@@ -45,7 +45,7 @@ print(json.dumps({"sequences": len(module.train_dataset()), "baseline": baseline
 
 
 def _prepare(text: str, out: str, *extra: str) -> dict:
-    subprocess.run([sys.executable, "-m", "recipes.prepare_text", text, out, "--shard-tokens", str(1 << 30),
+    subprocess.run([sys.executable, "-m", "trainer.recipes.prepare_text", text, out, "--shard-tokens", str(1 << 30),
                     "--val-fraction", "0.01", *extra], check=True, capture_output=True, cwd=ROOT,
                    env={**os.environ, "PYTHONPATH": ROOT})
     with open(os.path.join(out, "manifest.json")) as handle:
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="fresh processes per corpus, one row each (RSS varies run to run)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
-    from recipes.text_data import python_stdlib_text
+    from trainer.recipes.text_data import python_stdlib_text
 
     text = python_stdlib_text(int(args.mb * 1e6))
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, python "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch.utils.data import TensorDataset
 
-from recipes.cnn import digits_split
+from trainer.recipes.cnn import digits_split
 from trainer import DataModule
 
 

@@ -2,7 +2,7 @@
 
 With no data settings it trains on the bytes of text that ships with Python itself (the standard
 library's own source files), so it runs offline; ``data.path`` trains on the bytes of your UTF-8
-text file, ``data.tokens`` on token shards (``python -m recipes.prepare_text``), ``data.source=hf``
+text file, ``data.tokens`` on token shards (``trainer prepare-text``), ``data.source=hf``
 on a local Hugging Face dataset: ``recipes/text_data.py`` chooses.
 """
 
@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipes.text_data import python_stdlib_text  # noqa: F401 (its old home)
-from recipes.text_module import TextRecipe
-from recipes.token_data import PackedBlocks
+from trainer.recipes.text_data import python_stdlib_text  # noqa: F401 (its old home)
+from trainer.recipes.text_module import TextRecipe
+from trainer.recipes.token_data import PackedBlocks
 from trainer import TrainModule
 
 

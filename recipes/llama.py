@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipes import gpt
-from recipes.text_module import TextRecipe
+from trainer.recipes import gpt
+from trainer.recipes.text_module import TextRecipe
 from trainer import TrainModule
 
 
@@ -136,7 +136,7 @@ class LlamaModule(TextRecipe, TrainModule):
 
     Args:
         data_path / tokens / source / stream / tokenizer / hf / max_bytes / block_size / val_fraction: the
-            data, as in ``recipes.gpt.GPTModule`` (``recipes/text_module.py``).
+            data, as in ``trainer.recipes.gpt.GPTModule`` (``recipes/text_module.py``).
         vocab_size: the embedding and output size; null = the data's vocabulary (bytes: 256; token
             shards: the manifest's); a larger value pads it (e.g. to a multiple of 64 for GPU kernels).
         layers / width / heads: depth, model width and query heads (width divisible by heads).

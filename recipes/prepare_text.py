@@ -1,6 +1,6 @@
 """Tokenize text files into token shards for ``python train.py recipe=gpt data.tokens=OUT_DIR``.
 
-    python -m recipes.prepare_text INPUT... OUT_DIR [--vocab-size N | --tokenizer tokenizer.json]
+    trainer prepare-text INPUT... OUT_DIR [--vocab-size N | --tokenizer tokenizer.json]
         [--shard-tokens N] [--dtype auto|uint16|uint32] [--val-fraction F] [--suffixes .txt,.md,.py]
 
 Each input file is one document; a directory stands for the files under it (recursively) whose
@@ -22,8 +22,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from recipes import token_shards
-from recipes.tokenizer_io import eod_id, load_tokenizer, train_byte_level_bpe
+from trainer.recipes import token_shards
+from trainer.recipes.tokenizer_io import eod_id, load_tokenizer, train_byte_level_bpe
 
 DEFAULT_VOCAB = 4096
 _CHUNK_BYTES = 1 << 20
@@ -115,7 +115,7 @@ def prepare(inputs: Sequence[str], out_dir: str, vocab_size: int | None = None, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipes.prepare_text", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="trainer prepare-text", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[2:]))
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="text files or directories (each file is one document)")

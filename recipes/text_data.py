@@ -2,7 +2,7 @@
 
     (default)            Python's own standard-library source text, as bytes (offline)
     data.path=FILE       a UTF-8 text file, as bytes
-    data.tokens=DIR      token shards made by ``python -m recipes.prepare_text INPUT... DIR``
+    data.tokens=DIR      token shards made by ``trainer prepare-text INPUT... DIR``
     data.source=hf       a local Hugging Face dataset (``data.hf.*``), by ``recipes/hf_text.py``
     data.stream=true     the training set as an IterableDataset (the shard protocol) instead of a
                          map-style Dataset; validation stays map-style
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from recipes.token_data import PackedBlocks, PackedStream
+from trainer.recipes.token_data import PackedBlocks, PackedStream
 
 SOURCES = ("text", "tokens", "hf")
 
@@ -80,7 +80,7 @@ def check_settings(path: str | None, tokens: str | None, source: str | None, str
     if path is not None and not os.path.isfile(path):
         raise FileNotFoundError(f"data.path={path!r} is not a file; give a UTF-8 text file, or null for the built-in text")
     if tokens is not None and not os.path.isdir(tokens):
-        raise FileNotFoundError(f"data.tokens={tokens!r} is not a directory; make one with python -m recipes.prepare_text INPUT... DIR")
+        raise FileNotFoundError(f"data.tokens={tokens!r} is not a directory; make one with trainer prepare-text INPUT... DIR")
     chosen = source_of(path, tokens, source)
     if chosen != "hf":
         unused = [f"data.{name}={value!r}" for name, value in (("tokenizer", tokenizer), ("hf", hf)) if value]
@@ -111,10 +111,10 @@ def _hf_datasets(options: dict[str, Any], block_size: int, stream: bool, tokeniz
     from omegaconf import OmegaConf
 
     try:
-        from recipes.hf_text import hf_text_datasets
+        from trainer.recipes.hf_text import hf_text_datasets
     except ImportError as error:
         raise ValueError(f"data.source=hf needs recipes/hf_text.py and the extra 'data' (pip install -e .[data]): {error}") from error
-    from recipes.tokenizer_io import load_tokenizer, token_byte_lengths
+    from trainer.recipes.tokenizer_io import load_tokenizer, token_byte_lengths
 
     hf = dict(options.get("hf") or {})
     if stream:  # data.stream=true is the streaming path for every source; hf calls it data.hf.streaming
@@ -140,8 +140,8 @@ def text_datasets(block_size: int, path: str | None = None, tokens: str | None =
         return _byte_datasets(path, max_bytes, block_size, val_fraction, stream, seed)
     if chosen == "hf":
         return _hf_datasets({"hf": hf, "stream": stream, "tokenizer": tokenizer}, block_size, stream, tokenizer)
-    from recipes.token_data import token_shard_datasets
-    from recipes.tokenizer_io import load_tokenizer, token_byte_lengths
+    from trainer.recipes.token_data import token_shard_datasets
+    from trainer.recipes.tokenizer_io import load_tokenizer, token_byte_lengths
 
     train, val, manifest = token_shard_datasets(tokens, block_size, stream, seed)
     token_bytes = token_byte_lengths(load_tokenizer(os.path.join(tokens, manifest["tokenizer"])))

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from recipes.text_data import TextData, check_settings, text_datasets
+from trainer.recipes.text_data import TextData, check_settings, text_datasets
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from recipes.token_shards import read_manifest
+from trainer.recipes.token_shards import read_manifest
 
 
 class _Parts:

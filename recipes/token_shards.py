@@ -105,7 +105,7 @@ def read_manifest(directory: str) -> dict[str, Any]:
     path = os.path.join(directory, MANIFEST)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data.tokens={directory!r} has no {MANIFEST}; make one with "
-                                f"python -m recipes.prepare_text INPUT... {directory}")
+                                f"trainer prepare-text INPUT... {directory}")
     with open(path) as handle:
         manifest = json.load(handle)
     if manifest.get("format") != FORMAT:

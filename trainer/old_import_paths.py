@@ -3,6 +3,10 @@
 ``import trainer.module`` (or a Hydra ``_target_: trainer.schedules.warmup_cosine``) still works: the
 old name is the new module itself (the same object, so attributes read, set or monkeypatched through
 either name are one), and the first import of each old name warns once, naming the new path.
+
+The recipes' old top-level name ``recipes`` (``_target_: recipes.mlp.MLPClassifier``) answers with
+``trainer.recipes`` the same way, with one warning for the whole package, unless another package
+named ``recipes`` is importable: that one is the user's, and it wins.
 """
 
 from __future__ import annotations
@@ -101,7 +105,49 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # the new module ran already
 
 
+OLD_RECIPES = "recipes"
+NEW_RECIPES = "trainer.recipes"
+
+
+def _recipes_are_ours() -> bool:
+    """Whether ``import recipes`` would find no package, or this package's own recipes (a checkout,
+    where the top-level ``recipes/`` is on ``sys.path``) rather than another project's."""
+    import os
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec(OLD_RECIPES)
+    if spec is None or not spec.submodule_search_locations:
+        return spec is None
+    ours = os.path.realpath(os.path.join(os.path.dirname(__file__), "recipes"))
+    return any(os.path.realpath(location) == ours for location in spec.submodule_search_locations)
+
+
+class _OldRecipes(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers ``recipes`` and ``recipes.<module>`` with ``trainer.recipes`` and its modules."""
+
+    warned = False
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None):
+        if fullname != OLD_RECIPES and not fullname.startswith(OLD_RECIPES + "."):
+            return None
+        if not _recipes_are_ours():
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname == OLD_RECIPES)
+
+    def create_module(self, spec) -> ModuleType:
+        new = NEW_RECIPES + spec.name[len(OLD_RECIPES):]
+        if not _OldRecipes.warned:
+            _OldRecipes.warned = True
+            warnings.warn(f"the recipes moved from {OLD_RECIPES}.* to {NEW_RECIPES}.* ({spec.name} is {new}); "
+                          f"the old name stops working in the next release", FutureWarning, stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # the new module ran already
+
+
 def install() -> None:
-    """Put the finder first, so an old path never loads a second copy of a moved file."""
-    if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _MovedModules())
+    """Put the finders first, so an old path never loads a second copy of a moved file."""
+    for finder in (_MovedModules, _OldRecipes):
+        if not any(isinstance(existing, finder) for existing in sys.meta_path):
+            sys.meta_path.insert(0, finder())

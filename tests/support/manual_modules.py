@@ -6,7 +6,7 @@ from functools import partial
 
 import torch
 
-from recipes.gan import DigitsGAN
+from trainer.recipes.gan import DigitsGAN
 
 
 def tiny_gan(cls: type = DigitsGAN, **kwargs) -> DigitsGAN:

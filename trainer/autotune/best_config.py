@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.autotune.settings import CONF_DIR, TRAIN_PY, AutotuneError
+from trainer.autotune.settings import CONF_DIR, AutotuneError
 
 TRAIN_CONFIG = "config"  # train.py's primary config (conf/config.yaml)
 
@@ -59,12 +59,11 @@ def write_best_config(path: Path, overrides: list[str], comment: str, conf_dir: 
 
 
 def run_command(path: Path) -> str:
-    """``python train.py --config-path DIR --config-name NAME`` for the file at ``path``."""
-    import os
+    """``python -m trainer --config-path DIR --config-name NAME`` for the file at ``path`` (the
+    ``trainer`` command; ``python train.py`` in a checkout takes the same arguments)."""
     import shlex
 
-    train = os.path.relpath(TRAIN_PY) if Path.cwd() in TRAIN_PY.parents else str(TRAIN_PY)
-    return f"python {shlex.quote(train)} --config-path {shlex.quote(str(path.parent.resolve()))} --config-name {path.stem}"
+    return f"python -m trainer --config-path {shlex.quote(str(path.parent.resolve()))} --config-name {path.stem}"
 
 
 def compose_file(path: Path, overrides: list[str] | None = None) -> Any:

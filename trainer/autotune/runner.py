@@ -103,9 +103,9 @@ def autotune(argv: list[str], trial: Callable[..., TrialResult] = run_trial) -> 
               f"autotune_trial.log under {out_dir / 'trials'})")
     else:
         c = top.candidate
-        comment = (f"Written by python -m trainer.autotune {' '.join(argv)}\n"
+        comment = (f"Written by trainer autotune {' '.join(argv)}\n"
                    f"Best of {len(results)} candidates: {c.label}, {top.samples_per_s:.0f} samples/s\n"
-                   f"Run it as is: python train.py --config-path {out_dir} --config-name {BEST_NAME}")
+                   f"Run it as is: python -m trainer --config-path {out_dir} --config-name {BEST_NAME}")
         command = write_best_config(out_dir / f"{BEST_NAME}.yaml", job.overrides + c.overrides(), comment)
         print(f"best: {c.label}; its config: {out_dir / (BEST_NAME + '.yaml')}\nrun it with: {command}")
     print(f"autotune took {budget.elapsed():.0f} s of its {budget.seconds:g} s budget")

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO / "conf"
-TRAIN_PY = REPO / "train.py"
+from trainer.runtime.config_dir import builtin_config_dir
+
+CONF_DIR = builtin_config_dir()
+#: What a trial runs: the ``trainer`` command (``python -m trainer``), with train.py's overrides.
+TRAIN_COMMAND = [sys.executable, "-m", "trainer"]
 PRIMARY = "autotune"  # conf/autotune.yaml: conf/config.yaml plus the autotune: block
 
 

@@ -1,4 +1,4 @@
-"""One trial: ``python train.py <overrides>`` in its own process group, a few steps, measured.
+"""One trial: ``python -m trainer <overrides>`` in its own process group, a few steps, measured.
 
 Isolation: a candidate that crashes, runs out of memory or is killed is a row ``failed: <reason>``;
 the autotuner goes on with the next one.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.autotune.candidates import Candidate
-from trainer.autotune.settings import TRAIN_PY, Settings
+from trainer.autotune.settings import TRAIN_COMMAND, Settings
 
 LOG_NAME = "autotune_trial.log"  # the trial's stdout and stderr, in its run directory
 METRICS_NAME = "metrics.jsonl"
@@ -146,7 +146,7 @@ def run_trial(candidate: Candidate, overrides: list[str], settings: Settings, ru
     """Run ``candidate`` with the user's ``overrides`` for at most ``timeout_s`` seconds and measure it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / METRICS_NAME).unlink(missing_ok=True)  # the logger appends: no windows from an earlier search
-    command = [sys.executable, str(TRAIN_PY), *overrides, *candidate.overrides(), *measurement_overrides(settings, run_dir)]
+    command = [*TRAIN_COMMAND, *overrides, *candidate.overrides(), *measurement_overrides(settings, run_dir)]
     log_path = run_dir / LOG_NAME
     started = time.monotonic()
     with open(log_path, "wb") as log:

@@ -10,10 +10,10 @@ from typing import Any, Iterable
 
 from trainer.deepspeed_config.mapping import Mapped, map_json
 from trainer.deepspeed_config.reading import read_json
+from trainer.runtime.config_dir import builtin_config_dir
 from trainer.runtime.rank_logging import rank_zero_warn
 
 log = logging.getLogger(__name__)
-_CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 
 
 def typed_keys(overrides: Iterable[str]) -> list[str]:
@@ -103,7 +103,7 @@ def _replace(cfg: Any, key: str, node: dict[str, Any], typed: list[str], skipped
 def _yaml_node(group: str, name: str) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
-    node = OmegaConf.to_container(OmegaConf.load(os.path.join(_CONF, group, f"{name}.yaml")), resolve=False)
+    node = OmegaConf.to_container(OmegaConf.load(os.path.join(builtin_config_dir(), group, f"{name}.yaml")), resolve=False)
     return node.get(name, {}) if group == "logger" else node
 
 

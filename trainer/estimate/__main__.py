@@ -8,20 +8,18 @@ comparison of every strategy. Nothing is trained and no process group is made.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 from trainer.estimate import estimate_config
-
-CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
+from trainer.runtime.config_dir import builtin_config_dir
 
 
 def compose(overrides: Sequence[str]):
     """The composed config (conf/estimate.yaml with ``overrides``), as Hydra composes train.py's."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(builtin_config_dir()), version_base="1.3"):
         return hydra_compose(config_name="estimate", overrides=list(overrides))
 
 

@@ -3,8 +3,8 @@ names the class. The command line composes it (``strategy=ddp``); the Python API
 (``Trainer(strategy="ddp")``) resolves a name through the same yaml, so adding a strategy is one
 Python file plus one yaml, and helper modules may live beside the strategies they serve.
 
-Where the yamls are looked for: ``conf/strategy/`` beside the ``trainer`` package (the repository
-``train.py`` runs from; an editable install), then every directory given to :func:`add_config_dir`,
+Where the yamls are looked for: the built-in ``strategy/`` group (``builtin_config_dir``: the
+installed package's configs, in a checkout its ``conf/``), then every directory given to :func:`add_config_dir`,
 laid out as ``conf/`` is (``<dir>/strategy/<name>.yaml``), the same directory one would pass to
 ``hydra.searchpath`` on the command line. A later directory's yaml wins over an earlier one of the
 same name, as on Hydra's search path.
@@ -16,8 +16,9 @@ import importlib
 import os
 from typing import Any
 
+from trainer.runtime.config_dir import builtin_config_dir
+
 GROUP = "strategy"
-_PACKAGE_CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 _extra_dirs: list[str] = []
 
 
@@ -34,7 +35,7 @@ def add_config_dir(path: str) -> None:
 def _yamls() -> dict[str, str]:
     """Strategy name -> its yaml's path (later directories win)."""
     found: dict[str, str] = {}
-    for root in [_PACKAGE_CONF, *_extra_dirs]:
+    for root in [str(builtin_config_dir()), *_extra_dirs]:
         folder = os.path.join(root, GROUP)
         if os.path.isdir(folder):
             for entry in sorted(os.listdir(folder)):
@@ -55,7 +56,7 @@ def strategy_class(name: str) -> type:
 
     yamls = _yamls()
     if name not in yamls:
-        where = "" if yamls else f" (no {GROUP}/*.yaml found under {_PACKAGE_CONF} or add_config_dir's directories)"
+        where = "" if yamls else f" (no {GROUP}/*.yaml found under {builtin_config_dir()} or add_config_dir's directories)"
         raise ValueError(f"unknown strategy {name!r}; available: {', '.join(sorted(yamls))}{where}")
     target = OmegaConf.load(yamls[name]).get("_target_")
     if not isinstance(target, str) or "." not in target:

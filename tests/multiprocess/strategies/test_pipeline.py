@@ -140,7 +140,7 @@ def test_clipping_uses_the_global_norm(tmp_path):
 def test_gpt_recipe_two_stages_equal_one_process(tmp_path):
     import functools
 
-    from recipes.gpt import GPTModule
+    from trainer.recipes.gpt import GPTModule
 
     def gpt_run(path, strategy="single", devices=1):
         module = GPTModule(optimizer=functools.partial(torch.optim.AdamW, lr=3e-3), max_bytes=40_000, block_size=16,

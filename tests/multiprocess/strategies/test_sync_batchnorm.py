@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.support.helpers import train_losses
-from recipes.cnn import DigitsCNN
+from trainer.recipes.cnn import DigitsCNN
 from trainer import Trainer
 from trainer.runtime.launch import spawn
 from trainer.strategies.sync_batchnorm import SyncBatchNorm, SyncBatchNorm1d, convert_sync_batchnorm

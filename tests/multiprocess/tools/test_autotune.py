@@ -1,5 +1,5 @@
 """The autotuner: candidates, the budget, one trial's isolation, the config writer, and
-one whole search on the mlp recipe whose best config then runs through train.py."""
+one whole search on the mlp recipe whose best config then runs through the trainer command."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_throughput_drops_the_warm_up_window(tmp_path):
 def test_a_failing_trial_is_a_row_and_leaves_no_process(tmp_path, monkeypatch, body, status):
     script = tmp_path / "fake_train.py"
     script.write_text(f"import os, signal, subprocess, sys, time\n{body}\n")
-    monkeypatch.setattr(trial_module, "TRAIN_PY", script)
+    monkeypatch.setattr(trial_module, "TRAIN_COMMAND", [sys.executable, str(script)])
     monkeypatch.setenv("CHILD_PID_FILE", str(tmp_path / "child.pid"))
     candidate = cands.Candidate("ddp", 16, 2, False)
     settings = check_settings({**DEFAULT_BLOCK, "out_dir": str(tmp_path)})
@@ -216,7 +216,7 @@ def test_best_config_composes_like_its_overrides(tmp_path):
     assert text.startswith("# a comment\n# line two\n")
     cfg = compose_file(tmp_path / "best.yaml")
     assert (cfg.strategy.sharding, cfg.data.batch_size, cfg.trainer.accumulate_grad_batches) == ("grad_op", 16, 2)
-    assert cfg.module._target_ == "recipes.cnn.DigitsCNN" and list(cfg.logger) == ["jsonl", "csv"]
+    assert cfg.module._target_ == "trainer.recipes.cnn.DigitsCNN" and list(cfg.logger) == ["jsonl", "csv"]
     # The check can fail: a file that composes to something else is refused.
     (tmp_path / "best.yaml").write_text(text.replace("batch_size: 16", "batch_size: 8"))
     with pytest.raises(AutotuneError, match=r"another config than its overrides \(top-level keys \['data'\]\)"):
@@ -291,7 +291,7 @@ def test_autotune_finishes_within_its_budget_and_its_best_config_runs(search):
     assert "samples/s" in done.stdout and "peak MB" in done.stdout and "ok, best" in done.stdout
     command = next(line for line in done.stdout.splitlines() if line.startswith("run it with: "))
     argv = shlex.split(command[len("run it with: "):])
-    assert argv[0] == "python" and argv[2:] == ["--config-path", str(out_dir), "--config-name", "best"]
+    assert argv[:3] == ["python", "-m", "trainer"] and argv[3:] == ["--config-path", str(out_dir), "--config-name", "best"]
     top = max(measured, key=lambda r: r["samples_per_s"])["candidate"]
     best_cfg = compose_file(out_dir / "best.yaml")
     assert (best_cfg.data.batch_size, best_cfg.trainer.accumulate_grad_batches) == (top["micro_batch_size"], top["accumulation"])

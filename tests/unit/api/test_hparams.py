@@ -203,7 +203,7 @@ def test_module_without_hparams_names_its_missing_arguments(tmp_path):
 def test_the_mlp_recipe_saves_its_model_settings_without_the_factories(caplog):
     from functools import partial
 
-    from recipes.mlp import MLPClassifier
+    from trainer.recipes.mlp import MLPClassifier
 
     with caplog.at_level(logging.WARNING):
         module = MLPClassifier(optimizer=partial(torch.optim.SGD, lr=0.1), hidden=32)

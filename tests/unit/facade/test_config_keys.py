@@ -63,7 +63,7 @@ def test_known_config_builds_without_a_warning(tmp_path, caplog):
         (["+trainer.batch_size=8"], "(data.batch_size is one)"),
         (["+strategy.typo=1"], "strategy.typo: trainer.strategies.single.SingleDeviceStrategy takes no argument"),
         (["strategy=ddp", "+strategy.zero_1=true"], "it takes accelerator, find_unused_parameters"),
-        (["+module.typo=1"], "module.typo: recipes.mlp.MLPClassifier takes no argument 'typo'; it takes optimizer"),
+        (["+module.typo=1"], "module.typo: trainer.recipes.mlp.MLPClassifier takes no argument 'typo'; it takes optimizer"),
         (["+optimizer.typo=1"], "optimizer.typo: torch.optim.SGD takes no argument 'typo'"),
         (["scheduler=warmup_cosine", "+scheduler.typo=1"], "scheduler.typo: trainer.optim.schedules.warmup_cosine"),
         (["callbacks=[timer]", "+callbacks.timer.typo=1"], "callbacks.timer.typo: trainer.callbacks.Timer takes no"),

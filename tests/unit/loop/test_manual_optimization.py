@@ -16,7 +16,7 @@ import torch
 
 from tests.support.helpers import REPO, HotPathProbe, read_hot_path, read_metrics, run_trainer
 from tests.support.manual_modules import CountingGAN, HandAccumulatingGAN, OverflowingGAN, tiny_gan
-from recipes.gan import DigitsGAN
+from trainer.recipes.gan import DigitsGAN
 from trainer.runtime.comms_log import GRADIENT_KIND
 from trainer.optim.optimizers import split_manual, split_optimizers
 from trainer.precision import Precision

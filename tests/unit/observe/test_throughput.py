@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.support.helpers import BlockRegressor, fit, read_metrics, run_trainer
-from recipes.gpt import GPTModule
+from trainer.recipes.gpt import GPTModule
 from trainer.observe.throughput import Throughput, peak_tflops
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.support.helpers import BlockRegressor, OverflowAt, fit, read_metrics, run_trainer, train_losses
-from recipes.gpt import GPTModule
+from trainer.recipes.gpt import GPTModule
 from trainer.precision import Precision
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.fsdp import FSDPStrategy

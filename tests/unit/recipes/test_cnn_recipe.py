@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.support.helpers import read_metrics
-from recipes.cnn import DigitsCNN, digits_split
+from trainer.recipes.cnn import DigitsCNN, digits_split
 from trainer import Trainer
 from trainer.optim.schedules import warmup_cosine
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from recipes.hf_text import BYTE_EOD, hf_text_datasets
+from trainer.recipes.hf_text import BYTE_EOD, hf_text_datasets
 
 pytestmark = pytest.mark.timeout(120)
 BLOCK = 8

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.support.helpers import REPO, read_metrics, run_trainer, train_losses
-from recipes.llama import Attention, LlamaBlock, LlamaModule, apply_rope, ffn_hidden_size, rope_angles
+from trainer.recipes.llama import Attention, LlamaBlock, LlamaModule, apply_rope, ffn_hidden_size, rope_angles
 from tests.support.same_training import assert_same_training
 from tests.support.command_line import TRAIN, run
 from trainer.strategies.fsdp import FSDPStrategy

@@ -1,4 +1,4 @@
-"""Token shards: ``python -m recipes.prepare_text`` on a slice of the standard library's
+"""Token shards: ``trainer prepare-text`` on a slice of the standard library's
 text, the memmap datasets over its shards, the text recipes' source choice, and ``recipe=gpt
 data.tokens=DIR`` training with bits per byte."""
 
@@ -22,10 +22,10 @@ import torch.nn.functional as F
 pytest.importorskip("tokenizers", reason="the optional extra 'data' (pip install -e .[data])")
 
 from tests.support.helpers import REPO, new_trainer, read_metrics  # noqa: E402 (after the skip)
-from recipes import prepare_text, token_shards  # noqa: E402
-from recipes.text_data import text_datasets  # noqa: E402
-from recipes.token_data import PackedBlocks, PackedStream, token_shard_datasets  # noqa: E402
-from recipes.tokenizer_io import load_tokenizer, token_byte_lengths  # noqa: E402
+from trainer.recipes import prepare_text, token_shards  # noqa: E402
+from trainer.recipes.text_data import text_datasets  # noqa: E402
+from trainer.recipes.token_data import PackedBlocks, PackedStream, token_shard_datasets  # noqa: E402
+from trainer.recipes.tokenizer_io import load_tokenizer, token_byte_lengths  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -156,12 +156,12 @@ def test_text_source_settings_are_checked(corpus, tmp_path):
 
 
 def test_hf_source_calls_recipes_hf_text(corpus, monkeypatch):
-    """data.source=hf: recipes.hf_text.hf_text_datasets(data_cfg, block_size, tokenizer), imported only then."""
+    """data.source=hf: trainer.recipes.hf_text.hf_text_datasets(data_cfg, block_size, tokenizer), imported only then."""
     import importlib.util
     import types
 
     _, out, _ = corpus
-    if importlib.util.find_spec("recipes.hf_text") is None:  # until recipes/hf_text.py exists: a clear error
+    if importlib.util.find_spec("trainer.recipes.hf_text") is None:  # until recipes/hf_text.py exists: a clear error
         with pytest.raises(ValueError, match="data.source=hf needs recipes/hf_text.py"):
             text_datasets(BLOCK, source="hf", hf={"files": ["a.json"]})
     calls = []
@@ -169,7 +169,7 @@ def test_hf_source_calls_recipes_hf_text(corpus, monkeypatch):
     def hf_text_datasets(data_cfg, block_size, tokenizer):
         calls.append((data_cfg, block_size, tokenizer))
         return "train", "val"
-    monkeypatch.setitem(sys.modules, "recipes.hf_text", types.SimpleNamespace(hf_text_datasets=hf_text_datasets))
+    monkeypatch.setitem(sys.modules, "trainer.recipes.hf_text", types.SimpleNamespace(hf_text_datasets=hf_text_datasets))
     data = text_datasets(BLOCK, source="hf", stream=True, tokenizer=os.path.join(out, "tokenizer.json"),
                          hf={"format": "json", "files": ["a.json"]})
     (cfg, block_size, tokenizer), = calls
@@ -182,7 +182,7 @@ def test_hf_source_calls_recipes_hf_text(corpus, monkeypatch):
 
 def test_validation_bits_per_byte_is_exact(corpus, tmp_path):
     """val/bits_per_byte on token data = the validation targets' nats / their UTF-8 bytes / ln 2."""
-    from recipes.gpt import GPTModule
+    from trainer.recipes.gpt import GPTModule
 
     _, out, _ = corpus
     module = GPTModule(optimizer=functools.partial(torch.optim.AdamW, lr=3e-3), tokens=out, block_size=BLOCK,

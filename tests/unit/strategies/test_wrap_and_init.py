@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from tests.support.helpers import BlockRegressor, ResidualBlock
-from recipes.gpt import Block, GPTModule
+from trainer.recipes.gpt import Block, GPTModule
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 from trainer.strategies.wrap_policy import describe_units, select_units
 

@@ -210,7 +210,7 @@ class _RealTensors:
 def test_fake_measurement_equals_the_same_count_on_real_tensors():
     # The fake build changes nothing the count depends on: a small GPT (blocks, attention, embeddings)
     # saves the same bytes for backward on fake as on real CPU tensors, with and without autocast.
-    from recipes.gpt import GPTModule
+    from trainer.recipes.gpt import GPTModule
 
     make = lambda: GPTModule(partial(torch.optim.AdamW), layers=2, width=32, heads=4, block_size=16)  # noqa: E731
     real = make()
