@@ -1,6 +1,6 @@
 """DeepSpeed JSON import: every mapped key, DeepSpeed 0.19's defaults, the
 precedence (JSON over the composed config, typed overrides over the JSON), the warning and the errors;
-and the shared configs (../shared/deepspeed) through ``train.py`` on 2 CPU ranks. The schedulers against
+and the example configs (examples/deepspeed) through ``train.py`` on 2 CPU ranks. The schedulers against
 DeepSpeed's formulas: test_deepspeed_schedulers.py."""
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from tests.support.command_line import FAST, Started
 from trainer.deepspeed_config import apply_json, from_deepspeed_config
 
 pytestmark = pytest.mark.timeout(240)
-SHARED = Path(REPO).parent / "shared" / "deepspeed"
+EXAMPLES = Path(REPO) / "examples" / "deepspeed"
+#: rejected on any world size: 30 is not micro x accumulation x world
+INCONSISTENT = {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                "optimizer": {"type": "SGD", "params": {"lr": 0.01}}}
 MLP = ["recipe=mlp"]
 
 
@@ -271,19 +274,20 @@ def _write(tmp_path, data: dict) -> str:
     return str(path)
 
 
-# ----- the shared configs through train.py (2 spawned runs on 2 ranks, one failing before any worker) ------
+# ----- the example configs through train.py (3 spawned runs on 2 ranks, one failing before any worker) ------
 @pytest.fixture(scope="module")
-def shared_runs(tmp_path_factory):
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent (CI has ../shared beside the clone)")
+def example_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("deepspeed")
+    (root / "inconsistent_batch.json").write_text(json.dumps(INCONSISTENT))
     train = [sys.executable, os.path.join(REPO, "train.py")] + FAST[:1] + ["trainer.max_steps=4",
                                                                             "trainer.progress_bar=false"]
     jobs = {
-        "zero3": train + [f"+deepspeed_config={SHARED / 'zero3_bf16_monitors.json'}", "trainer.devices=2"],
-        "zero2": train + [f"+deepspeed_config={SHARED / 'zero2_fp16_adamw.json'}", "trainer.devices=2",
+        "zero1": train + [f"+deepspeed_config={EXAMPLES / 'zero1_adamw_cosine.json'}", "trainer.devices=2",
+                          "trainer.max_steps=10"],
+        "zero3": train + [f"+deepspeed_config={EXAMPLES / 'zero3_bf16_monitors.json'}", "trainer.devices=2"],
+        "zero2": train + [f"+deepspeed_config={EXAMPLES / 'zero2_fp16_adamw.json'}", "trainer.devices=2",
                           "trainer.log_every_n_steps=2"],
-        "inconsistent": train + [f"+deepspeed_config={SHARED / 'inconsistent_batch.json'}", "trainer.devices=2"],
+        "inconsistent": train + [f"+deepspeed_config={root / 'inconsistent_batch.json'}", "trainer.devices=2"],
     }
 
     def one(name):
@@ -295,8 +299,8 @@ def shared_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_inconsistent_batch_is_one_line_before_any_worker(shared_runs):
-    root, results = shared_runs
+def test_inconsistent_batch_is_one_line_before_any_worker(example_runs):
+    root, results = example_runs
     result = results["inconsistent"]
     assert result.returncode == 1, result.describe()
     assert result.stderr.strip().splitlines() == [
@@ -306,9 +310,28 @@ def test_inconsistent_batch_is_one_line_before_any_worker(shared_runs):
     assert "[rank" not in result.output and not (root / "inconsistent" / "run" / "metrics.jsonl").exists()
 
 
+def test_every_example_config_is_run_here():
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == [
+        "zero1_adamw_cosine.json", "zero2_fp16_adamw.json", "zero3_bf16_monitors.json"]
+
+
 @pytest.mark.slow
-def test_zero3_bf16_monitors_trains_on_two_ranks(shared_runs):
-    root, results = shared_runs
+def test_zero1_adamw_cosine_trains_on_two_ranks(example_runs):
+    root, results = example_runs
+    result = results["zero1"]
+    assert result.returncode == 0, result.describe()
+    assert "strategy ddp, world size 2, global batch 64 (batch 16 x accumulate 2 x 2 ranks)" in result.output
+    assert "not used here: zero_optimization.reduce_bucket_size" in result.output
+    rows = [r for r in read_metrics(str(root / "zero1" / "run")) if "train/loss" in r]
+    assert [r["step"] for r in rows] == [5, 10]  # steps_per_print: 5
+    # WarmupCosineLR, linear warm-up over 20 steps from 0; the logged lr is the one for the next step.
+    assert [r["train/lr"] for r in rows] == pytest.approx([3e-3 * (s - 1) / 20 for s in (5, 10)], rel=1e-6)
+    assert rows[-1]["train/loss"] < rows[0]["train/loss"]
+
+
+@pytest.mark.slow
+def test_zero3_bf16_monitors_trains_on_two_ranks(example_runs):
+    root, results = example_runs
     result = results["zero3"]
     assert result.returncode == 0, result.describe()
     assert "strategy fsdp, world size 2, global batch 8 (batch 2 x accumulate 2 x 2 ranks)" in result.output
@@ -320,8 +343,8 @@ def test_zero3_bf16_monitors_trains_on_two_ranks(shared_runs):
 
 
 @pytest.mark.slow
-def test_zero2_fp16_adamw_trains_on_two_ranks(shared_runs):
-    root, results = shared_runs
+def test_zero2_fp16_adamw_trains_on_two_ranks(example_runs):
+    root, results = example_runs
     result = results["zero2"]
     assert result.returncode == 0, result.describe()
     assert "strategy fsdp, world size 2, global batch 32 (batch 8 x accumulate 2 x 2 ranks)" in result.output
