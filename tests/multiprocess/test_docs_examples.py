@@ -5,6 +5,7 @@ says how a page is read). One test per page: its blocks run in order in one fres
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -29,17 +30,8 @@ def _command_dir(tmp_path) -> str:
     """A folder put first on PATH: ``trainer``, ``python`` and ``torchrun`` of this checkout and interpreter."""
     bin_dir = tmp_path / "_bin"
     bin_dir.mkdir()
-    if os.path.exists(os.path.join(REPO, "trainer", "__main__.py")):
-        trainer = f'exec "{sys.executable}" -m trainer "$@"'
-    else:  # before the package had its own command: train.py and the tools' modules are the same programs
-        py = f'"{sys.executable}"'
-        trainer = (f'case "$1" in\n estimate) shift; exec {py} -m trainer.estimate "$@";;\n'
-                   f' autotune) shift; exec {py} -m trainer.autotune "$@";;\n'
-                   f' consolidate) shift; exec {py} -m trainer.checkpoint consolidate "$@";;\n'
-                   f' prepare-text) shift; exec {py} -m recipes.prepare_text "$@";;\n'
-                   f' *) exec {py} "{REPO}/train.py" "$@";;\nesac')
     scripts = {
-        "trainer": trainer,
+        "trainer": f'exec "{sys.executable}" -m trainer "$@"',
         "python": f'exec "{sys.executable}" "$@"',
         "python3": f'exec "{sys.executable}" "$@"',
         "torchrun": f'exec "{sys.executable}" -m torch.distributed.run "$@"',
@@ -57,6 +49,20 @@ def _environment(bin_dir: str) -> dict:
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _run(command, cwd, env, timeout=600) -> subprocess.CompletedProcess:
+    """Run one block in its own process group, so that a block that hangs is ended with every process
+    it started (a trainer's workers, a command sent to the background)."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        stderr += f"\n(killed after {timeout} s)"
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 @pytest.mark.slow
@@ -79,7 +85,7 @@ def test_page_runs_as_written(page, tmp_path):
         name = f"_block_{block.line}." + ("py" if block.lang == "python" else "sh")
         (work / name).write_text(block.body)
         command = [sys.executable, name] if block.lang == "python" else ["bash", "-euo", "pipefail", name]
-        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        done = _run(command, work, env)
         assert done.returncode == 0, (
             f"{block.where} exited {done.returncode}\n--- block:\n{block.body}--- stdout (end):\n"
             f"{done.stdout[-3000:]}\n--- stderr (end):\n{done.stderr[-5000:]}"
