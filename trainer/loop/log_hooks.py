@@ -83,6 +83,7 @@ HOOKS: dict[str, HookLogging | None] = {
 }
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # trainer/
+_RECIPES = _PACKAGE + "recipes" + os.sep  # shipped inside the package, but modules like a user's
 
 
 def calling_hook(depth: int = 2) -> tuple[str | None, str]:
@@ -92,7 +93,7 @@ def calling_hook(depth: int = 2) -> tuple[str | None, str]:
     user = None
     while frame is not None:
         code = frame.f_code
-        if not code.co_filename.startswith(_PACKAGE):
+        if not code.co_filename.startswith(_PACKAGE) or code.co_filename.startswith(_RECIPES):
             if user is None:
                 user = code.co_name
             if code.co_name in HOOKS:
