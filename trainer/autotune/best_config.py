@@ -1,4 +1,4 @@
-"""The best candidate as a config file that ``python train.py --config-path DIR --config-name NAME`` runs as is.
+"""The best candidate as a config file that ``trainer --config-path DIR --config-name NAME`` runs as is.
 
 The file is a primary config whose defaults list composes train.py's own ``config`` (found through
 ``hydra.searchpath``, this checkout's conf/) with the group choices of the overrides
@@ -19,7 +19,12 @@ TRAIN_CONFIG = "config"  # train.py's primary config (conf/config.yaml)
 
 
 def _is_group(key: str, conf_dir: Path) -> bool:
-    return "." not in key and (conf_dir / key).is_dir()
+    """Whether ``key`` names a config group: of the built-in configs, or of the project's ``conf/``
+    that the ``trainer`` command searches first in the folder it runs in."""
+    from trainer.cli.project_dir import project_conf_dir
+
+    project = project_conf_dir()
+    return "." not in key and ((conf_dir / key).is_dir() or (project is not None and (project / key).is_dir()))
 
 
 def config_document(overrides: list[str], conf_dir: Path = CONF_DIR) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.checkpoint", description=__doc__)
+def main(argv: list[str] | None = None, prog: str = "python -m trainer.checkpoint") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser("consolidate", help="write a checkpoint's full model weights to one torch file")
     merge.add_argument("path", help="a checkpoint directory, or a directory of checkpoints (the latest is used)")

@@ -37,7 +37,7 @@ def _autotune(argv: list[str]) -> int:
 def _consolidate(argv: list[str]) -> int:
     from trainer.checkpoint.__main__ import main
 
-    return main(["consolidate", *argv])
+    return main(["consolidate", *argv], prog="trainer")
 
 
 def _prepare_text(argv: list[str]) -> int:
@@ -82,16 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
         print(__doc__.strip())
         return 0
-    from trainer.cli.project_dir import use_project_dir
-
-    use_project_dir()
-    if not argv or is_training_argument(argv[0]):
-        return _train(argv)
-    name, rest = argv[0], argv[1:]
+    training = not argv or is_training_argument(argv[0])
+    name, rest = ("train", argv) if training else (argv[0], argv[1:])
     if name not in COMMANDS:
         print(f"error: {name!r} is neither a trainer command nor an override (key=value); the commands are "
               f"{', '.join(COMMANDS)}; see trainer --help", file=sys.stderr)
         return 2
-    if name == "train" and rest[:1] in (["-h"], ["--help"]):
-        rest = ["--help"]  # Hydra's own help: the config groups and their options
+    from trainer.cli.project_dir import use_project_dir
+
+    use_project_dir()
     return COMMANDS[name](rest)

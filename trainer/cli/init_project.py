@@ -23,7 +23,10 @@ def package_name(directory: Path) -> str:
     name = re.sub(r"\W+", "_", directory.resolve().name.lower()).strip("_")
     if not name:
         raise ValueError(f"{directory}: cannot make a Python package name from the folder's name; name it with letters")
-    if name[0].isdigit() or keyword.iskeyword(name) or name in sys.stdlib_module_names or name in ("trainer", "tests"):
+    if name[0].isdigit():
+        name = f"project_{name}"
+    # A name Python or this package already uses would import theirs instead of the project's.
+    if keyword.iskeyword(name) or name in sys.stdlib_module_names or name in ("trainer", "tests", "conf"):
         name = f"{name}_project"
     return name
 

@@ -38,4 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from trainer.cli.project_dir import use_project_dir
+
+    use_project_dir()  # as under the trainer command: the folder's conf/ and modules are found
     sys.exit(main())

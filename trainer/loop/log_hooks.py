@@ -83,7 +83,8 @@ HOOKS: dict[str, HookLogging | None] = {
 }
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # trainer/
-_RECIPES = _PACKAGE + "recipes" + os.sep  # shipped inside the package, but modules like a user's
+# The recipes ship inside the package but are modules as a user writes them: their frames are the user's.
+_RECIPES = os.path.join(_PACKAGE, "recipes") + os.sep
 
 
 def calling_hook(depth: int = 2) -> tuple[str | None, str]:
