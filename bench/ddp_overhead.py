@@ -15,6 +15,9 @@ Times (medians over ``--pairs`` rounds, contenders interleaved so machine noise 
   loop's: on a machine shared with other work, wall-clock steps stretch with the load, CPU time much less.
 
 ``--long-steps`` runs one more round at that many steps: the whole run's ratio (the DDP overhead).
+The figures go to ``--out`` (bench/_results.py's format; ``results``: {"short" | "long": {"steps", "pairs",
+"median": {contender: {"start-up", "steps", "end", "total", "steps cpu"} in seconds}, "runs": every
+measurement}}).
 Lightning (``strategy="ddp_spawn"``) is measured only if it is installed; it is a bench-only
 dependency. Rank 0 writes its step times into a file (wall clock, shared by the processes).
 """
@@ -31,6 +34,8 @@ import tempfile
 import time
 
 import torch
+
+from _results import Recorder
 
 BATCH = 16
 MODEL = dict(block_size=64, layers=2, heads=4, width=128, dropout=0.0)
@@ -162,6 +167,7 @@ def main() -> None:
     parser.add_argument("--long-steps", type=int, default=1500, help="0: skip the long round")
     parser.add_argument("--long-pairs", type=int, default=1)
     parser.add_argument("--json", help="also write the raw figures here")
+    parser.add_argument("--out", help="the result file (default bench/results/ddp_overhead.json)")
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out (a shorter run)")
     args = parser.parse_args()
     contenders = {"hand-written mp.spawn": hand_written, "trainer (this repo)": ours}
@@ -172,6 +178,10 @@ def main() -> None:
     if "lightning ddp_spawn" not in contenders:
         print("lightning: left out (--no-lightning)" if args.no_lightning else "lightning: not installed (pip install lightning)")
     raw: dict[str, dict[str, list]] = {}
+    recorder = Recorder("ddp_overhead", {"ranks": 2, "model": f"GPT {MODEL['layers']}x{MODEL['width']}",
+                                         "batch per rank": f"{BATCH}x{MODEL['block_size']}", "optimizer": "AdamW(lr=1e-3)",
+                                         "figure": "median of pairs"}, args.out)
+    summary = {}
     for label, steps, pairs in (("short", args.steps, args.pairs), ("long", args.long_steps, args.long_pairs)):
         if steps <= 0 or pairs <= 0:
             continue
@@ -182,11 +192,15 @@ def main() -> None:
                 print(f"  {steps} steps, {name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in figures[name][-1].items())
                       + f" (load average {os.getloadavg()[0]:.2f})", flush=True)
         raw[label] = figures
+        summary[label] = {"steps": steps, "pairs": pairs, "runs": figures,
+                          "median": {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                                     for name, runs in figures.items()}}
         table(f"{steps} steps, 2 ranks, GPT {MODEL['layers']}x{MODEL['width']}, batch {BATCH}x{MODEL['block_size']} "
               f"per rank, median of {pairs}; load average {os.getloadavg()[0]:.2f} after", figures)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=1)
+    recorder.write(summary)
 
 
 if __name__ == "__main__":

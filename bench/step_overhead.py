@@ -1,11 +1,13 @@
 """Per-step overhead of the trainer against a hand-written loop and Lightning, in one run.
 
-    python bench/step_overhead.py [--steps 150] [--repeats 3]
+    python bench/step_overhead.py [--steps 150] [--repeats 3] [--out bench/results/step_overhead.json]
 
 All three train the same small GPT (recipes/gpt.py) on the same data with AdamW, one process,
 for the same number of steps; the table gives steps/s and the ratio to the hand-written loop
 (best of ``--repeats``, contenders interleaved so machine noise hits all of them alike).
-Lightning is measured only if it is installed (``pip install lightning``).
+Lightning is measured only if it is installed (``pip install lightning``). The figures go to
+``--out`` too (bench/_results.py's format; ``results``: {contender: {"seconds" (best), "steps_per_s",
+"ratio" (to the hand-written loop)} or null when not installed}).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.recipes.gpt import GPT, GPTModule
+from _results import Recorder
 from trainer import Trainer
 
 MODEL = dict(vocab_size=256, block_size=64, layers=2, heads=4, width=128, dropout=0.0)
@@ -111,7 +114,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", help="the result file (default bench/results/step_overhead.json)")
     args = parser.parse_args()
+    recorder = Recorder("step_overhead", {"steps": args.steps, "repeats": args.repeats, "figure": "best of repeats",
+                                          "model": f"GPT {MODEL['layers']}x{MODEL['width']}",
+                                          "batch": f"{BATCH}x{MODEL['block_size']}", "optimizer": "AdamW(lr=1e-3)"}, args.out)
     contenders = {"hand-written loop": hand_written, "trainer (this repo)": ours, "lightning": lightning}
     best: dict[str, float | None] = {name: None for name in contenders}
     for run in contenders.values():  # warm-up: thread pools, allocator, imports
@@ -130,6 +137,8 @@ def main() -> None:
             print(f"{name:<22}{'not installed':>24}")
         else:
             print(f"{name:<22}{args.steps / elapsed:>10.1f}{elapsed / base:>14.3f}")
+    recorder.write({name: None if elapsed is None else {"seconds": elapsed, "steps_per_s": args.steps / elapsed,
+                                                        "ratio": elapsed / base} for name, elapsed in best.items()})
 
 
 if __name__ == "__main__":

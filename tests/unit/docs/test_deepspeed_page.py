@@ -1,4 +1,4 @@
-"""docs/how-to/deepspeed.md shows the example configs of examples/deepspeed as they are in the repository
+"""docs/how-to/deepspeed.md shows the example configs of docs/examples/deepspeed as they are in the repository
 (the page's commands run them under the docs test; tests/unit/tools/test_deepspeed_config.py runs every
 example through train.py)."""
 
@@ -8,7 +8,7 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PAGE = os.path.join(ROOT, "docs", "how-to", "deepspeed.md")
-EXAMPLES = os.path.join(ROOT, "examples", "deepspeed")
+EXAMPLES = os.path.join(ROOT, "docs", "examples", "deepspeed")
 
 
 def titled_json_blocks() -> dict[str, str]:
@@ -22,7 +22,7 @@ def test_the_page_shows_every_example_config_as_it_is_in_the_repository():
     assert sorted(shown) == sorted(os.listdir(EXAMPLES))
     for name, body in shown.items():
         with open(os.path.join(EXAMPLES, name)) as handle:
-            assert body == handle.read(), f"{name}: the page and examples/deepspeed/{name} differ"
+            assert body == handle.read(), f"{name}: the page and docs/examples/deepspeed/{name} differ"
         json.loads(body)
 
 

@@ -1,6 +1,6 @@
 """DeepSpeed JSON import: every mapped key, DeepSpeed 0.19's defaults, the
 precedence (JSON over the composed config, typed overrides over the JSON), the warning and the errors;
-and the example configs (examples/deepspeed) through ``train.py`` on 2 CPU ranks. The schedulers against
+and the example configs (docs/examples/deepspeed) through ``train.py`` on 2 CPU ranks. The schedulers against
 DeepSpeed's formulas: test_deepspeed_schedulers.py."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.support.command_line import FAST, Started
 from trainer.deepspeed_config import apply_json, from_deepspeed_config
 
 pytestmark = pytest.mark.timeout(240)
-EXAMPLES = Path(REPO) / "examples" / "deepspeed"
+EXAMPLES = Path(REPO) / "docs" / "examples" / "deepspeed"
 #: rejected on any world size: 30 is not micro x accumulation x world
 INCONSISTENT = {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
                 "optimizer": {"type": "SGD", "params": {"lr": 0.01}}}
