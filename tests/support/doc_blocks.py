@@ -10,7 +10,7 @@ A page's blocks run in order, in one working directory per page:
 - other blocks (``text``, output, tables of figures) are not run.
 
 A block opts out of running only with a visible first line ``# not run by the docs test: <reason>``
-(a command that needs a GPU, several machines or a network); ``tests/multiprocess/test_docs_examples.py``
+(a command that needs a GPU, several machines or a network); ``tests/multiprocess/docs/test_docs_examples.py``
 lists every such block, so a new one is a visible change there.
 """
 

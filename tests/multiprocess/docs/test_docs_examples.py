@@ -21,6 +21,7 @@ EXPECTED_SKIPS = {
     "docs/how-to/multi-node.md": 1,  # two machines
     "docs/development.md": 2,  # a new environment; parts of this suite
     "docs/how-to/logging.md": 1,  # an upload to a W&B account
+    "docs/benchmarks.md": 1,  # benchmarks: minutes each, meaningful only on an idle machine
     "docs/how-to/slurm.md": 1,  # sbatch on a cluster (the page's simulated srun run is run here)
 }
 
