@@ -17,7 +17,7 @@ from tests.support.helpers import REPO
 #: The blocks that do not run here, each for the reason its first line gives. Adding one is a change here.
 EXPECTED_SKIPS = {
     "README.md": 1,  # the quick start: .ci/run runs exactly these two commands on a fresh machine
-    "docs/quickstart.md": 1,  # the same two commands
+    "docs/quickstart.md": 1,  # a new environment and its downloads
     "docs/how-to/multi-node.md": 1,  # two machines
     "docs/development.md": 2,  # a new environment; parts of this suite
     "docs/how-to/logging.md": 1,  # an upload to a W&B account
