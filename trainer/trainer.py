@@ -303,11 +303,14 @@ class Trainer(TrainerRunState, TrainerLoggers):
         self._global_batch_arg, self._accumulate_arg = global_batch_size, accumulate_grad_batches
         # Until fit reads the module's loader, the defaults (checked now when the batch size is given).
         self.resolve_batch(batch_size or DEFAULT_BATCH_SIZE, bool(drop_last), final=batch_size is not None)
+        if _is_int(batch_size):  # checked now, not in every worker (a null one: once fit reads the loader)
+            self.strategy.check_batch_size(batch_size, self.world_size)
         self.max_steps = max_steps
         self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
         self.gradient_clip_val = gradient_clip_val
         self.log_every_n_steps = log_every_n_steps
         self.val_every_n_steps = val_every_n_steps
+        _require(_is_int(seed), f"trainer.seed={seed!r} must be an integer")
         self.seed = seed
         self.loss_normalization = loss_normalization
         self.num_workers = num_workers or 0

@@ -331,6 +331,24 @@ class CheckpointedRegressor(BlockRegressor):
             os.kill(self.launcher_pid if self.signal_launcher else os.getpid(), signal.SIGTERM)
 
 
+class KilledBeforeStep(CheckpointedRegressor):
+    """A CheckpointedRegressor that dies (SIGKILL) as step ``kill_before_step`` starts, once its last
+    save committed: nothing is logged between that commit and the kill."""
+
+    def __init__(self, kill_before_step: int, **kwargs):
+        super().__init__(**kwargs)
+        self.kill_before_step = kill_before_step
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.trainer.global_step + 1 == self.kill_before_step:
+            import signal
+
+            from trainer.checkpoint import layout
+
+            layout.settle(os.path.join(self.trainer.run_dir, "checkpoints"))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class NoisyInputs(torch.utils.data.Dataset):
     """A random augmentation drawn while loading (in data-loader workers when there are some)."""
 

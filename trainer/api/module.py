@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
+from torch.utils.data import default_collate
 
 from trainer.api.hparams import HyperparametersMixin
 from trainer.api.run_state import ModuleRunState
@@ -273,8 +274,6 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
 
     def collate_fn(self, samples: list) -> Any:
         """Turn a list of samples into a batch (default: torch's default_collate)."""
-        from torch.utils.data import default_collate
-
         return default_collate(samples)
 
     # ----- steps ---------------------------------------------------------------------------------

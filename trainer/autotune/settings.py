@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.cli.hydra_errors import describe
 from trainer.runtime.config_dir import builtin_config_dir
 
 CONF_DIR = builtin_config_dir()
@@ -99,7 +100,13 @@ def compose(overrides: list[str]) -> Any:
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(PRIMARY, overrides=overrides)
+        try:
+            return hydra_compose(PRIMARY, overrides=overrides)
+        except Exception as error:  # a mistyped key or option: train.py's one line (the groups are known here)
+            message = describe(error)
+            if message is None:
+                raise
+            raise AutotuneError(message) from None
 
 
 def _require(condition: bool, message: str) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-
-from torch.distributed.checkpoint.api import CheckpointException
+import sys
+from typing import Any
 
 from trainer.runtime import distributed
 from trainer.checkpoint import layout
@@ -28,14 +28,27 @@ def is_disk_full(error: BaseException | None) -> bool:
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         pending += [current.__cause__, current.__context__]
-        if isinstance(current, CheckpointException):
+        if _is_dcp_failure(current):
             pending += [wrapped[0] for wrapped in current.failures.values()]
     return False
 
 
-# What a failed write raises: DCP's CheckpointException (every rank's failures, raised on every rank)
-# derives from BaseException.
-WRITE_ERRORS = (Exception, CheckpointException)
+def _is_dcp_failure(error: BaseException) -> bool:
+    # DCP is imported by the saves that use it, not here (it costs a second at every start): where it
+    # was never imported, nothing raised its exception.
+    api = sys.modules.get("torch.distributed.checkpoint.api")
+    return api is not None and isinstance(error, api.CheckpointException)
+
+
+def __getattr__(name: str) -> Any:
+    # ``WRITE_ERRORS``: what a failed write raises: DCP's CheckpointException (every rank's failures,
+    # raised on every rank) derives from BaseException. Built when an ``except`` clause reads it,
+    # that is when a write failed, so that importing this module does not import DCP.
+    if name == "WRITE_ERRORS":
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        return (Exception, CheckpointException)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _size(size: int) -> str:
@@ -53,7 +66,7 @@ def space_on(root: str) -> str:
 
 def failure(error: BaseException, rank: int) -> tuple[int, str, bool]:
     """What a rank tells the others of its failed write: (rank, the error in one line, disk full)."""
-    if isinstance(error, CheckpointException) and error.failures:  # its text holds each rank's traceback
+    if _is_dcp_failure(error) and error.failures:  # type: ignore[attr-defined]  # its text holds each rank's traceback
         rank = min(error.failures)
         error = error.failures[rank][0]
     return rank, " ".join(f"{type(error).__name__}: {error}".split()), is_disk_full(error)

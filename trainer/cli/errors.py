@@ -12,19 +12,27 @@ by ``trainer.resume``: the message names the file) is reported the same way (:fu
 
 In a multirun (``-m``) the failed job is reported the same way and the sweep goes on with the
 next job; the process exits with status 1 at the end (:func:`exit_status`).
+
+Errors Hydra raises itself while it composes the config (a mistyped key, group option or override)
+are reported the same way, in one line with the valid names (:func:`hydra_errors_in_one_line`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Iterator
 
+from trainer.cli.hydra_errors import describe
 from trainer.runtime import distributed
 from trainer.runtime.redact import redact_secrets
 
 _failed_jobs = 0
+# A file or directory named in the config that is not there (data.path, data.tokens, ...): said while
+# the job is built, before anything is trained.
+_MISSING_FILE = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 
 class JobCannotStart(RuntimeError):
@@ -35,17 +43,17 @@ def _config_error(error: BaseException) -> BaseException | None:
     """The error to report in one line, or None if ``error`` is not a config error."""
     from trainer.checkpoint.manager import CheckpointError
 
-    if isinstance(error, (ValueError, TypeError, JobCannotStart, CheckpointError)):
+    if isinstance(error, (ValueError, TypeError, JobCannotStart, CheckpointError, *_MISSING_FILE)):
         return error
     try:  # hydra.utils.instantiate wraps what the target's __init__ raised
         from hydra.errors import InstantiationException
     except ImportError:  # pragma: no cover
         return None
     cause = error.__cause__ if isinstance(error, InstantiationException) else None
-    return cause if isinstance(cause, (ValueError, TypeError)) else None
+    return cause if isinstance(cause, (ValueError, TypeError, *_MISSING_FILE)) else None
 
 
-def one_line(error: BaseException) -> str:
+def one_line(error: BaseException | str) -> str:
     """``error: <message>`` on one line, secrets redacted (a bad value read from ``$HF_TOKEN``)."""
     return "error: " + redact_secrets(" ".join(str(error).split()))
 
@@ -77,3 +85,44 @@ def config_errors(multirun: bool = False, only_checkpoint: bool = False) -> Iter
 def exit_status() -> int:
     """1 if a multirun job failed with a config error (each was printed when it happened)."""
     return 1 if _failed_jobs else 0
+
+
+@contextlib.contextmanager
+def hydra_errors_in_one_line() -> Iterator[None]:
+    """Around a ``@hydra.main`` function: an error Hydra raises while composing the config is
+    printed as ``error: <one line>`` (see :mod:`trainer.cli.hydra_errors`) and the process exits with
+    status 1. Hydra reports every other error as it would; ``HYDRA_FULL_ERROR=1`` keeps its report
+    for all of them."""
+    try:
+        import hydra._internal.utils as hydra_utils
+    except ImportError:  # pragma: no cover
+        hydra_utils = None
+    # Hydra reports its errors through this one function (around composing and around the job).
+    original = getattr(hydra_utils, "run_and_report", None)
+    if original is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        yield
+        return
+
+    def run_and_report(func):
+        try:
+            return func()
+        except Exception as error:
+            try:
+                message = describe(error)
+            except Exception:  # describing failed: Hydra's own report is better than none
+                message = None
+            if message is None:  # Hydra reports it, as it would have
+                return original(functools.partial(_raise, error))
+            if distributed.rank() == 0:
+                print(one_line(message), file=sys.stderr, flush=True)
+            sys.exit(1)
+
+    hydra_utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        hydra_utils.run_and_report = original
+
+
+def _raise(error: BaseException) -> None:
+    raise error

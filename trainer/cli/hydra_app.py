@@ -18,9 +18,11 @@ import torch
 
 from trainer.runtime import distributed
 from trainer.runtime import elastic
-from trainer.cli.errors import JobCannotStart, config_errors, exit_status
+from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
+from trainer.cli.hydra_errors import closest_first, did_you_mean, import_target
+from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
 log = logging.getLogger(__name__)
@@ -34,12 +36,16 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from trainer.api.trainer_arguments import is_int
     from trainer.runtime.seeding import seed_everything
     from trainer.trainer import Trainer
 
     cfg = OmegaConf.create(config)
     check_config_keys(cfg)
+    check_optimizer_settings(config)  # torch's own checks of lr, betas, ...: here, not in every worker
     # Layers built in a module's __init__ get the same initial weights in every run of this config.
+    if not is_int(cfg.trainer.seed):  # before seeding with it: the Trainer checks it too late for that
+        raise ValueError(f"trainer.seed={cfg.trainer.seed!r} must be an integer")
     seed_everything(cfg.trainer.seed)
     module = instantiate(cfg.module)
     strategy = instantiate(cfg.strategy)
@@ -103,7 +109,11 @@ def check_config_keys(cfg: Any) -> None:
              if name != "self" and name not in _TRAINER_ARGS_FROM_ELSEWHERE and p.kind is not p.VAR_KEYWORD]
     extra = [key for key in cfg.trainer if key not in known]
     if extra:
-        raise ValueError(f"trainer.{extra[0]} is not a trainer setting; the trainer settings are {', '.join(known)}"
+        # A name with its own answer below (Lightning's, or data's) gets that answer, not a look-alike key.
+        specific = extra[0] in _DATA_KEYS or extra[0] in LIGHTNING_ARGUMENTS or extra[0] in _PYTHON_API_ONLY
+        guess = "" if specific else did_you_mean("trainer", extra[0], known)
+        raise ValueError(f"trainer.{extra[0]} is not a trainer setting{guess}; "
+                         f"the trainer settings are {', '.join(closest_first(extra[0], known))}"
                          + (f" (data.{extra[0]} is one)" if extra[0] in _DATA_KEYS else "")
                          + (f"; Lightning's {extra[0]} is {LIGHTNING_ARGUMENTS[extra[0]]}" if extra[0] in LIGHTNING_ARGUMENTS
                             else "")
@@ -146,9 +156,7 @@ def _check_target_arguments(where: str, node: Any) -> None:
     """An error for a key of ``node`` that its ``_target_`` does not take (unless it takes ``**kwargs``)."""
     import inspect
 
-    from hydra.utils import get_object
-
-    target = get_object(node._target_)
+    target = import_target(where, node._target_)  # a mistyped class name: the names its module does have
     try:
         parameters = inspect.signature(target).parameters
     except (TypeError, ValueError):  # a builtin without a signature: instantiate will say
@@ -158,8 +166,9 @@ def _check_target_arguments(where: str, node: Any) -> None:
     names = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     extra = [key for key in node if key not in names and key not in _HYDRA_KEYS]
     if extra:
-        raise ValueError(f"{where}.{extra[0]}: {node._target_} takes no argument {extra[0]!r}; "
-                         f"it takes {', '.join(names)}")
+        raise ValueError(f"{where}.{extra[0]}: {node._target_} takes no argument {extra[0]!r}"
+                         f"{did_you_mean(where, extra[0], names)}; "
+                         f"it takes {', '.join(closest_first(extra[0], names))}")
 
 
 def _check_added_data_keys(cfg: Any) -> None:
@@ -276,7 +285,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
     sys.argv = strip_local_rank_argument(sys.argv)
     env = detect_environment()
     if not (env.external and env.distributed):
-        hydra_task()
+        with hydra_errors_in_one_line():  # a mistyped key or option: one line, not Hydra's report
+            hydra_task()
         if exit_status():  # a multirun job failed with a config error (printed)
             sys.exit(exit_status())
         return
@@ -298,7 +308,8 @@ def main(hydra_task: Callable[[], Any]) -> None:
                 agreed = True
             else:
                 try:
-                    hydra_task()
+                    with hydra_errors_in_one_line():
+                        hydra_task()
                     failed = bool(exit_status())
                 finally:
                     distributed.broadcast_object(("stop", failed))

@@ -86,6 +86,9 @@ class StepPlan:
 
 
 _RECENT_STEPS = 64  # step plans kept: how far a loader's prefetching may run ahead of the step loop
+# Positions of the epoch's order permuted in one vectorised pass and kept (whole global batches, at
+# least one): the pass costs about the same for 64 positions as for 4096, so the steps share it.
+_CHUNK_POSITIONS = 4096
 
 
 class GlobalBatchPlan:
@@ -127,6 +130,8 @@ class GlobalBatchPlan:
         self.order = order
         self.global_batch_size = micro_batch_size * accumulate * world_size
         self._epoch_permutation: tuple[int, IndexPermutation] | None = None
+        self._chunk: tuple[int, int, list[int]] | None = None  # (epoch, first position, the samples there)
+        self._chunk_steps = max(1, _CHUNK_POSITIONS // self.global_batch_size)
         self._recent: dict[tuple[int, int, int], StepPlan] = {}
         if self.steps_per_epoch == 0:
             raise ValueError(
@@ -167,13 +172,24 @@ class GlobalBatchPlan:
 
     def positions(self, epoch: int, start: int, stop: int) -> list[int]:
         """The samples at positions ``start .. stop-1`` of the epoch's order (the same on every rank
-        and for every world size), computed for those positions only: O(stop - start)."""
+        and for every world size), computed for those positions only: O(stop - start).
+
+        A global batch's positions come from a chunk of the next few global batches' positions,
+        permuted in one pass and kept (at most ``max(4096, global batch)`` samples): steps read
+        their slice of it, a request outside it (a new epoch, a resume, going back) starts a new one."""
         stop = min(stop, self.num_samples)
         if self.order is not None:
             return list(self.order.epoch_order(epoch)[start:stop])
         if not self.shuffle:
             return list(range(start, stop))
-        return self._permutation(epoch).range(start, stop).tolist()  # CPU tensor: data loading, no device sync
+        chunk = self._chunk
+        if chunk is None or chunk[0] != epoch or start < chunk[1] or stop > chunk[1] + len(chunk[2]):
+            if stop - start > self._chunk_steps * self.global_batch_size:  # the whole epoch (tests, tools): not kept
+                return self._permutation(epoch).range(start, stop).tolist()
+            end = start + self._chunk_steps * self.global_batch_size
+            # (CPU tensors: data loading, no device sync)
+            chunk = self._chunk = (epoch, start, self._permutation(epoch).range(start, end).tolist())
+        return chunk[2][start - chunk[1] : stop - chunk[1]]
 
     def epoch_order(self, epoch: int) -> list[int]:
         """The whole epoch's order, O(dataset): for tests and tools; training reads it step by step."""

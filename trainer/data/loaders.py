@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
 
+from trainer.api.module import TrainModule
+from trainer.data.loading_generators import GENERATORS
 from trainer.runtime.seeding import _seed_dataloader_worker, derive_seed, seed_everything
 
 
@@ -33,14 +34,20 @@ class LoaderOptions:
 class _Batches:
     """The batch sampler of a loader: ``(seed, indices)`` for each batch of one pass, keyed by the
     batch's position in the epoch and drawn lazily from ``batches`` (a list, or a plan's
-    ``RankBatches``); replaced for the next pass when the loader's workers persist."""
+    ``RankBatches``); replaced for the next pass when the loader's workers persist. ``seed`` None:
+    loading draws no random number (``draws_no_random_numbers``), so no batch needs a seed."""
 
-    def __init__(self, batches: Iterable[Sequence[int]], seed: int, first_batch: int):
+    def __init__(self, batches: Iterable[Sequence[int]], seed: int | None, first_batch: int):
         self.batches, self.seed, self.first_batch = batches, seed, first_batch
 
-    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+    def __iter__(self) -> Iterator[tuple[int | None, list[int]]]:
+        seed = self.seed
+        if seed is None:
+            for batch in self.batches:
+                yield None, list(batch)
+            return
         for i, batch in enumerate(self.batches, start=self.first_batch):
-            yield derive_seed(self.seed, "batch", i), list(batch)
+            yield derive_seed(seed, "batch", i), list(batch)
 
     def __len__(self) -> int:
         return len(self.batches)  # type: ignore[arg-type]
@@ -55,24 +62,21 @@ def _init_worker(user_worker_init: Callable[[int], None] | None, worker_id: int)
 @contextlib.contextmanager
 def _loading_generators(seed: int) -> Iterator[None]:
     """In the main process: the CPU generators of torch, ``random`` and NumPy seeded with ``seed``
-    for the body, then put back, so loading never draws from (or shifts) the training's own
-    stream (dropout), and draws what a worker seeded with ``seed`` draws. CUDA's stays untouched."""
-    try:
-        import numpy as np
-    except ImportError:  # NumPy is optional
-        np = None
-    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None)
-    torch.default_generator.manual_seed(seed)
-    random.seed(seed)
-    if np is not None:
-        np.random.seed(seed % (1 << 32))
+    for the body, then put back (trainer/data/loading_generators.py)."""
+    saved = GENERATORS.enter(seed)
     try:
         yield
     finally:
-        torch.set_rng_state(saved[0])
-        random.setstate(saved[1])
-        if np is not None:
-            np.random.set_state(saved[2])
+        GENERATORS.exit(saved)
+
+
+def draws_no_random_numbers(dataset: Any, collate_fn: Callable[[list], Any]) -> bool:
+    """Whether loading a batch is known to draw no random number: a ``TensorDataset`` (indexing only,
+    not a subclass) collated by torch's ``default_collate`` (directly or as ``TrainModule.collate_fn``'s
+    default). Such a batch needs no seeded generators: it draws the same with or without them."""
+    if type(dataset) is not TensorDataset:
+        return False
+    return getattr(collate_fn, "__func__", collate_fn) in (default_collate, TrainModule.collate_fn)
 
 
 def _collated(batch: Any) -> Any:
@@ -87,6 +91,7 @@ class _SeededBatches(Dataset):
 
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
         self.dataset, self.collate_fn = dataset, collate_fn
+        self.getitems = getattr(dataset, "__getitems__", None)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -94,14 +99,22 @@ class _SeededBatches(Dataset):
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, key: tuple[int, list[int]]) -> Any:
+    def __getitems__(self, key: tuple[int | None, list[int]]) -> Any:
         seed, indices = key
-        in_worker = torch.utils.data.get_worker_info() is not None
-        if in_worker:
+        if seed is None:  # loading draws no random number: nothing to seed
+            return self._load(indices)
+        if torch.utils.data.get_worker_info() is not None:
             seed_everything(seed)
-        with contextlib.nullcontext() if in_worker else _loading_generators(seed):
-            getitems = getattr(self.dataset, "__getitems__", None)
-            return self.collate_fn(getitems(indices) if getitems is not None else [self.dataset[i] for i in indices])
+            return self._load(indices)
+        saved = GENERATORS.enter(seed)
+        try:
+            return self._load(indices)
+        finally:
+            GENERATORS.exit(saved)
+
+    def _load(self, indices: list[int]) -> Any:
+        getitems, dataset = self.getitems, self.dataset
+        return self.collate_fn(getitems(indices) if getitems is not None else [dataset[i] for i in indices])
 
 
 def build_loader(
@@ -128,10 +141,11 @@ def build_loader(
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
     workers = options.num_workers > 0
-    keyed = _Batches(batches, seed, first_batch)
+    batch_seed = None if draws_no_random_numbers(dataset, collate_fn) else seed
+    keyed = _Batches(batches, batch_seed, first_batch)
     if reuse is not None and workers and options.persistent_workers:
         sampler = reuse.batch_sampler
-        sampler.batches, sampler.seed, sampler.first_batch = batches, seed, first_batch  # type: ignore[union-attr]
+        sampler.batches, sampler.seed, sampler.first_batch = batches, batch_seed, first_batch  # type: ignore[union-attr]
         return reuse
     return DataLoader(
         _SeededBatches(dataset, collate_fn),

@@ -5,9 +5,10 @@ without building the order: a Feistel network over the next power of two >= n is
 that domain whatever its round function; positions that land outside ``range(n)`` are sent
 through it again (cycle-walking) until they land inside, which keeps it a bijection of
 ``range(n)``. The domain is under 2n, so a position takes fewer than 2 passes on average.
-A whole global batch goes through the network at once with int64 tensor ops on the CPU, the few
-positions still walking after that in Python ints: O(batch) per step, the same numbers on every
-machine (integer arithmetic only, no floating point, no generator).
+Many positions go through the network at once with int64 tensor ops on the CPU (the plan asks for
+the next few global batches' positions in one call: trainer/data/batch_plan.py), the few positions
+still walking after that in Python ints: O(batch) per step, the same numbers on every machine
+(integer arithmetic only, no floating point, no generator).
 """
 
 from __future__ import annotations

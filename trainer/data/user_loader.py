@@ -274,6 +274,12 @@ class RunData:
             check_map_style(self.val_set, "val_dataset()", stream_ok=True)
             # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
             self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
+            if isinstance(self.val_set, IterableDataset) and self.train_options.persistent_workers:
+                # A stream's loader is built again each pass; the setting still holds for the training loader.
+                rank_zero_warn(log, "persistent_workers=True (%s) does not apply to the validation stream of "
+                               "val_dataset(): its loader is built again each pass; to keep workers alive, give "
+                               "validation a map-style dataset", hooks.where["train"])
+                self.val_options = dataclasses.replace(self.train_options, persistent_workers=False)
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader] = {}
         self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset

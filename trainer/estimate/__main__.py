@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from trainer.cli.hydra_errors import describe
 from trainer.estimate import estimate_config
 from trainer.runtime.config_dir import builtin_config_dir
 
@@ -20,7 +21,13 @@ def compose(overrides: Sequence[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(builtin_config_dir()), version_base="1.3"):
-        return hydra_compose(config_name="estimate", overrides=list(overrides))
+        try:
+            return hydra_compose(config_name="estimate", overrides=list(overrides))
+        except Exception as error:  # a mistyped key or option: train.py's one line (the groups are known here)
+            message = describe(error)
+            if message is None:
+                raise
+            raise ValueError(message) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,7 +25,9 @@ holds the run's logger objects; only rank 0's write (elsewhere ``experiment`` is
 Files: ``base.py`` (the ``Logger`` interface, ``DummyExperiment``), ``versions.py`` (Lightning's version folders), ``registry.py`` (names -> backends; the accepted forms
 of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,
 ``tensorboard_logger.py``, ``wandb_logger.py``), ``hparams_file.py`` (``hparams.yaml`` of the file
-loggers), ``redact.py`` (secrets kept out of everything a logger writes).
+loggers), ``redact.py`` (secrets kept out of everything a logger writes), ``resume_history.py`` (on
+resume, every logger back at the checkpoint: nothing after it twice, nothing before it missing, filled
+from metrics.jsonl), ``wandb_history.py`` (the steps a W&B run's files hold).
 """
 
 from trainer.loggers.base import Logger

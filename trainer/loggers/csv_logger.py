@@ -105,6 +105,59 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
             self._file.flush()
         self._last_row = row
 
+    def rows_up_to(self, step: int) -> list[tuple[int, dict[str, float]]]:
+        """The file's rows with a step up to ``step`` as ``[(step, {name: value})]`` (names without
+        the prefix; blank cells left out)."""
+        strip = len(self._prefix) + 1 if self._prefix else 0
+        return [(row_step, {name[strip:]: float(value) for name, value in row.items() if name != "step" and value != ""})
+                for row_step, row in self._read_rows() if row_step <= step]
+
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
+        """A resume from the checkpoint at ``step``: rows after it are dropped (the file rewritten
+        atomically); values logged at ``step`` itself after the save are taken back to the
+        ``history``'s (the calls made before the save). The next call at ``step`` fills that row."""
+        if not writes_here():
+            return
+        self.finalize()
+        rows = self._read_rows()
+        if not rows:
+            return
+        self._open()  # the columns of the file's header
+        kept = [(row_step, row) for row_step, row in rows if row_step <= step]
+        if kept and kept[-1][0] == step and dropped_from is not None and dropped_from <= step and history is not None:
+            before_save: dict[str, Any] = {}
+            for call_step, values in history:
+                if call_step == step:
+                    before_save.update({(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in values.items()})
+            kept[-1] = (step, {"step": step, **before_save})
+        self._file.close()
+        temporary = self.path + ".tmp"
+        with open(temporary, "wb") as f:
+            f.write(self._encode([row for _, row in kept[:-1]], header=True))
+            self._last_row_offset = f.tell()
+            f.write(self._encode([row for _, row in kept[-1:]]))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self.path)
+        self._file = open(self.path, "ab")
+        self._last_row = {**kept[-1][1], "step": kept[-1][0]} if kept else None
+
+    def _read_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """(step, row) of every complete row of the file (a row cut short by a kill is left out)."""
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        if not text.endswith("\n"):
+            text = text[:text.rfind("\n") + 1]
+        rows = []
+        for row in csv.DictReader(io.StringIO(text)):
+            try:
+                rows.append((int(row["step"]), row))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return rows
+
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""
         if writes_here():

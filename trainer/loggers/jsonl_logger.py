@@ -21,6 +21,7 @@ class JSONLLogger(AppendedFile, Logger):
         self.save_dir = self.log_dir = run_dir
         self.path = os.path.join(run_dir, filename)
         self._file: Any = None
+        self._lines: int | None = None  # lines in the file, counted when first asked for
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         if not writes_here():
@@ -31,6 +32,37 @@ class JSONLLogger(AppendedFile, Logger):
         record = {"step": step, **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        if self._lines is not None:
+            self._lines += 1
+
+    def lines_written(self) -> int:
+        """The lines in the file now (a checkpoint records it: a resume from it keeps that many)."""
+        if self._lines is None:
+            from trainer.loggers.resume_history import read_jsonl
+
+            self._lines = len(read_jsonl(self.path))
+        return self._lines
+
+    def cut_to_checkpoint(self, step: int, logged_rows: int | None) -> tuple[list, int | None]:
+        """A resume from the checkpoint at ``step``: keep the first ``logged_rows`` lines (the calls
+        made before it was saved; None: the lines up to ``step``), drop the rest atomically, and
+        return (the kept calls as ``[(step, values)]``, the smallest step among the dropped ones)."""
+        from trainer.loggers.resume_history import read_jsonl, write_jsonl_atomically
+
+        self.finalize()  # reopened (appending) at the next line
+        rows = read_jsonl(self.path)
+        if logged_rows is not None and logged_rows > len(rows):  # not this file's count (another run directory's)
+            logged_rows = None
+        if logged_rows is None:
+            kept = [row for row in rows if row.get("step", 0) <= step]
+            dropped = [row for row in rows if row.get("step", 0) > step]
+        else:
+            kept, dropped = rows[:logged_rows], rows[logged_rows:]
+        if os.path.exists(self.path):
+            write_jsonl_atomically(self.path, kept)
+        self._lines = len(kept)
+        history = [(row["step"], {k: v for k, v in row.items() if k != "step"}) for row in kept if "step" in row]
+        return history, min((row.get("step", step) for row in dropped), default=None)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""

@@ -101,6 +101,64 @@ class TensorBoardLogger(VersionedFolders, Logger):
         if self._hparams_file:
             write_hparams_yaml(self.log_dir, params)
 
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
+        """A resume from the checkpoint at ``step``: TensorBoard shows the steps the killed run wrote
+        after it no more (a ``SessionLog.START`` event at the first step to write again: TensorBoard
+        drops the events at that step and later ones that came before it), and the steps up to it
+        that the event files lack (written every ``flush_secs``, so a kill loses the last ones) are
+        written again from ``history``."""
+        if not writes_here():
+            return
+        from trainer.loggers.resume_history import merged_by_step
+
+        os.makedirs(self.log_dir, exist_ok=True)  # (nothing written yet when the run logged no config)
+        rows = merged_by_step(history or [], 0, step)
+        again = step + 1 if dropped_from is None else min(step + 1, dropped_from)
+        if rows:
+            held = self._scalars_shown()
+            missing = [row_step for row_step, values in rows if row_step < again and any(
+                (f"{self._prefix}-{k}" if self._prefix else k) not in held.get(row_step, ())
+                for k, v in values.items() if _is_scalar(v))]
+            again = min(missing, default=again)
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        self._write_after_older_files()
+        self.experiment.file_writer.add_event(Event(step=again, session_log=SessionLog(status=SessionLog.START)))
+        for row_step, values in rows:
+            if row_step >= again:
+                self.log_metrics(values, row_step)
+        self._writer.flush()
+
+    def _write_after_older_files(self) -> None:
+        """TensorBoard reads a folder's event files in name order, and a name starts with the second
+        the file was opened in: a file opened in the same second as an older one may be read before it
+        (its purge too early, the older events shown after it). Then this writer's file is closed and
+        a new one opened once the clock is past that second (at most a second's wait)."""
+        import time
+
+        own = os.path.basename(self._writer.file_writer.event_writer._file_name) if self._writer is not None else None
+        others = [_opened_at(name) for name in os.listdir(self.log_dir) if name != own and _opened_at(name) is not None]
+        newest = max(others, default=None)
+        if newest is None or (own is not None and _opened_at(own) > newest):
+            return
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        while int(time.time()) <= newest and newest - time.time() < 2:
+            time.sleep(0.05)
+
+    def _scalars_shown(self) -> dict[int, set[str]]:
+        """step -> the scalar names TensorBoard shows at it, from the event files in ``log_dir``."""
+        from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+        accumulator = EventAccumulator(self.log_dir, size_guidance={SCALARS: 0})
+        accumulator.Reload()
+        shown: dict[int, set[str]] = {}
+        for tag in accumulator.Tags()["scalars"]:
+            for event in accumulator.Scalars(tag):
+                shown.setdefault(event.step, set()).add(tag)
+        return shown
+
     def save(self) -> None:
         if self._writer is not None:
             self._writer.flush()
@@ -114,6 +172,18 @@ class TensorBoardLogger(VersionedFolders, Logger):
         state = dict(self.__dict__)
         state["_writer"] = None  # a copy (a spawned worker's) opens its own writer
         return state
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _opened_at(name: str) -> int | None:
+    """The second in an event file's name (``events.out.tfevents.<second>.<host>...``), else None."""
+    parts = name.split(".")
+    if name.startswith("events.out.tfevents.") and len(parts) > 3 and parts[3].isdigit():
+        return int(parts[3])
+    return None
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

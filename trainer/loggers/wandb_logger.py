@@ -103,12 +103,18 @@ def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
 def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
     """:func:`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
     folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
+    return adopt_run_id(run_dir_of_checkpoint(checkpoint), run_dir)
+
+
+def run_dir_of_checkpoint(checkpoint: str) -> str:
+    """The run directory a checkpoint path (a checkpoint, or a folder inside a run's ``checkpoints/``)
+    belongs to: the folder above ``checkpoints/``."""
     checkpoints = os.path.abspath(checkpoint)
     while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
         os.path.join(checkpoints, "latest")
     ):
         checkpoints = os.path.dirname(checkpoints)
-    return adopt_run_id(os.path.dirname(checkpoints), run_dir)
+    return os.path.dirname(checkpoints)
 
 
 def _store_run_id(run_dir: str, run_id: str) -> None:
@@ -126,7 +132,9 @@ class WandbLogger(Logger):
     rank. The run starts at the first ``log_hyperparams`` (with the resolved config, secrets
     redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
     stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
-    same run (``resume="allow"``).
+    same run (``resume="allow"``). A resumed job brings the run back to its checkpoint
+    (:meth:`resume_at`): the steps W&B had not written out when the job was killed are logged again
+    from metrics.jsonl, and a step it holds is not logged twice.
 
     Never hangs on a missing network: in ``auto`` mode without an API key the run is offline
     (``wandb sync <run_dir>/wandb/offline-run-*`` uploads it later); with a key, a server that
@@ -153,7 +161,9 @@ class WandbLogger(Logger):
         mode: ``auto`` (``$WANDB_MODE`` if set, else online with an API key, offline without),
             ``online``, ``offline`` or ``disabled`` (log nothing, import nothing).
         init_timeout_s: how long ``wandb.init`` may wait for the server.
-        **init_options: more ``wandb.init`` keywords (``job_type``, ``config``, ...).
+        **init_options: more ``wandb.init`` keywords (``job_type``, ...). ``config`` (a mapping) is
+            the W&B config together with the run's own (its values win on a name both have, with
+            one warning naming them), redacted as the rest.
     """
 
     def __init__(
@@ -201,6 +211,12 @@ class WandbLogger(Logger):
         self.run_id = id if id is not None else version
         if anonymous:
             init_options["anonymous"] = "allow"
+        user_config = init_options.pop("config", None)
+        if user_config is not None and not isinstance(user_config, Mapping):
+            raise TypeError(f"WandbLogger(config={user_config!r}) must be a mapping (name -> value); it is the W&B "
+                            "run's config together with the run's own")
+        self._user_config = dict(user_config or {})
+        self._warned_config = False
         self._init_args = dict(init_options, project=project, entity=entity, name=name, group=group, tags=tags, notes=notes)
         self._project = project
         self._prefix = prefix
@@ -208,6 +224,7 @@ class WandbLogger(Logger):
         self.run: Any = experiment  # the wandb Run once started
         self._disabled = False
         self._secrets: list[str] = []  # values under secret-named keys of the logged config
+        self._held_through = 0  # a resumed run: W&B holds the steps up to this one already
 
     @classmethod
     def in_run_dir(cls, run_dir: str, project: str | None = None, entity: str | None = None, name: str | None = None,
@@ -273,7 +290,7 @@ class WandbLogger(Logger):
         # The run's settings (notes, name, tags ...) may hold a value the config keeps under a
         # secret-named key (``notes: ${hub.hf_token}``): they are redacted with the same values.
         self._secrets = sorted(set(self._secrets) | set(secret_values(dict(params))), key=len, reverse=True)
-        config = redact_secrets(dict(params), secrets=self._secrets)
+        config = self._with_user_config(redact_secrets(dict(params), secrets=self._secrets))
         if self.run is None:
             self._start(config)
         else:
@@ -285,8 +302,53 @@ class WandbLogger(Logger):
         if self.run is None:
             self._start(None)
         if self.run is not None:
+            if step is not None and step <= self._held_through:
+                return  # the killed run's row for this step is in W&B already (its history only goes forward)
             values = {(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in metrics.items()}
             self.run.log(values, step=step)
+
+    def resume_at(self, step: int, history: list | None, dropped_from: int | None,
+                  earlier_run_dir: str | None = None) -> None:
+        """A resume from the checkpoint at ``step``. W&B buffers what it writes, so a killed run's
+        files (and, online, the server) may hold fewer steps than were logged, or more than the
+        checkpoint's. Its history only goes forward (online, W&B drops a step below the run's last):
+        the steps up to ``step`` that no earlier file of this run (nor the server) holds are logged
+        again from ``history``, and later calls for a step it holds are left out (the killed run's
+        row stands; equal to the resumed run's in an exact resume). ``earlier_run_dir``: the run
+        directory of the checkpoint, when the job resumed into another one (its W&B files count too,
+        and ``history`` is its metrics.jsonl)."""
+        if not writes_here():
+            return
+        if self.run is None:
+            self._start(None)
+        if self.run is None:  # disabled
+            return
+        from trainer.loggers.resume_history import merged_by_step
+        from trainer.loggers.wandb_history import last_step_held
+
+        current = os.path.dirname(os.path.abspath(self.run.dir)) if getattr(self.run, "dir", None) else None
+        held = max(last_step_held(os.path.join(folder, "wandb"), self.run.id, exclude_dir=current)
+                   for folder in {self.run_dir, earlier_run_dir or self.run_dir})
+        held = max(held, (getattr(self.run, "starting_step", 0) or 0) - 1)  # online: the server's last step
+        for row_step, values in merged_by_step(history or [], held, step):
+            self.log_metrics(values, row_step)
+        self._held_through = held
+        if held > step:
+            log.info("W&B run %s holds steps up to %d from before the resume at step %d: those rows stay as "
+                     "they were logged", self.run.id, held, step)
+
+    def _with_user_config(self, config: dict) -> dict:
+        """The run's config with the ``config=`` given to this logger: the user's value wins on a
+        name both have (one warning names them)."""
+        if not self._user_config:
+            return config
+        user = redact_secrets(self._user_config, secrets=self._secrets)
+        kept = sorted(set(user) & set(config))
+        if kept and not self._warned_config:
+            self._warned_config = True
+            log.warning("WandbLogger(config=...) sets %s, which the run's config has too: the W&B config shows "
+                        "the values given to WandbLogger for them", kept)
+        return {**config, **user}
 
     def finalize(self, status: str = "success") -> None:
         if self.run is not None:
@@ -311,7 +373,8 @@ class WandbLogger(Logger):
         self.run_id = self.run_id or stored_run_id(self.run_dir) or uuid.uuid4().hex[:8]
         _store_run_id(self.run_dir, self.run_id)
         init_args = dict(
-            redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir, config=config, id=self.run_id,
+            redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir,
+            config=config if config is not None else self._with_user_config({}) or None, id=self.run_id,
             resume="allow",
             settings=wandb.Settings(init_timeout=self.init_timeout_s),
         )

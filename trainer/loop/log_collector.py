@@ -124,6 +124,28 @@ def _checked_value(name: str, value: Any) -> Any:
                     "one-element tensor or a torchmetrics Metric")
 
 
+class _MicroBatch:
+    """``LogCollector.micro_batch``'s context (a plain class: it runs for every micro-batch)."""
+
+    __slots__ = ("logs", "weight", "saved")
+
+    def __init__(self, logs: LogCollector, weight: int | float):
+        self.logs, self.weight, self.saved = logs, weight, None
+
+    def __enter__(self) -> None:
+        logs = self.logs
+        logs._weight = logs._batch_weight = self.weight
+        if self.weight == 0 and logs.module is not None:
+            if logs._padding_metrics is None:
+                logs._padding_metrics = module_metrics(logs.module)
+            self.saved = MetricStates(logs._padding_metrics) if logs._padding_metrics else None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.logs._weight = None
+        if self.saved is not None:
+            self.saved.restore()
+
+
 class LogCollector:
     """Collects what a module logs during a run and reduces it (see the module docstring).
 
@@ -201,23 +223,11 @@ class LogCollector:
         finally:
             self.end()
 
-    @contextlib.contextmanager
-    def micro_batch(self, weight: int | float) -> Iterator[None]:
+    def micro_batch(self, weight: int | float) -> _MicroBatch:
         """Around one step call: values logged inside weigh ``weight`` (the batch's real samples;
         0 for a padding batch, whose values are not counted and whose updates of the module's
         metric objects are undone)."""
-        self._weight = self._batch_weight = weight
-        saved = None
-        if weight == 0 and self.module is not None:
-            if self._padding_metrics is None:
-                self._padding_metrics = module_metrics(self.module)
-            saved = MetricStates(self._padding_metrics) if self._padding_metrics else None
-        try:
-            yield
-        finally:
-            self._weight = None
-            if saved is not None:
-                saved.restore()
+        return _MicroBatch(self, weight)
 
     def begin_step(self, log_now: bool) -> None:
         """An optimizer step starts (training); ``log_now``: it is a logging step."""

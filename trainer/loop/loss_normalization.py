@@ -62,7 +62,10 @@ class LossNormalization:
         # Mean over the micro-batch x its share of the global batch x the ranks the sync
         # averages over = this micro-batch's part of the global-batch mean. (Not ``weight *
         # sample_factor``: the float product's order is the one the equivalence tests were set on.)
-        return loss * (weight * self.data_parallel_size / global_count)
+        factor = weight * self.data_parallel_size / global_count
+        # (x * 1.0 is x exactly, and so is its gradient: a full global batch of one micro-batch per rank
+        # skips the multiplication and its backward)
+        return loss if factor == 1 else loss * factor
 
     def divide_by_global_tokens(self, grads: list[torch.Tensor], local_tokens: TokenCount, strategy: Any) -> None:
         """``tokens``: divide the (local, synced) gradients by the global token count, times the sync's

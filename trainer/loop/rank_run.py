@@ -34,7 +34,7 @@ from trainer.api.hparams import for_loggers, merged_for_loggers
 from trainer.api.hparams_archive import HparamsArchive, hparams_name
 from trainer.api.hparams_display import checkpoint_record
 from trainer.runtime.launch import ClusterEnvironment
-from trainer.loggers import Logger, agree_versions
+from trainer.loggers import JSONLLogger, Logger, agree_versions
 from trainer.optim.lr_scheduling import LRScheduling
 from trainer.loop.hooks import RunHooks
 from trainer.loop.optimizer_step import gradient_clipper
@@ -406,6 +406,8 @@ class _Run(RunCounters):
             "step": self.step, "global_step": self.global_step, "epoch": self.epoch, "epoch_step": self.epoch_step, "seed": trainer.seed,
             "world_size": distributed.world_size(), "global_batch_size": trainer.global_batch_size,
             "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
+            # rank 0: the lines of metrics.jsonl so far (a resume from here cuts the file back to them)
+            "logged_rows": next((logger.lines_written() for logger in self.loggers if isinstance(logger, JSONLLogger)), None),
             # load_from_checkpoint reads them (redacted ones named; objects pickled in hparams.pt)
             "hparams": checkpoint_record(self.module.hparams, hparams_name(self.module)),
             **({"datamodule_hparams": checkpoint_record(datamodule.hparams, hparams_name(datamodule))}

@@ -20,6 +20,8 @@ from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.integrity import resolve as resolve_checkpoint
 from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_file, load_training_state
 from trainer.data.batch_plan import GlobalBatchPlan
+from trainer.loggers.resume_history import resume_loggers
+from trainer.loggers.wandb_logger import run_dir_of_checkpoint
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.checkpoint.stream_position import restore_stream_state
 
@@ -136,6 +138,10 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
         )
     # Manual optimization: global_step is its own count (a checkpoint from before it was saved: the batches).
     run.resume(progress["step"], progress["epoch"], progress["epoch_step"], progress.get("global_step"))
+    if run.rank == 0:  # the dashboards back at the checkpoint: nothing after it twice, nothing before it missing
+        other_run = None if os.path.dirname(os.path.abspath(path)) == os.path.abspath(root) else run_dir_of_checkpoint(path)
+        resume_loggers(run.loggers, run.step, progress.get("logged_rows"),
+                       other_run if other_run != os.path.abspath(run.run_dir) else None)
     if run.epoch_step > plan.steps_per_epoch:
         raise ValueError(f"{path}: epoch position {run.epoch_step} beyond {plan.steps_per_epoch} steps per epoch")
     restore_stream_state(plan, path, run.epoch, run.epoch_step)  # a streaming dataset's position

@@ -6,8 +6,8 @@ made from the Python sum only where one is needed (the token all-reduce of
 ``loss_normalization=tokens``, the tokens/s of logging steps) with ``torch.full``: the number is a
 kernel argument, not a host-to-device copy that waits (``torch.as_tensor(n, device=cuda)`` does).
 
-The non-finite loss check is decided late: each step ORs its losses' flags into a device tensor that
-remembers the first bad step (and its epoch); the flag is read (one host sync) only when settled:
+The non-finite loss check is decided late: the losses of a window of steps are checked together on
+the device, into a tensor that remembers the first bad step (and its epoch); it is read (one host sync) only when settled:
 on logging steps, before validation and before any checkpoint is saved (so a NaN state is never
 committed), and at the end of training. The error still names the step where it happened.
 """
@@ -50,8 +50,16 @@ def counted(count: Any, counts: bool) -> Any:
     return count * 0 if isinstance(count, torch.Tensor) else 0
 
 
+_WINDOW_STEPS = 64  # steps whose losses are checked together, on the device
+
+
 class NonfiniteLossWatch:
     """Remembers, on the device, the first step whose loss was not finite; :meth:`settle` raises.
+
+    A micro-batch's loss costs no kernel on its step: its detached value is kept, and the losses of
+    up to 64 consecutive steps (one epoch, as many micro-batches each) are checked together, in a
+    handful of tensor ops that note the first bad step on the device; a window is checked when it is
+    full, when the next step does not continue it, and when the check is settled.
 
     ``nan_only``: under fp16 loss scaling an infinite loss is an overflow the scaler handles (the
     step is skipped and the scale lowered), but a NaN loss is not something a lower scale fixes
@@ -61,30 +69,50 @@ class NonfiniteLossWatch:
     def __init__(self, device: torch.device, nan_only: bool = False):
         self.device = device
         self.nan_only = nan_only
-        self._step_flag: torch.Tensor | None = None
+        self._losses: list[torch.Tensor] = []  # the window's losses, then the current step's
+        self._step_losses = 0  # how many of them the current step observed
+        self._window: list[int] | None = None  # [first step, epoch, losses per step, steps] of the window
         self._first_step = torch.zeros((), dtype=torch.int64, device=device)  # 0: none yet
         self._first_epoch = torch.zeros((), dtype=torch.int64, device=device)
 
     def observe(self, loss: torch.Tensor) -> None:
-        """Note one micro-batch's loss (tensor ops only)."""
-        loss = loss.detach()
-        self.observe_flag(torch.isnan(loss) if self.nan_only else ~torch.isfinite(loss))
-
-    def observe_flag(self, bad: torch.Tensor) -> None:
-        bad = bad.reshape(()).to(self.device)
-        self._step_flag = bad if self._step_flag is None else self._step_flag | bad
+        """Note one micro-batch's loss (no kernel: checked with its window)."""
+        self._losses.append(loss.detach())
+        self._step_losses += 1
 
     def end_step(self, step: int, epoch: int) -> None:
-        """Close step ``step`` (1-based) of ``epoch``: remember it if it was the first bad one."""
-        if self._step_flag is None:
+        """Close step ``step`` (1-based) of ``epoch``: its losses join the window (checked when it closes)."""
+        count, self._step_losses = self._step_losses, 0
+        if count == 0:
             return
-        bad = self._step_flag.to(torch.int64) * (self._first_step == 0)
-        self._first_step += bad * step
-        self._first_epoch += bad * epoch
-        self._step_flag = None
+        window = self._window
+        if window is not None and (step != window[0] + window[3] or epoch != window[1] or count != window[2]):
+            self._check(len(self._losses) - count)  # the window so far, without this step
+            window = None
+        if window is None:
+            self._window = window = [step, epoch, count, 0]
+        window[3] += 1
+        if window[3] == _WINDOW_STEPS:
+            self._check(len(self._losses))
+
+    def _check(self, upto: int) -> None:
+        """Check the window's first ``upto`` losses (tensor ops, no host read) and close the window."""
+        losses, self._losses = self._losses[:upto], self._losses[upto:]
+        first_step, epoch, per_step, _ = self._window
+        self._window = None
+        values = torch.stack([loss.reshape(()) for loss in losses])
+        # (0 * inf is NaN: a non-finite loss gives NaN, a finite one 0)
+        bad = values.isnan() if self.nan_only else values.mul(0).isnan()
+        first = bad.to(torch.uint8).argmax()  # the first bad loss, where there is one
+        new = bad.any() & (self._first_step == 0)
+        step = torch.div(first, per_step, rounding_mode="floor").add_(first_step).to(self._first_step.device)
+        self._first_step = torch.where(new.to(self._first_step.device), step, self._first_step)
+        self._first_epoch = torch.where(new.to(self._first_epoch.device), epoch, self._first_epoch)
 
     def settle(self, rank: int, now: int) -> None:
         """Raise ``FloatingPointError`` if a step up to ``now`` had a non-finite loss (one host sync)."""
+        if self._window is not None:
+            self._check(len(self._losses) - self._step_losses)
         step = int(self._first_step)
         if step:
             late = f" (noticed at step {now})" if now != step else ""

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from trainer.loop.rank_run import _Run
 
 log = logging.getLogger("trainer.loop.rank_run")
+_NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
 
 
 class TrainStep:
@@ -153,8 +154,8 @@ class TrainStep:
         last = index == len(plan.micro_batches) - 1
         # FLOPs of one micro-batch's forward + backward, counted once (the first one).
         counting = run.throughput.flops_per_step is None and index == 0
-        counter = FlopCounterMode(display=False) if counting else contextlib.nullcontext()
-        padding = padding_micro_batch() if micro_batch.num_real == 0 else contextlib.nullcontext()  # no BN stats
+        counter = FlopCounterMode(display=False) if counting else _NO_CONTEXT
+        padding = padding_micro_batch() if micro_batch.num_real == 0 else _NO_CONTEXT  # no BN stats
         with strategy.sync_context(run.wrapped, sync=last), counter, padding:
             with timer.phase("forward"):  # the step's forward and its bookkeeping
                 with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):

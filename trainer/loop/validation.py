@@ -9,6 +9,7 @@ the strategy runs the forward (``evaluate``) and the last stage reports.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 from trainer.api.hook_calls import call_step
@@ -71,20 +72,28 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
     limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
                              val_length(run.val_set, setting))  # the first samples
     shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
-    real = len(shards)  # batches of this rank before the lockstep padding below
-    run.num_val_batches = [real]  # (trainer.num_val_batches: one loader)
+    stream = is_stream(shards)  # read as the pass goes: its length is known at the end
+    real = None if stream else len(shards)  # batches of this rank before the lockstep padding below
+    run.num_val_batches = [math.inf if stream else real]  # (trainer.num_val_batches: one loader; Lightning's inf)
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
-        busiest = shards.busiest() if is_stream(shards) else len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit))
-        shards = shards.padded(busiest)
+        if stream:
+            shards = shards.padded_to_the_busiest()
+        else:
+            shards = shards.padded(len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit)))
 
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, "validation_step")
     else:
         def forward(batch: Any, index: int) -> Any:
             return call_step(module, "validation_step", batch, index)
-    weights = shards.sizes()  # (lazily: the shard builds each batch only when loaded)
+    if stream:
+        batches = shards.weighted()
+    else:
+        weights = shards.sizes()  # (lazily: the shard builds each batch only when loaded)
+        batches = ((weight, batch, index < real) for index, (weight, batch)
+                   in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))))
 
     def step(batch: Any, index: int) -> Any:
         with run.precision.autocast(run.device):
@@ -95,7 +104,7 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
     modes = EvalModes(module, "validation")
     modes.enter()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
-    bar = ProgressBar(len(shards), enabled, desc="validate", unit="batch", leave=False)
+    bar = ProgressBar(None if stream else len(shards), enabled, desc="validate", unit="batch", leave=False)
     logs = run.module_logs
     # self.log in validation_step and in the validation epoch hooks: aggregated over this whole pass
     # (a sanity pass's values are dropped: the next pass begins the stage afresh).
@@ -103,14 +112,14 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
         hooks.call("on_validation_start")
         hooks.call("on_validation_epoch_start")
         with evaluation_grad_mode(run):
-            for index, (weight, batch) in enumerate(zip(weights, run.loader(run.val_set, shards, "val"))):
+            for index, (weight, batch, is_real) in enumerate(batches):
                 bar.update()
                 batch = run.precision.convert_input(transfer_batch(run, batch))
                 if strategy.owns_step:  # pipeline: the last stage reports, the others add nothing
                     for part_weight, values in strategy.evaluate(batch, run.precision, weight):
                         sums.add(values, part_weight)
                     continue
-                if index < real:
+                if is_real:
                     hooks.call("on_validation_batch_start", batch, index)
                 with logs.micro_batch(weight):
                     outputs = step(batch, index)
@@ -118,9 +127,11 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
                 if loss is not None:
                     metrics["loss"] = loss
                 sums.add(metrics, weight)
-                if index < real:
+                if is_real:
                     hooks.call("on_validation_batch_end", outputs, batch, index)
         bar.close()
+        if stream:
+            run.num_val_batches = [shards.real]
         strategy.after_evaluation(run.wrapped)
         hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
         metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)

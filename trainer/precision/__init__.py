@@ -29,6 +29,8 @@ from torch import nn
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 
 
+_NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
+
 class Precision:
     """One of :data:`PRECISIONS`; the loss-scaler knobs apply to ``fp16-mixed`` only (DeepSpeed's
     names: ``initial_scale_power``, ``loss_scale_window``, ``hysteresis``, ``min_loss_scale``,
@@ -92,7 +94,7 @@ class Precision:
     def autocast(self, device: torch.device) -> ContextManager:
         """Context for forward passes (training and validation steps)."""
         if not self.mixed:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         return torch.autocast(device_type=device.type, dtype=self.compute_dtype)
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:

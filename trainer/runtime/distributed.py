@@ -29,6 +29,7 @@ import torch.distributed as dist
 # None, which those functions read as the default group at call time: same meaning, no reference.
 import torch.distributed.nn.functional  # noqa: F401,E402
 
+from trainer.runtime import heartbeat
 from trainer.runtime.launch import ClusterEnvironment
 
 _control_group: Any = None
@@ -74,6 +75,7 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
     _environment = env
     if is_distributed():
         dist.distributed_c10d._set_pg_timeout(timeout, dist.group.WORLD)
+        heartbeat.set_silence(timeout.total_seconds())
         return False
     if not env.distributed:
         return False
@@ -97,7 +99,24 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
             backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
         )
     _control_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+    if env.launcher in ("torchrun", "slurm"):  # (spawned workers beat for their launcher from the start)
+        _start_heartbeat(env, timeout)
     return True
+
+
+def _start_heartbeat(env: ClusterEnvironment, timeout: timedelta) -> None:
+    """Beat, and watch the next rank's beat, through the job's store (trainer/runtime/heartbeat.py):
+    torchrun's agent store (under this attempt's prefix) or the one rank 0 hosts."""
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    address = f"{env.master_addr}:{env.master_port}"
+
+    def connect() -> Any:
+        client = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timeout)
+        return dist.PrefixStore(f"trainer/attempt_{attempt}", client) if agent_store else client
+
+    name = f"torchrun's store at {address}" if agent_store else f"the job's store at {address} (on rank 0)"
+    heartbeat.start(connect, env.rank, env.world_size, timeout.total_seconds(), watch=True, store_name=name)
 
 
 def init_single_process_group(backend: str, timeout: timedelta) -> None:
@@ -115,6 +134,8 @@ def destroy_process_group(clean: bool = True) -> None:
         if clean:
             # Leave together: a rank that tears down while a peer still talks to it aborts in gloo.
             barrier()
+        if not (_environment is not None and _environment.launcher == "spawned"):
+            heartbeat.stop(failed=not clean)  # (a spawned worker beats until its process ends)
         # Every group, not only the default one: a pipeline's or a hybrid mesh's subgroups have gloo
         # threads of their own. (torch lists them only in its private registry; diagnostics only.)
         registry = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_map", {})

@@ -11,7 +11,6 @@ Where ``forkserver`` does not exist (Windows) workers are started with ``spawn``
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import re
@@ -23,6 +22,11 @@ from datetime import timedelta
 from typing import Any, Callable
 
 import torch.multiprocessing as mp
+
+from trainer.runtime import heartbeat
+from trainer.runtime.supervision import WorkerFailed, supervise
+
+__all__ = ["ClusterEnvironment", "RankAgreedError", "WorkerFailed", "detect_environment", "spawn"]
 
 
 @dataclass(frozen=True)
@@ -126,10 +130,6 @@ class RankAgreedError(RuntimeError):
     is, one message instead of a worker's traceback."""
 
 
-class WorkerFailed(RuntimeError):
-    """A spawned worker died or raised; the message names its rank."""
-
-
 def share_cpu_threads(local_world_size: int) -> None:
     """Give each of this machine's ``local_world_size`` workers its share of the CPU cores for torch's
     intra-op threads (as torchrun, which sets ``OMP_NUM_THREADS=1``, and Lightning do), unless the user
@@ -167,7 +167,7 @@ def _adopt_caller_environment(environ: dict[str, str]) -> None:
 
 
 def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port: int, results: Any,
-                   failures: Any = None, environ: dict[str, str] | None = None) -> None:
+                   failures: Any = None, environ: dict[str, str] | None = None, silence_s: float | None = None) -> None:
     if environ is not None:  # forked by the fork server: its signal dispositions and environment are not ours
         for number in JOB_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
@@ -188,6 +188,8 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         TRAINER_SPAWNED="1",
     )
     share_cpu_threads(world_size)
+    if silence_s is not None:  # beat for the launcher, which watches (trainer/runtime/supervision.py)
+        heartbeat.start(lambda: _store_client(master_port, silence_s), local_rank, world_size, silence_s, watch=False)
     fn, args = pickle.loads(payload)
     try:
         result = fn(*args)
@@ -208,9 +210,16 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
     # What the run built is reachable from here (the Trainer in ``args``: its DDP wrapper; a
     # CheckpointError's traceback): drop it, so the process group goes before the interpreter ends.
     del fn, args, result
+    heartbeat.stop()
     from trainer.runtime import distributed
 
     distributed.release_before_exit()
+
+
+def _store_client(port: int, silence_s: float) -> Any:
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=silence_s))
 
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
@@ -260,7 +269,8 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     """Run ``fn(*args)`` in ``nprocs`` new processes on this machine and return rank 0's result.
 
     The launcher hosts the TCPStore the workers rendezvous on (port chosen by the OS, so parallel
-    jobs never collide). If a worker dies, the others are terminated and ``WorkerFailed`` names it.
+    jobs never collide). If a worker dies, the others are terminated and ``WorkerFailed`` names it;
+    so it does if a worker stops responding (no heartbeat for ``timeout``), and every worker is killed.
     """
     from torch.distributed import TCPStore
 
@@ -277,7 +287,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     failures = context.SimpleQueue()
     processes = mp.start_processes(
         _spawned_entry,
-        args=(payload, nprocs, store.port, results, failures, dict(os.environ)),
+        args=(payload, nprocs, store.port, results, failures, dict(os.environ), timeout.total_seconds()),
         nprocs=nprocs,
         join=False,
         start_method=start_method,
@@ -285,28 +295,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     # Preemption signals sent to the launcher reach the workers, which save and stop cleanly.
     forwarded = _forward_signals([process.pid for process in processes.processes])
     try:
-        while not processes.join():
-            pass
-    except mp.ProcessRaisedException as error:
-        reports = []
-        while not failures.empty():
-            reports.append(failures.get())
-        if not reports:
-            raise WorkerFailed(f"rank {error.error_index} (pid {error.error_pid}) failed:\n{error.msg}") from None
-        _, rank, pid, trace, summary = min(reports)  # the first to fail
-        # The cause's traceback once, on stderr (and in train.log under train.py); the exception
-        # raised here carries one line.
-        logging.getLogger(__name__).error("rank %d (pid %d) failed:\n%s", rank, pid, trace.rstrip())
-        others = sorted({r for _, r, *_ in reports} - {rank})
-        raise WorkerFailed(
-            f"rank {rank} failed: {summary} (traceback above); "
-            + (f"rank(s) {others} failed after it" if others else "the other ranks were stopped")
-        ) from None
-    except mp.ProcessExitedException as error:
-        raise WorkerFailed(
-            f"rank {error.error_index} (pid {error.error_pid}) exited with code {error.exit_code}"
-            f"{' (' + error.signal_name + ')' if error.signal_name else ''}; the other ranks were stopped"
-        ) from None
+        supervise(processes, failures, store, timeout.total_seconds())
     finally:
         _restore_signals(forwarded)
         del store

@@ -31,6 +31,9 @@ from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 
 
+#: a context that does nothing (stateless: one object serves every step and every strategy)
+NO_CONTEXT = contextlib.nullcontext()
+
 class TrainingStepForward(nn.Module):
     """Makes ``training_step`` the forward of a module, so wrappers that hook the forward (DDP)
     see the user's whole step. Validation calls the module directly, outside any wrapper."""
@@ -112,6 +115,11 @@ class Strategy(OptimizerStateIO):
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
         Trainer before any worker starts, and again with the launcher's actual numbers)."""
 
+    def check_batch_size(self, batch_size: int, world_size: int) -> None:
+        """Raise ValueError if this strategy cannot split a per-rank micro-batch of ``batch_size`` on
+        ``world_size`` processes (called by the Trainer before any worker starts, when
+        ``data.batch_size`` is given)."""
+
     def data_parallel_size(self, world_size: int | None = None) -> int:
         """Ranks that each load different samples, and by how many the gradient sync averages, out of
         ``world_size`` (all of them but under pipeline parallelism, whose stages of one pipeline share a
@@ -165,7 +173,7 @@ class Strategy(OptimizerStateIO):
 
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
         """Context for one micro-batch's forward+backward; ``sync=False`` skips gradient sync."""
-        return contextlib.nullcontext()
+        return NO_CONTEXT
 
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
         """The global 2-norm of all gradients (over every rank's shards where they are sharded)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from typing import ContextManager
 
@@ -12,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer.runtime import distributed
 from trainer.strategies import zero1_state
-from trainer.strategies.base import Strategy
+from trainer.strategies.base import NO_CONTEXT, Strategy
 from trainer.strategies.weight_init import WeightInit
 
 
@@ -77,7 +76,7 @@ class DDPStrategy(Strategy):
 
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
         if sync or not isinstance(wrapped, DistributedDataParallel):
-            return contextlib.nullcontext()
+            return NO_CONTEXT
         return wrapped.no_sync()
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -134,6 +134,18 @@ class PipelineStrategy(OwnedStep):
             raise ValueError(f"strategy.microbatches={n} must be >= strategy.stages={self._pp(world_size)} "
                              f"for schedule {self.schedule_name}")
 
+    def check_batch_size(self, batch_size: int, world_size: int) -> None:
+        stages = self._pp(world_size)
+        n = self.microbatches if self.microbatches is not None else stages
+        if batch_size % n:
+            smallest = 1 if self.schedule_name == "gpipe" else stages  # the other schedules need one per stage
+            divisors = [d for d in range(smallest, batch_size + 1) if batch_size % d == 0]
+            given = f"strategy.microbatches={n}" if self.microbatches is not None else \
+                f"strategy.microbatches=null (the {stages} stages)"
+            fixes = ([f"strategy.microbatches to one of {divisors}"] if divisors else []) + \
+                [f"data.batch_size to a multiple of {n}"]
+            raise ValueError(f"{given} does not divide data.batch_size={batch_size}; set {', or '.join(fixes)}")
+
     def data_parallel_size(self, world_size: int | None = None) -> int:
         """The pipelines (replicas of the whole model): ``world_size`` / stages; ``None``: this run's
         (set by ``setup_environment``; 1 before)."""

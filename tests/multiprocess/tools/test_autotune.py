@@ -101,7 +101,8 @@ def test_settings_and_overrides_are_checked():
     settings = check_settings(DEFAULT_BLOCK)
     assert "outputs/autotune/" in str(settings.out_dir) and settings.out_dir.is_absolute()
     # Hydra's own refusals come back as one AutotuneError naming the override.
-    for argv, message in ((["autotune.typo=1"], "autotune.typo"), (["recipe=nope"], "nope"), (["foo"], "foo")):
+    for argv, message in ((["autotune.typo=1"], "autotune.typo"), (["recipe=nope"], "nope"), (["foo"], "foo"),
+                          (["trainer.max_step=3"], r"^trainer.max_step=3: .*did you mean trainer.max_steps=3\?")):
         with pytest.raises(AutotuneError, match=message):
             load_job(argv)
     assert load_job(["recipe=mlp", "autotune.steps=3"]).settings.steps == 3

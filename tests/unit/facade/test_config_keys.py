@@ -62,7 +62,10 @@ def test_known_config_builds_without_a_warning(tmp_path, caplog):
         (["+trainer.typo=1"], "trainer.typo is not a trainer setting; the trainer settings are devices"),
         (["+trainer.batch_size=8"], "(data.batch_size is one)"),
         (["+strategy.typo=1"], "strategy.typo: trainer.strategies.single.SingleDeviceStrategy takes no argument"),
-        (["strategy=ddp", "+strategy.zero_1=true"], "it takes accelerator, find_unused_parameters"),
+        (["strategy=ddp", "+strategy.zero_1=true"], "takes no argument 'zero_1' (did you mean strategy.zero1?); it "
+                                                    "takes zero1, accelerator, find_unused_parameters"),
+        (["+trainer.max_step=10"], "trainer.max_step is not a trainer setting (did you mean trainer.max_steps?); the "
+                                   "trainer settings are max_steps, max_time"),
         (["+module.typo=1"], "module.typo: trainer.recipes.mlp.MLPClassifier takes no argument 'typo'; it takes optimizer"),
         (["+optimizer.typo=1"], "optimizer.typo: torch.optim.SGD takes no argument 'typo'"),
         (["scheduler=warmup_cosine", "+scheduler.typo=1"], "scheduler.typo: trainer.optim.schedules.warmup_cosine"),

@@ -184,6 +184,10 @@ def test_command_refuses_bad_values(capsys):
     assert "estimate.device_memory_gb=-1 must be a positive number" in capsys.readouterr().err
     assert main(["recipe=gpt", "+trainer.typo=1"]) == 2  # train.py's own key check
     assert "trainer.typo is not a trainer setting" in capsys.readouterr().err
+    assert main(["recipe=gpt", "strategy=fdsp"]) == 2  # as train.py says it: one line, the closest option first
+    assert capsys.readouterr().err.splitlines() == [
+        "error: ValueError: strategy=fdsp: there is no strategy option fdsp; did you mean strategy=fsdp? (the strategy "
+        "options are fsdp, ddp, pipeline, single)"]
 
 
 def test_command_with_two_optimizers_and_a_manual_step_says_what_it_could_not_measure(capsys):

@@ -3,24 +3,33 @@
 invariant: every rank reads the whole stream, cut into batches of the validation batch size; rank r
 takes batches r, r + world, ... (every sample once, no padding). sharded: each rank reads its own
 shards (``data.stream_mode=sharded``) in batches. Metrics are reduced as for map-style sets.
-A pass holds this rank's validation samples in memory (its share of the set: validation sets are
-the small ones); under a lockstep strategy (FSDP) the ranks pad to the busiest one (weight 0).
+A pass reads the stream as it goes (one batch at a time in memory; a stream without ``__len__`` is read to
+its end, or to ``limit_val_batches``); under a lockstep strategy (FSDP) the ranks pad to the busiest
+one (weight 0).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import random
+import time
 from types import SimpleNamespace
 from typing import Any, Iterator
 
 import torch
 from torch.utils.data import IterableDataset
 
-from trainer.data.loaders import _loading_generators
+try:
+    import numpy as np
+except ImportError:  # NumPy is optional
+    np = None
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
+
+log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the validation lines
 
 
 def val_length(dataset: Any, setting: Any) -> int | float:
@@ -38,7 +47,9 @@ def val_length(dataset: Any, setting: Any) -> int | float:
 
 
 class StreamValShard:
-    """This rank's validation batches from a stream (the loop's ``ValidationShard`` for streams)."""
+    """This rank's validation batches from a stream (the loop's ``ValidationShard`` for streams), read
+    as the pass goes: a stream has no length, so ``weighted`` yields ``(weight, batch, real)`` until
+    the stream (or ``limit``) ends, and ``real`` (the count of this rank's real batches) is known after."""
 
     is_stream = True
 
@@ -46,58 +57,133 @@ class StreamValShard:
         trainer, dataset = data.trainer, data.val_set
         self.mode, self.rank, self.world, self.strategy = trainer.stream_mode, rank, world, trainer.strategy
         self.batch_size, self.collate_fn = data.val_batch_size, data.val_collate
-        num_shards = shard_count(dataset)
+        self.dataset, self.seed, self.epoch, self.limit = dataset, trainer.seed, epoch, limit
+        self.num_shards = shard_count(dataset)
         if self.mode == "sharded":
-            check_enough_shards(num_shards, world, data.val_options.num_workers, type(dataset).__name__)
-        source = SimpleNamespace(
-            dataset=dataset, num_shards=num_shards, mode=self.mode, rank=rank, world=world, seed=trainer.seed,
+            check_enough_shards(self.num_shards, world, data.val_options.num_workers, type(dataset).__name__)
+        self.source = SimpleNamespace(
+            dataset=dataset, num_shards=self.num_shards, mode=self.mode, rank=rank, world=world, seed=trainer.seed,
             options=data.val_options, loader_seed=lambda e: derive_seed(trainer.seed, "val", "stream", e,
                                                                        rank if self.mode == "sharded" else 0))
         self.pin_memory = data.val_options.pin_memory
-        loader = stream_loader(source, epoch)
-        # Read under seeded generators put back after (without workers the reader runs in this process):
-        # a reader drawing from the global generators does not shift the training's random stream.
-        with _loading_generators(derive_seed(trainer.seed, "val", "stream-read", epoch, rank if self.mode == "sharded" else 0)):
-            self._read(loader, dataset, num_shards, trainer.seed, epoch, limit)
+        self.lockstep = False
+        self.real = 0
+        self.stream_first: Any = None
+        # A stream without __len__ read with no limit may never end; the trainer cannot tell an endless
+        # one from a long one, so a pass that reads for longer than a collective may wait says so.
+        endless_possible = limit is None and math.isinf(val_length(dataset, None))
+        self.notice_after_s = trainer.collective_timeout.total_seconds() if endless_possible else None
 
-    def _read(self, loader: Any, dataset: Any, num_shards: int, seed: int, epoch: int, limit: int | None) -> None:
-        rank, world = self.rank, self.world
-        samples = iter(loader)
-        if limit is not None:  # the first samples of the stream (sharded: of each rank's stream, its share)
-            samples = itertools.islice(samples, limit if self.mode == "invariant" else -(-limit // world))
-        self.batches: list[list[Any]] = []
-        self.total_batches = 0
-        for index, batch in enumerate(iter(lambda: list(itertools.islice(samples, self.batch_size)), [])):
-            self.total_batches += 1
-            if self.mode == "sharded" or index % world == rank:
-                self.batches.append(batch)
-            self.first = batch[0] if index == 0 else getattr(self, "first", None)
-        if getattr(self, "first", None) is None:  # nothing read on this rank: a sample to pad with
-            self.first = first_sample(dataset, num_shards, seed, epoch)
-        self.real, self.padding = len(self.batches), 0
-
-    def __len__(self) -> int:
-        return self.real + self.padding
-
-    def sizes(self) -> list[int]:
-        return [len(batch) for batch in self.batches] + [0] * self.padding
-
-    def busiest(self) -> int:
-        """The most batches a rank has (for lockstep padding): known from the stream in invariant
-        mode; one small all-reduce in sharded mode (each rank read only its own shards)."""
-        if self.mode == "invariant":
-            return -(-self.total_batches // self.world)
-        return int(self.strategy.all_reduce_max(torch.tensor([self.real], device=self.strategy.device)).item())
-
-    def padded(self, total: int) -> StreamValShard:
-        self.padding = max(0, total - self.real)
+    def padded_to_the_busiest(self) -> StreamValShard:
+        """Run as many forwards as the busiest rank (a lockstep strategy: FSDP): the extra ones re-read
+        a sample with weight 0. invariant: every rank sees the whole stream, so it knows; sharded: one
+        small all-reduce per batch says whether any rank still has one."""
+        self.lockstep = True
         return self
 
-    def __iter__(self) -> Iterator[Any]:
-        for batch in self.batches:
-            yield pin_batch(self.collate_fn(batch), self.pin_memory)
-        for _ in range(self.padding):
-            yield pin_batch(self.collate_fn([self.first]), self.pin_memory)  # weight 0
+    def _reader_seed(self) -> int:
+        return derive_seed(self.seed, "val", "stream-read", self.epoch, self.rank if self.mode == "sharded" else 0)
+
+    def _batches(self) -> Iterator[list[Any]]:
+        """The stream's batches (invariant: all of them, as every rank reads; sharded: this rank's), read
+        lazily under generators of their own (without workers the reader runs in this process): a reader
+        drawing from the global generators shifts neither the training's random stream nor the steps'."""
+        generators = ReaderGenerators(self._reader_seed())
+        with generators:
+            samples: Iterator[Any] = iter(stream_loader(self.source, self.epoch))
+        if self.limit is not None:  # the first samples of the stream (sharded: of each rank's stream, its share)
+            samples = itertools.islice(samples, self.limit if self.mode == "invariant" else -(-self.limit // self.world))
+        while True:
+            with generators:
+                batch = list(itertools.islice(samples, self.batch_size))
+            if not batch:
+                return
+            yield batch
+
+    def weighted(self) -> Iterator[tuple[int, Any, bool]]:
+        """``(weight, collated batch, real)`` for each of this rank's forwards, as the stream is read;
+        a padding forward (lockstep only) has weight 0 and ``real`` False."""
+        self.real, self.stream_first = 0, None
+        first: Any = None
+        batches = self._batches()
+        started = time.monotonic()
+        while True:
+            mine, more = self._next_mine(batches)
+            if self.notice_after_s is not None and time.monotonic() - started > self.notice_after_s:
+                self._notice(time.monotonic() - started)
+            if first is None:  # invariant: the stream's first sample; sharded: this rank's
+                first = self.stream_first if self.stream_first is not None else (mine[0] if mine else None)
+            if mine is None and not more:
+                return
+            if mine is None:  # another rank still has a batch: pad (lockstep)
+                if first is None:  # nothing read on this rank: a sample to pad with, the same on every rank
+                    first = first_sample(self.dataset, self.num_shards, self.seed, self.epoch)
+                yield 0, pin_batch(self.collate_fn([first]), self.pin_memory), False
+                continue
+            self.real += 1
+            yield len(mine), pin_batch(self.collate_fn(mine), self.pin_memory), True
+
+    def _notice(self, seconds: float) -> None:
+        after, self.notice_after_s = self.notice_after_s, None  # once a pass
+        log.warning("rank %d: this validation pass has read %s (a stream without __len__) for %.0f s, more than "
+                    "trainer.collective_timeout_s=%g, and goes on: a stream is read to its end each pass; if it never "
+                    "ends, set trainer.limit_val_batches to an integer (global validation batches)", self.rank,
+                    type(self.dataset).__name__, seconds, after)
+
+    def _next_mine(self, batches: Iterator[list[Any]]) -> tuple[list[Any] | None, bool]:
+        """This rank's next batch (None: none left for it), and whether any rank still runs a forward."""
+        if self.mode == "sharded":
+            mine = next(batches, None)
+            if not self.lockstep:
+                return mine, mine is not None
+            flag = torch.tensor([int(mine is not None)], device=self.strategy.device)
+            return mine, bool(self.strategy.all_reduce_max(flag).item())
+        # invariant: the next group of `world` batches, rank r's is the r-th; a group that exists
+        # (a rank runs a forward) with none for this rank means padding under lockstep.
+        group = list(itertools.islice(batches, self.world))
+        if not group:
+            return None, False
+        if self.stream_first is None:
+            self.stream_first = group[0][0]  # (pads like the others: the stream's first sample)
+        mine = group[self.rank] if self.rank < len(group) else None
+        if mine is None and not self.lockstep:
+            return None, False  # the stream ended within this group: nothing more for this rank
+        return mine, True
+
+
+class ReaderGenerators:
+    """The CPU generators of torch, ``random`` and NumPy as the stream's reader sees them: seeded once
+    from ``seed``, swapped in around each read and out again after, so the reader draws the same
+    numbers whether the pass reads the stream at once or batch by batch between the steps."""
+
+    def __init__(self, seed: int):
+        self.seed, self.state = seed, None
+        self.saved: Any = None
+
+    def __enter__(self) -> None:
+        self.saved = _generator_states()
+        if self.state is None:
+            torch.default_generator.manual_seed(self.seed)
+            random.seed(self.seed)
+            if np is not None:
+                np.random.seed(self.seed % (1 << 32))
+        else:
+            _set_generator_states(self.state)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.state = _generator_states()
+        _set_generator_states(self.saved)
+
+
+def _generator_states() -> tuple[Any, Any, Any]:
+    return torch.get_rng_state(), random.getstate(), np.random.get_state() if np is not None else None
+
+
+def _set_generator_states(states: tuple[Any, Any, Any]) -> None:
+    torch.set_rng_state(states[0])
+    random.setstate(states[1])
+    if np is not None:
+        np.random.set_state(states[2])
 
 
 def pin_batch(batch: Any, pin_memory: bool) -> Any:
