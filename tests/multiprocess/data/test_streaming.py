@@ -161,8 +161,8 @@ def test_plain_iterable_dataset_is_one_shard_and_epochs_end_with_it(tmp_path):
     trainer = new_trainer(tmp_path / "limited", batch_size=8, max_steps=-1, max_epochs=2, limit_train_batches=3)
     trainer.fit(PlainStreamRegressor())
     assert trainer.global_step == 6  # an int limit_train_batches ends each epoch's stream after 3 steps
-    # The README's streaming example (its code block, run in process): 4 shards x 100 samples, batch 16.
-    with open(os.path.join(REPO, "README.md")) as f:
+    # The docs' streaming example (its code block, run in process): 4 shards x 100 samples, batch 16.
+    with open(os.path.join(REPO, "docs", "how-to", "data.md")) as f:
         code = next(b for b in re.findall(r"```python\n(.*?)```", f.read(), re.S) if "class Shards(ShardedIterable)" in b)
     namespace = {"__name__": "readme_stream"}
     exec(code, namespace)

@@ -1,6 +1,6 @@
 """``Trainer.test`` and ``Trainer.predict``: exact test metrics on any world size, every sample
 predicted once and in order on 1, 2 and 4 ranks (spawned workers), FSDP's lockstep forward, the
-pipeline's refusal, ``module=None`` reusing the fitted module, ``ckpt_path=`` and the README's example."""
+pipeline's refusal, ``module=None`` reusing the fitted module, ``ckpt_path=`` and the docs' example."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ def test_ckpt_path_on_test_and_predict(tmp_path):
     torch.testing.assert_close(check_predictions(outputs, 4), check_predictions(expected_outputs, 4), **TOL)
 
 
-def test_readme_test_predict_example_runs(tmp_path):
-    with open(os.path.join(REPO, "README.md")) as f:
+def test_docs_test_predict_example_runs(tmp_path):
+    with open(os.path.join(REPO, "docs", "guide", "module.md")) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     (tmp_path / "example.py").write_text(next(block for block in blocks if "class Clusters(DataModule)" in block))
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
