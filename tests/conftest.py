@@ -17,6 +17,18 @@ def _warm_fork_server():
     start_fork_server()
 
 
+@pytest.fixture(autouse=True)
+def _no_heartbeat_left_behind():
+    """A test that starts this process's heartbeat (trainer/runtime/heartbeat.py) must stop it: a
+    watch left running ends its process (the test session) when its store goes away."""
+    yield
+    from trainer.runtime import heartbeat
+
+    if heartbeat.running():
+        heartbeat.stop()
+        pytest.fail("the test left this process's heartbeat running (a watch would end the test session)")
+
+
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.gpu`` tests run where CUDA is available and are skipped (with the reason
     shown by ``-ra``) elsewhere."""

@@ -43,6 +43,8 @@ def test_rank_zero_first_local_uses_the_cluster_environment_under_slurm(monkeypa
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: None)
     monkeypatch.setattr(torch.distributed, "new_group", lambda *a, **k: None)
+    # (no heartbeat: there is no job store here, and a watch that sees none ends its process)
+    monkeypatch.setattr(distributed, "_start_heartbeat", lambda *a, **k: None)
     distributed.init_process_group(env, "gloo", timedelta(seconds=5))  # records the environment
     monkeypatch.setattr(distributed, "is_distributed", lambda: True)
     monkeypatch.setattr(distributed, "rank", lambda: 2)
