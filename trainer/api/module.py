@@ -157,6 +157,7 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         state["_log_collector"] = None
         state.pop("_manual_step", None)  # holds the run's optimizers and process groups
         state.pop("_gradient_clipper", None)  # (the same, under automatic optimization)
+        state.pop("_device_mesh", None)  # strategy=nd's mesh (its process groups)
         state.pop("_fsdp_root_and_group", None)  # an FSDP run's wrapper and process group (trainer/strategies/fsdp.py)
         return state
 
@@ -170,6 +171,29 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         """The classes of the model's repeated blocks (e.g. the transformer block). FSDP makes
         each block its own sharding unit (``strategy.wrap=auto``); () lets the strategy guess."""
         return ()
+
+    # ----- tensor parallel (strategy=nd with strategy.tp > 1) ----------------------------------------
+    def tensor_parallel_plan(self) -> dict[str, Any] | None:
+        """How tensor parallelism splits the model: ``{submodule name: ParallelStyle}`` with names
+        relative to this module and ``*`` for any one name segment, e.g. ``{"model.blocks.*.mlp.up":
+        ColwiseParallel(), "model.blocks.*.mlp.down": RowwiseParallel()}`` (styles from
+        ``torch.distributed.tensor.parallel``). The strategy applies it over the mesh's ``tp``
+        dimension before activation checkpointing, compile and FSDP (torchtitan's order); a name
+        that matches no submodule is refused. None (the default): no plan; a ``configure_model``
+        that applies its own (with ``self.device_mesh``, Lightning's way) is used as it is."""
+        return None
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        """Raise ValueError when the model cannot be split over ``tp`` tensor-parallel ranks (e.g.
+        more ranks than attention heads). Called before any worker starts, without building the
+        model; the default accepts any degree."""
+
+    @property
+    def device_mesh(self) -> Any:
+        """The run's DeviceMesh under strategy=nd (dimensions ``pp``, ``dp_replicate``, ``dp_shard``,
+        ``cp``, ``tp`` and the flattened ``dp``), set before ``configure_model``; None under the other
+        strategies and outside a run."""
+        return self.__dict__.get("_device_mesh")
 
     # ----- pipeline parallel (strategy=pipeline) ---------------------------------------------------
     def pipeline_layers(self) -> list[nn.Module] | None:
