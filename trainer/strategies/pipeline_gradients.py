@@ -45,7 +45,9 @@ def _squares(grad: torch.Tensor, stage_ranks: int) -> torch.Tensor:
     if isinstance(grad, DTensor):
         if any(p.is_partial() for p in grad.placements):  # pending sums: settle them first
             grad = grad.redistribute(grad.device_mesh, [Replicate() if p.is_partial() else p for p in grad.placements])
-        pieces = math.prod(grad.device_mesh.size(i) for i, p in enumerate(grad.placements) if p.is_shard())
+        # Split along every mesh dimension that does not replicate it (Shard, and FSDP's strided
+        # shard over tensor-parallel pieces, which is no Shard subclass).
+        pieces = math.prod(grad.device_mesh.size(i) for i, p in enumerate(grad.placements) if not p.is_replicate())
         grad = grad._local_tensor
     return grad.to(torch.float64).pow(2).sum() / (stage_ranks // pieces)
 
