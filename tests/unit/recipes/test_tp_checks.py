@@ -5,6 +5,7 @@ q / k / v projections (the same function, to fp32 rounding: rtol 1e-6, atol 1e-6
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -149,3 +150,22 @@ def test_load_from_checkpoint_reads_an_older_gpt_checkpoint(tmp_path):
                                             max_bytes=4096)
     for name, value in saved.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0, msg=f"{name} differs")
+
+
+def test_init_from_an_older_gpt_checkpoint_starts_where_the_same_weights_in_the_new_layout_do(tmp_path):
+    """``trainer.init_from`` checks the file's names before loading: the older layout's are renamed
+    first, so both files start the same training (bitwise: the same weights, the same run)."""
+    from tests.support.helpers import run_trainer, train_losses
+
+    torch.manual_seed(0)
+    saved = gpt_module(vocab=256)
+    torch.save({"model": fused_state_dict(saved)}, tmp_path / "old.pt")
+    torch.save(saved.state_dict(), tmp_path / "new.pt")
+    losses = {}
+    for name in ("old", "new"):
+        module = GPTModule(optimizer=functools.partial(torch.optim.SGD, lr=0.1), max_bytes=20_000, block_size=16,
+                           layers=2, heads=4, width=32)
+        run_trainer(tmp_path / name, module, max_steps=2, batch_size=4, init_from=str(tmp_path / f"{name}.pt"))
+        losses[name] = train_losses(str(tmp_path / name))
+    assert len(losses["old"]) == 2
+    assert losses["old"] == losses["new"]
