@@ -194,7 +194,7 @@ class GPTModule(TextRecipe, TrainModule):
         }
 
     def check_tensor_parallel(self, tp: int) -> None:
-        tp_plans.check_heads(tp, heads=self.model_args["heads"])
+        tp_plans.check_degree(tp, heads=self.model_args["heads"], block_size=self.block_size)
 
     def pipeline_loss(self, logits: torch.Tensor, batch):
         _, targets = batch

@@ -33,16 +33,18 @@ TOL = dict(rtol=1e-5, atol=1e-7)
 VOCAB = 64
 BATCH, TIME = 4, 16
 
-#: (recipe, loss parallel) cases; llama's kv_heads 2 of heads 4: grouped-query attention on the shards.
+#: (recipe, loss parallel, vocabulary) cases; llama's kv_heads 2 of heads 4: grouped-query attention on
+#: the shards; a vocabulary of 65: shards of 33 and 32 rows (embedding) and logits.
 CASES = {
-    "gpt": ("gpt", True),
-    "llama": ("llama", True),
-    "gpt_gathered_logits": ("gpt", False),
-    "llama_gathered_logits": ("llama", False),
+    "gpt": ("gpt", True, 64),
+    "llama": ("llama", True, 64),
+    "llama_uneven_vocabulary": ("llama", True, 65),
+    "gpt_gathered_logits": ("gpt", False, 64),
+    "llama_gathered_logits": ("llama", False, 64),
 }
 
 
-def build(recipe: str, loss_parallel: bool):
+def build(recipe: str, loss_parallel: bool, vocab: int = VOCAB):
     """The recipe's TrainModule with its model built from seed 0 (no data read: the vocabulary is given)."""
     from trainer.recipes.gpt import GPT, GPTModule
     from trainer.recipes.llama import Llama, LlamaModule
@@ -50,10 +52,10 @@ def build(recipe: str, loss_parallel: bool):
     torch.manual_seed(0)
     if recipe == "gpt":
         module = GPTModule(block_size=TIME, layers=2, heads=4, width=32)
-        module.model = GPT(vocab_size=VOCAB, **module.model_args)
+        module.model = GPT(vocab_size=vocab, **module.model_args)
     else:
         module = LlamaModule(block_size=TIME, layers=2, heads=4, kv_heads=2, width=32, ffn_multiple_of=16)
-        module.model = Llama(vocab_size=VOCAB, **module.model_args)
+        module.model = Llama(vocab_size=vocab, **module.model_args)
     # The strategy's flag, as the plan reads it (tp_plans.loss_parallel_enabled).
     module._trainer = SimpleNamespace(strategy=SimpleNamespace(loss_parallel=loss_parallel))
     return module
@@ -143,8 +145,8 @@ def worker(path: str) -> None:
     try:
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         results = {}
-        for name, (recipe, loss_parallel) in CASES.items():
-            module = build(recipe, loss_parallel)
+        for name, (recipe, loss_parallel, vocab) in CASES.items():
+            module = build(recipe, loss_parallel, vocab)
             apply_plan(module, expand_plan(module, module_plan(module)), mesh)
             results[name] = run(module, loss_parallel)
         results["fused_qkv_loss"] = fused_qkv_loss(mesh)
@@ -165,8 +167,8 @@ def ranks(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_tensor_parallel_plan_trains_as_one_process(ranks, name):
-    recipe, loss_parallel = CASES[name]
-    reference = run(build(recipe, loss_parallel), loss_parallel)
+    recipe, loss_parallel, vocab = CASES[name]
+    reference = run(build(recipe, loss_parallel, vocab), loss_parallel)
     result = ranks[name]
     torch.testing.assert_close(result["losses"][0], reference["losses"][0], **TOL)
     assert result["grads"].keys() == reference["grads"].keys()
