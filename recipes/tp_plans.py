@@ -60,6 +60,19 @@ def vocabulary_head(loss_parallel: bool) -> Any:
                            use_local_output=not loss_parallel)
 
 
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy of ``logits`` ``[..., vocabulary]`` against ``targets``, as a plain tensor.
+    Vocabulary-sharded logits (a DTensor) get the targets as a replicated DTensor: inside
+    ``loss_parallel()`` the loss is computed on the shards; outside (an evaluation the strategy did
+    not wrap) DTensor gathers the vocabulary first, the same value."""
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if isinstance(logits, DTensor):
+        targets = DTensor.from_local(targets, logits.device_mesh, [Replicate()], run_check=False)
+    return plain_loss(F.cross_entropy(logits.flatten(0, -2), targets.flatten()))
+
+
 def plain_loss(loss: torch.Tensor) -> torch.Tensor:
     """The loss as a plain tensor: loss parallel's cross entropy returns a replicated DTensor; its
     full value (differentiable, so backward still runs through the sharded logits)."""

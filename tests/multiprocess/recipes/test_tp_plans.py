@@ -8,7 +8,7 @@ Every rank sees the whole batch (tensor-parallel ranks of one replica do); the p
 the MLP width and the vocabulary, and shards the residual stream along the sequence.
 
 Compared with the one-process run: the loss, every parameter's gradient (``full_tensor()`` of the
-DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter. Tolerance: rtol 1e-5,
+DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter, and an evaluation loss computed outside ``loss_parallel()``. Tolerance: rtol 1e-5,
 atol 1e-7 (fp32; the only differences are the order of the sums the row-split projections and the
 vocabulary-sharded softmax reduce over two ranks). SGD, not Adam (see ``run``). The negative control
 (gpt's older fused qkv projection, split by columns as one matrix) shows the comparison can fail.
@@ -93,7 +93,10 @@ def run(module, loss_parallel: bool) -> dict:
         optimizer.zero_grad()
         losses.append(loss.detach())
     params = {name: full(p.detach()).clone() for name, p in module.named_parameters()}
-    return {"losses": torch.stack(losses), "grads": grads, "params": params}
+    module.eval()
+    with torch.no_grad():  # an evaluation outside loss_parallel(): the recipe's loss still works
+        eval_loss, _ = module._loss(batches()[0])
+    return {"losses": torch.stack(losses), "grads": grads, "params": params, "eval_loss": eval_loss}
 
 
 class FusedQKV(torch.nn.Module):
@@ -175,6 +178,7 @@ def test_tensor_parallel_plan_trains_as_one_process(ranks, name):
     for param, grad in reference["grads"].items():
         torch.testing.assert_close(result["grads"][param], grad, **TOL, msg=lambda detail: f"{name}: gradient of {param}: {detail}")
     torch.testing.assert_close(result["losses"], reference["losses"], **TOL)
+    torch.testing.assert_close(result["eval_loss"], reference["eval_loss"], **TOL)
     for param, value in reference["params"].items():
         torch.testing.assert_close(result["params"][param], value, **TOL, msg=lambda detail: f"{name}: {param} after {STEPS} steps: {detail}")
 
