@@ -17,7 +17,7 @@ import torch
 from tests.support.command_line import FAST, TRAIN
 from tests.support.command_line import run as run_command
 from tests.support.helpers import fit, new_trainer, read_metrics
-from tests.support.nd_modules import CLASSES, SEQ, TokenClassifier
+from tests.support.nd_modules import CLASSES, SEQ, LightningWayClassifier, TokenClassifier
 from tests.support.same_training import assert_same_training
 from trainer.strategies.nd import NDStrategy
 
@@ -112,6 +112,34 @@ def test_clipping_tp2_equals_one_process(tmp_path):
     norms = {name: [r["train/grad_norm"] for r in read_metrics(str(path))]
              for name, path in (("nd", tmp_path), ("single", tmp_path / "single"))}
     torch.testing.assert_close(torch.tensor(norms["nd"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
+
+
+def test_token_normalization_fsdp2_x_tp2_equals_one_process(tmp_path):
+    # Masked targets: micro-batches hold different token counts; the gradient is the global token mean.
+    strategy = NDStrategy(dp_shard=2, tp=2)
+    result = fit(tmp_path / "nd", TokenClassifier(count_tokens=True), strategy=strategy, devices=4, batch_size=2,
+                 accumulate_grad_batches=2, max_steps=STEPS, loss_normalization="tokens")
+    reference = fit(tmp_path / "single", TokenClassifier(count_tokens=True), strategy="single", devices=1,
+                    batch_size=GLOBAL_BATCH, max_steps=STEPS, loss_normalization="tokens")
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
+
+
+@pytest.mark.parametrize("devices, degrees, shard", [(2, dict(tp=2), False), (4, dict(dp_shard=2, tp=2), True)])
+def test_model_split_by_configure_model_equals_one_process(one_process, tmp_path, devices, degrees, shard):
+    # Lightning's way: configure_model applied the plan (and fully_shard) itself with self.device_mesh;
+    # used as it is, not split or sharded twice.
+    strategy, batch_size = nd(devices, **degrees)
+    result = fit(tmp_path, LightningWayClassifier(shard=shard), strategy=strategy, devices=devices,
+                 batch_size=batch_size, max_steps=STEPS)
+    assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    assert local_shapes(tmp_path, 1)["blocks.0.up.weight"] == ([8, 16] if shard else [16, 16])
+
+
+def test_tp_without_a_plan_is_refused(tmp_path):
+    # Known only once configure_model has run with the mesh (it may split the model itself): said by the ranks.
+    strategy, batch_size = nd(2, tp=2)
+    with pytest.raises(Exception, match=r"strategy.tp=2 but TokenClassifier declares no tensor_parallel_plan\(\)"):
+        fit(tmp_path, TokenClassifier(plan="none"), strategy=strategy, devices=2, batch_size=batch_size, max_steps=2)
 
 
 @pytest.mark.slow
