@@ -188,3 +188,73 @@ def test_negative_control_a_fused_qkv_split_by_columns_differs(ranks):
     from the one process's by far more than the tolerance (the comparisons above can fail)."""
     reference = run(build("gpt", True), True)["losses"][0]
     assert abs(float(ranks["fused_qkv_loss"] - reference)) > 1e-4
+
+
+# ----- through the Trainer: strategy=nd ---------------------------------------------------------------
+#: CPU fp32 over 15 steps: rtol 1e-5 / atol 1e-6 (measured: losses within 1.6e-7 relative, validation
+#: within 3e-8). SGD with momentum, not AdamW: gpt's key bias has no gradient in exact arithmetic (a
+#: constant added to every key shifts each query's scores equally, which the softmax ignores), only
+#: rounding noise, and AdamW divides that noise by its own size into steps of ~lr, different in any
+#: two summation orders. lr 0.05: at 0.3 llama's updates grow large enough that 15 steps amplify
+#: the summation-order differences past 1e-5 even between one process and plain FSDP on 2 ranks.
+TRAINER_TOL = dict(rtol=1e-5, atol=1e-6)
+TRAINER_STEPS = 15
+GLOBAL_BATCH = 8
+
+
+def recipe_module(recipe: str):
+    """The recipe's module, tiny, on the byte text (the data every rank reads the same)."""
+    import functools
+
+    from trainer.recipes.gpt import GPTModule
+    from trainer.recipes.llama import LlamaModule
+
+    common = dict(optimizer=functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9), max_bytes=40_000, block_size=16,
+                  layers=2, width=32, heads=4)
+    return GPTModule(**common) if recipe == "gpt" else LlamaModule(kv_heads=2, ffn_multiple_of=16, **common)
+
+
+def fit_recipe(path, recipe: str, **options) -> tuple[list[float], dict]:
+    """Per-step losses, the last validation loss, and the final weights (full tensors: the Trainer
+    returns a spawned run's weights into the caller's module)."""
+    from tests.support.helpers import read_metrics, run_trainer
+
+    module = recipe_module(recipe)
+    run_trainer(path, module, max_steps=TRAINER_STEPS, val_every_n_steps=TRAINER_STEPS, **options)
+    rows = read_metrics(str(path))
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    val = [r["val/loss"] for r in rows if "val/loss" in r]
+    return (losses, {k: v.detach().clone() for k, v in module.state_dict().items()}), val
+
+
+@pytest.fixture(scope="module", params=["gpt", "llama"])
+def one_process(request, tmp_path_factory):
+    recipe = request.param
+    return recipe, fit_recipe(tmp_path_factory.mktemp(f"{recipe}_single"), recipe, batch_size=GLOBAL_BATCH)
+
+
+def check_same_training(result, reference) -> None:
+    from tests.support.same_training import assert_same_training
+
+    (run, val), (reference_run, reference_val) = result, reference
+    assert_same_training(run, reference_run, steps=TRAINER_STEPS, tol=TRAINER_TOL)
+    assert len(val) == len(reference_val) == 1
+    torch.testing.assert_close(torch.tensor(val), torch.tensor(reference_val), **TRAINER_TOL)
+
+
+def test_nd_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(tp=2), devices=2, batch_size=GLOBAL_BATCH)
+    check_same_training(result, reference)
+
+
+@pytest.mark.slow
+def test_nd_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(dp_shard=2, tp=2), devices=4,
+                        batch_size=GLOBAL_BATCH // 2)
+    check_same_training(result, reference)
