@@ -25,7 +25,6 @@ pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)
 STEPS = 15
 GLOBAL_BATCH = 8
-BF16_TOL = dict(rtol=5e-2, atol=5e-2)  # measured: see test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process
 
 
 def nd(devices, **degrees):
@@ -186,15 +185,20 @@ def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_
 
 
 def test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process(tmp_path):
-    # bf16 autocast (and FSDP's bf16 gathers) round differently on 4 ranks than on one process. Measured
-    # on this machine: the losses agree within rtol ... over 15 steps.
+    # bf16 autocast (and FSDP's bf16 gathers) round differently on 4 ranks than in one process. Measured on
+    # this machine (2026-11-25): losses within 1.7e-3 (relative), parameters within 0.022 (absolute) after
+    # 15 AdamW steps; the bounds below leave about 3x and 2x of margin.
     strategy, batch_size = nd(4, dp_shard=2, tp=2)
-    result = fit(tmp_path / "nd", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
-                 max_steps=STEPS, precision="bf16-mixed")
-    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
-                    max_steps=STEPS, precision="bf16-mixed")
-    assert_same_training(result, reference, steps=STEPS, tol=BF16_TOL)
-    assert result[0][-1] < 0.8 * result[0][0]
+    losses, params = fit(tmp_path / "nd", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
+                         max_steps=STEPS, precision="bf16-mixed")
+    reference_losses, reference_params = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1,
+                                             batch_size=GLOBAL_BATCH, max_steps=STEPS, precision="bf16-mixed")
+    assert len(losses) == len(reference_losses) == STEPS
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference_losses), rtol=5e-3, atol=0)
+    assert params.keys() == reference_params.keys()
+    for name in params:
+        torch.testing.assert_close(params[name], reference_params[name], rtol=0, atol=0.05, msg=name)
+    assert losses[-1] < 0.8 * losses[0]
 
 
 def test_bad_degrees_on_the_command_line_are_one_line(tmp_path):
