@@ -86,6 +86,20 @@ def test_accumulation_fsdp2_x_tp2_equals_one_process(one_process, tmp_path):
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
 
 
+def test_accumulation_reduce_scatters_once_per_optimizer_step(tmp_path):
+    # FSDP's gradient reduce-scatters in a window of one optimizer step: as many with 4 micro-batches as with
+    # 1 (no sync but on the last). The "mlp" plan: tensor parallel itself then only all-reduces.
+    counts = {}
+    for accumulate in (1, 4):
+        run_dir = tmp_path / str(accumulate)
+        fit(run_dir, TokenClassifier(plan="mlp"), strategy=NDStrategy(dp_shard=2, tp=2), devices=4,
+            batch_size=4 // accumulate, accumulate_grad_batches=accumulate, max_steps=3, log_every_n_steps=100,
+            profile={"comms_steps": [3, 3]})
+        with open(run_dir / "comms" / "rank0.json") as f:
+            counts[accumulate] = json.load(f)["kinds"]["reduce_scatter"]["count"]
+    assert counts[1] == counts[4] > 0, counts
+
+
 def test_partial_plan_with_replicated_layers_equals_one_process(one_process, tmp_path):
     # Only the blocks' MLPs split; the input, norms and classifier stay plain tensors (FSDP-sharded alone).
     strategy, batch_size = nd(4, dp_shard=2, tp=2)
