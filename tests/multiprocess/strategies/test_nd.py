@@ -215,11 +215,15 @@ def test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process(tmp_path):
     assert losses[-1] < 0.8 * losses[0]
 
 
-def test_bad_degrees_on_the_command_line_are_one_line(tmp_path):
-    result = run_command(TRAIN + FAST + ["strategy=nd", "trainer.devices=4", "strategy.tp=3",
-                                         f"hydra.run.dir={tmp_path}"])
+@pytest.mark.parametrize("arguments, texts", [
+    (["trainer.devices=4", "strategy.tp=3"], ["tp 3", "[1, 2, 4]"]),
+    # (the mlp recipe declares no plan and builds nothing in configure_model)
+    (["trainer.devices=2", "strategy.tp=2"], ["strategy.tp=2 but MLPClassifier declares no tensor_parallel_plan()"]),
+])
+def test_bad_layout_on_the_command_line_is_one_line(tmp_path, arguments, texts):
+    result = run_command(TRAIN + FAST + ["strategy=nd", *arguments, f"hydra.run.dir={tmp_path}"])
     assert result.returncode != 0, result.describe()
     assert "Traceback" not in result.output, result.describe()
     lines = result.stderr.rstrip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.describe()
-    assert "tp 3" in lines[0] and "[1, 2, 4]" in lines[0], lines[0]
+    assert all(text in lines[0] for text in texts), lines[0]
