@@ -227,19 +227,33 @@ class PipelineStrategy(OwnedStep):
     def check_module(self, module: nn.Module) -> None:
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks
         (``check_tensor_parallel``), declares a plan, and each plan entry names a submodule inside
-        one pipeline layer (checked on a meta-device copy of the model; ``module`` is not touched)."""
+        one pipeline layer (checked on a meta-device copy of the model, as strategy=nd checks its
+        plan; a model whose ``configure_model`` cannot run there is checked by each rank instead)."""
         if self.tp == 1:
             return
-        import copy
-
+        from trainer.strategies.nd_probe import probe_copy
         from trainer.strategies.pipeline_tp import stage_plans
+        from trainer.strategies.tensor_parallel import module_plan
 
-        probe = copy.deepcopy(module)
-        with torch.device("meta"):
-            probe.configure_model()
-        layers = probe.pipeline_layers() if hasattr(probe, "pipeline_layers") else None
+        check = getattr(module, "check_tensor_parallel", None)
+        if callable(check):
+            check(self.tp)
+        if module_plan(module) is None:
+            stage_plans(module, self.tp, [], [], [])  # raises: no plan
+        try:
+            probe = probe_copy(module)
+            with torch.device("meta"):  # the layers it builds hold no memory
+                probe.configure_model()
+            layers = probe.pipeline_layers() if hasattr(probe, "pipeline_layers") else None
+        except Exception:  # noqa: BLE001 - the ranks check the plan on the real build
+            return
         if layers:  # (none: refused when the stages are built, with its own message)
             stage_plans(probe, self.tp, layers, [], [])
+
+    def before_configure_model(self, module: nn.Module) -> None:
+        """The module's ``device_mesh``: the pipeline's (dims pp, dp_replicate, dp_shard, cp, tp)."""
+        if self.mesh is not None:
+            module.__dict__["_device_mesh"] = self.mesh
 
     # ----- building the stages ---------------------------------------------------------------------------
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:

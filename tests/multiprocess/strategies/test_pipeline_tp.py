@@ -7,6 +7,7 @@ ranks, both of which reorder float additions.
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -189,3 +190,23 @@ def test_two_stages_by_two_shards_by_two_tensor_parallel_ranks_equal_one_process
     torch.testing.assert_close(torch.tensor(logged(tmp_path, "train/grad_norm")),
                                torch.tensor(logged(single[1], "train/grad_norm")), rtol=1e-5, atol=0)
     torch.testing.assert_close(torch.tensor(logged(tmp_path, "val/loss")), torch.tensor(logged(single[1], "val/loss")), **TOL)
+
+
+@pytest.mark.parametrize("recipe", ["gpt", "llama"])
+def test_recipe_two_stages_by_two_tensor_parallel_ranks_equal_one_process(tmp_path, recipe):
+    # The recipe's own plan (sequence parallel between the blocks: the stages exchange each tp
+    # rank's sequence shard; the head's logits vocabulary-sharded, the loss under loss_parallel),
+    # cut by stage: the embedding and the first block on stage 0, the second block and the head
+    # on stage 1. SGD with momentum, for the reason the recipes' plan tests give.
+    from tests.multiprocess.recipes.test_tp_plans import GLOBAL_BATCH as BATCH, check_same_training, fit_recipe
+
+    reference = fit_recipe(tmp_path / "single", recipe, batch_size=BATCH)
+    strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, partition=[2])
+    check_same_training(fit_recipe(tmp_path / "pp", recipe, strategy=strategy, devices=4, batch_size=BATCH), reference)
+    # The plan did split each stage: every rank holds about half of its stage (the norms whole).
+    log = (tmp_path / "pp" / "train.log").read_text()
+    stages = [int(n) for n in re.findall(r"stage \d \(pp rank \d\): layers \d+-\d+, (\d+) parameters", log)]
+    held = [float(n) * 1000 for n in re.findall(r"rank \d: ([\d.]+) K", log.split("Params held per rank:")[1].splitlines()[0])]
+    assert len(stages) == 2 and len(held) == 4
+    for rank, count in enumerate(held):
+        assert 0.45 * stages[rank // 2] < count < 0.55 * stages[rank // 2], (rank, count, stages)
