@@ -192,17 +192,19 @@ def test_two_stages_by_two_shards_by_two_tensor_parallel_ranks_equal_one_process
     torch.testing.assert_close(torch.tensor(logged(tmp_path, "val/loss")), torch.tensor(logged(single[1], "val/loss")), **TOL)
 
 
-@pytest.mark.parametrize("recipe", ["gpt", "llama"])
-def test_recipe_two_stages_by_two_tensor_parallel_ranks_equal_one_process(tmp_path, recipe):
+@pytest.mark.parametrize("recipe, normalization", [("gpt", "tokens"), ("llama", "mean")])
+def test_recipe_two_stages_by_two_tensor_parallel_ranks_equal_one_process(tmp_path, recipe, normalization):
     # The recipe's own plan (sequence parallel between the blocks: the stages exchange each tp
     # rank's sequence shard; the head's logits vocabulary-sharded, the loss under loss_parallel),
     # cut by stage: the embedding and the first block on stage 0, the second block and the head
-    # on stage 1. SGD with momentum, for the reason the recipes' plan tests give.
+    # on stage 1. SGD with momentum, for the reason the recipes' plan tests give. gpt divides the
+    # gradients by the global token count: the last stage's tp ranks must count their tokens once.
     from tests.multiprocess.recipes.test_tp_plans import GLOBAL_BATCH as BATCH, check_same_training, fit_recipe
 
-    reference = fit_recipe(tmp_path / "single", recipe, batch_size=BATCH)
+    options = dict(batch_size=BATCH, loss_normalization=normalization)
+    reference = fit_recipe(tmp_path / "single", recipe, **options)
     strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, partition=[2])
-    check_same_training(fit_recipe(tmp_path / "pp", recipe, strategy=strategy, devices=4, batch_size=BATCH), reference)
+    check_same_training(fit_recipe(tmp_path / "pp", recipe, strategy=strategy, devices=4, **options), reference)
     # The plan did split each stage: every rank holds about half of its stage (the norms whole).
     log = (tmp_path / "pp" / "train.log").read_text()
     stages = [int(n) for n in re.findall(r"stage \d \(pp rank \d\): layers \d+-\d+, (\d+) parameters", log)]
