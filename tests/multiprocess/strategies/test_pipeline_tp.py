@@ -119,6 +119,17 @@ def test_two_stages_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_p
             assert shape == expected, (rank, name)
 
 
+@pytest.mark.slow
+def test_activation_checkpointing_and_compile_compose_with_tensor_parallel(tmp_path):
+    # Both applied to the blocks before the stages are built; the plan then splits the compiled,
+    # checkpointed blocks (the schedule traces them with DTensor weights).
+    options = dict(activation_checkpointing=True, compile=True)
+    single = run(tmp_path / "single", **options)
+    piped = run(tmp_path / "pp", PipelineStrategy(stages=2, tp=2, microbatches=2, partition="uniform"), devices=4,
+                **options)
+    assert_same_training(piped, single, steps=STEPS, tol=TOL)
+
+
 def test_checkpoint_resumes_bitwise_on_the_same_layout(tmp_path):
     # Sharded checkpoints (each stage's tensor-parallel pieces): resumed from step 10 in a new
     # run, the last 5 steps and the final parameters are the uninterrupted run's, bitwise.
