@@ -59,7 +59,7 @@ from trainer.strategies.pipeline_state import gather_full_state_dict
 from trainer.strategies.pipeline_tp import loss_parallel_context, plain
 from trainer.strategies.weight_init import WeightInit
 
-DATA_PARALLEL = ("ddp", "fsdp")
+DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
 
 
 class PipelineStrategy(OwnedStep):
@@ -79,7 +79,11 @@ class PipelineStrategy(OwnedStep):
             (see the module docstring); False builds the whole model on every rank first.
         data_parallel: with replicas (world > stages), "ddp" keeps each stage whole on every
             replica and all-reduces its gradients once per optimizer step; "fsdp" shards each
-            stage over its replicas (FSDP2, every pipeline layer a unit; ZeRO-3 inside the stage).
+            stage over its replicas (FSDP2, every pipeline layer a unit; ZeRO-3 inside the stage);
+            "hsdp" shards each stage over groups of replicas and replicates it across
+            ``dp_replicate`` such groups (FSDP2's hybrid sharding on a 2-D replica mesh).
+        dp_replicate: with ``data_parallel=hsdp``, how many copies of each shard group (it must
+            divide the replicas; the rest shard); null otherwise.
         tp: tensor-parallel ranks per stage (1: none): each stage's layers are split over ``tp``
             ranks by the module's ``tensor_parallel_plan()`` (entries of other stages' layers are
             skipped); those ranks load the same samples.
@@ -87,8 +91,10 @@ class PipelineStrategy(OwnedStep):
             plan whose last layer returns vocabulary-sharded logits (a DTensor) gets its
             cross-entropy computed without gathering them.
 
-    Under ``strategy=nd`` with ``pp > 1`` the degrees map to: ``stages=pp``, ``tp=tp``,
-    ``data_parallel="fsdp"`` with ``dp_shard`` replicas (or ``"ddp"`` with ``dp_replicate``).
+    Under ``strategy=nd`` with ``pp > 1`` the degrees map to ``stages=pp``, ``tp=tp`` and
+    (:meth:`data_parallel_of`) ``data_parallel="fsdp"`` for ``dp_shard`` replicas, ``"ddp"`` for
+    ``dp_replicate`` ones, ``"hsdp"`` with ``dp_replicate=dp_replicate`` for both; the mesh is then
+    ParallelDims(pp, dp_replicate, dp_shard, 1, tp)'s, rank for rank.
     """
 
     name = "pipeline"
@@ -98,7 +104,7 @@ class PipelineStrategy(OwnedStep):
     checkpoint_formats = ("sharded",)
     #: torch's pipeline stages need a process group, also for several virtual stages in one process
     needs_process_group = True
-    group_holders = ("pp_group", "dp_group", "dp_mesh", "tp_mesh", "mesh", "pipeline_stages", "schedule")
+    group_holders = ("pp_group", "dp_group", "dp_mesh", "tp_mesh", "hsdp_mesh", "mesh", "pipeline_stages", "schedule")
     #: Each batch norm lives on one stage and runs once per schedule microbatch: synchronising it
     #: over the world would wait for stages that never call it (a hang). Refused before any worker.
     sync_batchnorm_refusal = ("each batch norm lives on one pipeline stage, so the statistics cannot be synchronised "
@@ -108,7 +114,7 @@ class PipelineStrategy(OwnedStep):
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
                  virtual_stages: int | None = None, meta_init: bool = True, data_parallel: str = "ddp",
-                 tp: int = 1, loss_parallel: bool = True):
+                 tp: int = 1, loss_parallel: bool = True, dp_replicate: int | None = None):
         super().__init__(accelerator)
         if schedule not in SCHEDULES:
             raise ValueError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -133,8 +139,16 @@ class PipelineStrategy(OwnedStep):
         if data_parallel not in DATA_PARALLEL:
             raise ValueError(f"strategy.data_parallel={data_parallel!r} is not one of {', '.join(DATA_PARALLEL)}")
         self.data_parallel = data_parallel
+        if data_parallel == "hsdp" and (isinstance(dp_replicate, bool) or not isinstance(dp_replicate, int)
+                                        or dp_replicate < 1):
+            raise ValueError(f"strategy.dp_replicate={dp_replicate!r}: data_parallel=hsdp needs the number of copies "
+                             "of each shard group, an integer >= 1")
+        if data_parallel != "hsdp" and dp_replicate is not None:
+            raise ValueError(f"strategy.dp_replicate={dp_replicate!r} is for data_parallel=hsdp; with "
+                             f"data_parallel={data_parallel} leave it null")
+        self.dp_replicate = dp_replicate
         self.tp, self.loss_parallel = tp, loss_parallel
-        self.mesh = self.dp_mesh = self.tp_mesh = None
+        self.mesh = self.dp_mesh = self.tp_mesh = self.hsdp_mesh = None
         self.partition = partition if isinstance(partition, str) else list(partition)
         self.pp_size, self._data_parallel_size, self.pp_rank, self.dp_rank, self.tp_rank = 1, 1, 0, 0, 0
         self.pp_group = self.dp_group = None
@@ -157,6 +171,11 @@ class PipelineStrategy(OwnedStep):
         if world_size % self._pp(world_size):
             raise ValueError(f"strategy.stages={self._pp(world_size)} does not divide the world size {world_size}; "
                              f"choose one of {divisors}")
+        replicas = self.data_parallel_size(world_size)
+        if self.data_parallel == "hsdp" and replicas % self.dp_replicate:
+            raise ValueError(f"strategy.dp_replicate={self.dp_replicate} does not divide the {replicas} replicas "
+                             f"(world {world_size} / stages {self._pp(world_size)} / tp {self.tp}); choose one of "
+                             f"{[d for d in range(1, replicas + 1) if replicas % d == 0]}")
         n = self.microbatches if self.microbatches is not None else self._pp(world_size)
         if self.schedule_name != "gpipe" and n < self._pp(world_size):
             raise ValueError(f"strategy.microbatches={n} must be >= strategy.stages={self._pp(world_size)} "
@@ -185,7 +204,7 @@ class PipelineStrategy(OwnedStep):
         self.check_world_size(world, env.local_world_size)
         self.pp_size = self._pp(world)
         self._data_parallel_size = world // (self.pp_size * self.tp)
-        dims = pipeline_dims(self.pp_size, self._data_parallel_size, self.tp, self.data_parallel)
+        dims = pipeline_dims(self.pp_size, self._data_parallel_size, self.tp, self.data_parallel, self.dp_replicate)
         coordinates = dims.coordinates(distributed.rank())
         self.pp_rank, self.tp_rank = coordinates["pp"], coordinates["tp"]
         self.dp_rank = dims.data_parallel_rank(distributed.rank())
@@ -195,11 +214,13 @@ class PipelineStrategy(OwnedStep):
             mesh = build_pipeline_mesh(dims, self.device.type)
             self.mesh, self.dp_mesh, self.tp_mesh = mesh.mesh, mesh.dp_mesh, mesh.tp_mesh
             self.pp_group, self.dp_group = mesh.pp_group, mesh.dp_group
+            if self.data_parallel == "hsdp":
+                self.hsdp_mesh = mesh.mesh["dp_replicate", "dp_shard"]
 
     @property
     def shards_stages(self) -> bool:
         """FSDP inside each stage (``data_parallel=fsdp`` with more than one replica)."""
-        return self.data_parallel == "fsdp" and self._data_parallel_size > 1
+        return self.data_parallel in ("fsdp", "hsdp") and self._data_parallel_size > 1
 
     @property
     def lockstep_forward(self) -> bool:  # type: ignore[override]
@@ -223,6 +244,14 @@ class PipelineStrategy(OwnedStep):
         """Whether this rank's loss and metrics count: the tensor-parallel ranks of the last stage
         compute the same values, and the first of them reports them (the others add zeros)."""
         return self.tp_rank == 0
+
+    @staticmethod
+    def data_parallel_of(dp_replicate: int, dp_shard: int) -> dict[str, Any]:
+        """The ``data_parallel`` (and ``dp_replicate``) arguments for a mesh's data-parallel degrees:
+        whole stages per replica (ddp), sharded stages (fsdp), or both (hsdp)."""
+        if dp_replicate > 1 and dp_shard > 1:
+            return {"data_parallel": "hsdp", "dp_replicate": dp_replicate}
+        return {"data_parallel": "fsdp" if dp_shard > 1 else "ddp"}
 
     def check_module(self, module: nn.Module) -> None:
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks
@@ -263,7 +292,8 @@ class PipelineStrategy(OwnedStep):
     def _shard_unit(self, unit: nn.Module) -> None:
         from torch.distributed.fsdp import fully_shard
 
-        fully_shard(unit, mesh=self.dp_mesh)
+        # hsdp: the 2-D replica mesh (replicate, shard); fsdp: the replicas' 1-D mesh
+        fully_shard(unit, mesh=self.hsdp_mesh if self.data_parallel == "hsdp" else self.dp_mesh)
 
     # ----- the step ---------------------------------------------------------------------------------------
     def _loss_fn(self, output: Any, index: torch.Tensor) -> torch.Tensor:

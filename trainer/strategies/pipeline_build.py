@@ -1,6 +1,7 @@
 """Building this rank's pipeline stages (``PipelineStrategy.wrap``): cut the module's layers,
 materialise (meta build) or move only this rank's stages, split them over the tensor-parallel
-ranks (``tp``: pipeline_tp.py), shard them over the replicas (``data_parallel=fsdp``), delete the other stages' tensors from the module (module surgery), and
+ranks (``tp``: pipeline_tp.py), shard them over the replicas (``data_parallel=fsdp`` / ``hsdp``),
+delete the other stages' tensors from the module (module surgery), and
 create torch's ``PipelineStage`` objects and the schedule."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 ``dp_replicate``, ``dp_shard``, ``cp``, ``tp``; pp outermost, tp innermost), so
 rank = (pp_index * dp + dp_index) * tp + tp_index; with tp = 1, rank = pp_index * dp + dp_index.
 
-The replicas are ``dp_replicate`` under ``data_parallel=ddp`` (whole stages, gradients all-reduced)
-and ``dp_shard`` under ``data_parallel=fsdp`` (stages sharded). The groups a rank uses:
+The replicas are ``dp_replicate`` under ``data_parallel=ddp`` (whole stages, gradients all-reduced),
+``dp_shard`` under ``data_parallel=fsdp`` (stages sharded), both under ``data_parallel=hsdp``
+(``dp_replicate`` copies of each shard group). The groups a rank uses:
 
 - the pipeline group (``mesh["pp"]``): the stages of its pipeline at its own dp and tp coordinates,
   so each tensor-parallel rank sends its activations to the same tp coordinate of the next stage;
@@ -34,10 +35,13 @@ class PipelineMesh:
         return self.mesh["tp"]
 
 
-def pipeline_dims(pp: int, dp: int, tp: int, data_parallel: str) -> ParallelDims:
+def pipeline_dims(pp: int, dp: int, tp: int, data_parallel: str, dp_replicate: int | None = None) -> ParallelDims:
     """The degrees of a pipeline of ``pp`` stages, ``dp`` replicas (``data_parallel`` ddp: replicated,
-    fsdp: sharded) and ``tp`` tensor-parallel ranks per stage."""
-    replicate, shard = (dp, 1) if data_parallel == "ddp" else (1, dp)
+    fsdp: sharded, hsdp: ``dp_replicate`` copies of shard groups) and ``tp`` tensor-parallel ranks per stage."""
+    if data_parallel == "hsdp":
+        replicate, shard = dp_replicate or 1, dp // (dp_replicate or 1)
+    else:
+        replicate, shard = (dp, 1) if data_parallel == "ddp" else (1, dp)
     return ParallelDims(pp=pp, dp_replicate=replicate, dp_shard=shard, tp=tp)
 
 

@@ -86,6 +86,16 @@ def shapes(path, rank):
     return json.loads((path / f"shapes_rank{rank}.json").read_text())
 
 
+def held_fractions(path, ranks_per_stage):
+    """Each rank's share of its stage's parameters, from the run's log (the stages' sizes and the
+    model summary's "Params held per rank" line, in thousands to one decimal)."""
+    log = (path / "train.log").read_text()
+    stages = [int(n) for n in re.findall(r"stage \d \(pp rank \d\): layers \d+-\d+, (\d+) parameters", log)]
+    held = [float(n) * 1000 for n in re.findall(r"rank \d: ([\d.]+) K", log.split("Params held per rank:")[1].splitlines()[0])]
+    assert len(stages) == 2 and len(held) == 2 * ranks_per_stage, (stages, held)
+    return [count / stages[rank // ranks_per_stage] for rank, count in enumerate(held)]
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     path = tmp_path_factory.mktemp("single")
@@ -161,6 +171,15 @@ def test_bad_layouts_are_refused_before_any_worker(tmp_path):
         Trainer(strategy=PipelineStrategy(tp=3), devices=4, run_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"strategy.tp=0 must be an integer >= 1"):
         PipelineStrategy(tp=0)
+    with pytest.raises(ValueError, match=r"strategy.dp_replicate=2 is for data_parallel=hsdp; with data_parallel=fsdp"):
+        PipelineStrategy(data_parallel="fsdp", dp_replicate=2)
+    with pytest.raises(ValueError, match=r"strategy.dp_replicate=None: data_parallel=hsdp needs"):
+        PipelineStrategy(data_parallel="hsdp")
+    with pytest.raises(ValueError, match=r"strategy.dp_replicate=4 does not divide the 2 replicas"):
+        Trainer(strategy=PipelineStrategy(stages=2, tp=2, data_parallel="hsdp", dp_replicate=4), devices=8,
+                run_dir=str(tmp_path))
+    assert PipelineStrategy.data_parallel_of(dp_replicate=2, dp_shard=1) == {"data_parallel": "ddp"}
+    assert PipelineStrategy.data_parallel_of(dp_replicate=1, dp_shard=4) == {"data_parallel": "fsdp"}
     # stages=null: the world / tp stages, no replicas
     assert PipelineStrategy(tp=2).data_parallel_size(8) == 1
     assert PipelineStrategy(stages=2, tp=2).data_parallel_size(8) == 2
@@ -203,7 +222,7 @@ def test_two_stages_by_two_shards_by_two_tensor_parallel_ranks_equal_one_process
     torch.testing.assert_close(torch.tensor(logged(tmp_path, "val/loss")), torch.tensor(logged(single[1], "val/loss")), **TOL)
 
 
-@pytest.mark.parametrize("recipe, normalization", [("gpt", "tokens"), ("llama", "mean")])
+@pytest.mark.parametrize("recipe, normalization", [("gpt", "tokens"), ("llama", "samples")])
 def test_recipe_two_stages_by_two_tensor_parallel_ranks_equal_one_process(tmp_path, recipe, normalization):
     # The recipe's own plan (sequence parallel between the blocks: the stages exchange each tp
     # rank's sequence shard; the head's logits vocabulary-sharded, the loss under loss_parallel),
@@ -217,9 +236,21 @@ def test_recipe_two_stages_by_two_tensor_parallel_ranks_equal_one_process(tmp_pa
     strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, partition=[2])
     check_same_training(fit_recipe(tmp_path / "pp", recipe, strategy=strategy, devices=4, **options), reference)
     # The plan did split each stage: every rank holds about half of its stage (the norms whole).
-    log = (tmp_path / "pp" / "train.log").read_text()
-    stages = [int(n) for n in re.findall(r"stage \d \(pp rank \d\): layers \d+-\d+, (\d+) parameters", log)]
-    held = [float(n) * 1000 for n in re.findall(r"rank \d: ([\d.]+) K", log.split("Params held per rank:")[1].splitlines()[0])]
-    assert len(stages) == 2 and len(held) == 4
-    for rank, count in enumerate(held):
-        assert 0.45 * stages[rank // 2] < count < 0.55 * stages[rank // 2], (rank, count, stages)
+    for fraction in held_fractions(tmp_path / "pp", ranks_per_stage=2):
+        assert 0.45 < fraction < 0.55
+
+
+@pytest.mark.slow
+def test_two_stages_by_hybrid_sharded_replicas_equal_one_process(single, tmp_path):
+    # 8 ranks: 2 stages x (2 copies x 2 shards) of each stage (FSDP2's hybrid sharding on the
+    # mesh's dp_replicate x dp_shard), the layout strategy=nd's pp 2 x dp_replicate 2 x dp_shard 2 maps to.
+    options = PipelineStrategy.data_parallel_of(dp_replicate=2, dp_shard=2)
+    assert options == {"data_parallel": "hsdp", "dp_replicate": 2}
+    strategy = PipelineStrategy(stages=2, microbatches=2, partition="uniform", **options)
+    piped = run(tmp_path, strategy, devices=8, batch_size=GLOBAL_BATCH // 4, gradient_clip_val=CLIP)
+    assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
+    # each stage sharded in halves (over dp_shard), each half held twice (over dp_replicate)
+    for fraction in held_fractions(tmp_path, ranks_per_stage=4):
+        assert 0.45 < fraction < 0.55
+    torch.testing.assert_close(torch.tensor(logged(tmp_path, "train/grad_norm")),
+                               torch.tensor(logged(single[1], "train/grad_norm")), rtol=1e-5, atol=0)
