@@ -129,6 +129,14 @@ def test_two_stages_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_p
             assert shape == expected, (rank, name)
 
 
+def test_interleaved_schedule_and_eager_build_equal_one_process(single, tmp_path):
+    # 2 virtual stages per rank (rank pp 0 holds stages 0 and 2), each split over 2 tp ranks;
+    # built eagerly (meta_init=false), then split: the same weights as the meta build's.
+    strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, schedule="interleaved_1f1b", partition="uniform",
+                                meta_init=False)
+    assert_same_training(run(tmp_path, strategy, devices=4, gradient_clip_val=CLIP), single[0], steps=STEPS, tol=TOL)
+
+
 @pytest.mark.slow
 def test_activation_checkpointing_and_compile_compose_with_tensor_parallel(tmp_path):
     # Both applied to the blocks before the stages are built; the plan then splits the compiled,
@@ -143,6 +151,10 @@ def test_activation_checkpointing_and_compile_compose_with_tensor_parallel(tmp_p
 def test_checkpoint_resumes_bitwise_on_the_same_layout(tmp_path):
     # Sharded checkpoints (each stage's tensor-parallel pieces): resumed from step 10 in a new
     # run, the last 5 steps and the final parameters are the uninterrupted run's, bitwise.
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
     from trainer.checkpoint import layout
 
     def strategy():
@@ -160,6 +172,15 @@ def test_checkpoint_resumes_bitwise_on_the_same_layout(tmp_path):
     assert params.keys() == whole_params.keys()
     for name, value in whole_params.items():
         assert torch.equal(params[name], value), name
+    # The last checkpoint's tensor-parallel pieces consolidate into the full weights of one process.
+    out = tmp_path / "model.pt"
+    result = subprocess.run([sys.executable, "-m", "trainer.checkpoint", "consolidate", committed[-1], str(out)],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    consolidated = torch.load(out, weights_only=True)
+    assert consolidated.keys() == whole_params.keys()
+    for name, value in whole_params.items():
+        assert torch.equal(consolidated[name], value), name
 
 
 def test_bad_layouts_are_refused_before_any_worker(tmp_path):
