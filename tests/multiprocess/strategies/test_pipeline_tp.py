@@ -1,9 +1,12 @@
 """Pipeline parallel composed with tensor parallel (and FSDP over the replicas) on one mesh
 computes the same training as one process.
 
-Tolerance: CPU fp32, SGD with momentum, rtol=1e-5 / atol=1e-6 over 15 steps: the gradients are summed per
-microbatch, and the row-parallel layers sum their partial products over the tensor-parallel
-ranks, both of which reorder float additions.
+Tolerance: CPU fp32, SGD with momentum, rtol=1e-5 / atol=1e-6 over 15 steps: the gradients are
+summed per microbatch, and the row-parallel layers sum their partial products over the
+tensor-parallel ranks, both of which reorder float additions (measured: losses within 7e-7,
+parameters within 2e-7). Not AdamW: it divides each element's step by that element's gradient
+size, so an element whose gradient nearly cancels over the batch turns that reordering into a
+visible step (seen: 6e-5 on one weight of 4.5 K after 15 steps).
 """
 
 import json
@@ -120,8 +123,8 @@ def test_two_stages_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_p
     whole = shapes(single[1], 0)
     for rank in range(4):
         mine = shapes(tmp_path, rank)
-        assert {n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("blocks") else "") for n in mine} == \
-            ({"inp", "blocks.0", "blocks.1"} if rank < 2 else {"blocks.2", "blocks.3", "out"})
+        layers = {".".join(n.split(".")[:2]) if n.startswith("blocks.") else n.split(".")[0] for n in mine}
+        assert layers == ({"inp", "blocks.0", "blocks.1"} if rank < 2 else {"blocks.2", "blocks.3", "out"})
         for name, shape in mine.items():
             expected = list(whole[name])
             if ".up." in name or name.endswith("down.weight"):
