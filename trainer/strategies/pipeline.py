@@ -163,7 +163,8 @@ class PipelineStrategy(OwnedStep):
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
         divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
         if self.tp > 1 and world_size % self.tp:
-            raise ValueError(f"strategy.tp={self.tp} does not divide the world size {world_size}; choose one of {divisors}")
+            raise ValueError(f"strategy.tp={self.tp} does not divide the world size {world_size}; "
+                             f"choose one of {divisors}")
         if self.tp > 1 and world_size % (self._pp(world_size) * self.tp):
             raise ValueError(f"strategy.stages={self._pp(world_size)} x strategy.tp={self.tp} = "
                              f"{self._pp(world_size) * self.tp} does not divide the world size {world_size}; choose "
@@ -252,6 +253,17 @@ class PipelineStrategy(OwnedStep):
         if dp_replicate > 1 and dp_shard > 1:
             return {"data_parallel": "hsdp", "dp_replicate": dp_replicate}
         return {"data_parallel": "fsdp" if dp_shard > 1 else "ddp"}
+
+    @classmethod
+    def from_dims(cls, dims: Any, **options: Any) -> PipelineStrategy:
+        """The pipeline for resolved degrees (a ``ParallelDims``: ``ParallelDims.resolve(world, pp=...,
+        ...)``): ``stages=pp``, ``tp``, the replicas' ``data_parallel`` (:meth:`data_parallel_of`);
+        ``options``: the other arguments (schedule, microbatches, meta_init, loss_parallel ...). The
+        mesh it builds is ``dims``' own, rank for rank."""
+        if dims.cp != 1:
+            raise ValueError(f"strategy.cp={dims.cp}: context parallel is not supported with pipeline stages; "
+                             "set strategy.cp=1")
+        return cls(stages=dims.pp, tp=dims.tp, **cls.data_parallel_of(dims.dp_replicate, dims.dp_shard), **options)
 
     def check_module(self, module: nn.Module) -> None:
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks

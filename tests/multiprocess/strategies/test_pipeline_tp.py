@@ -204,6 +204,14 @@ def test_bad_layouts_are_refused_before_any_worker(tmp_path):
                 run_dir=str(tmp_path))
     assert PipelineStrategy.data_parallel_of(dp_replicate=2, dp_shard=1) == {"data_parallel": "ddp"}
     assert PipelineStrategy.data_parallel_of(dp_replicate=1, dp_shard=4) == {"data_parallel": "fsdp"}
+    # strategy=nd's resolved degrees -> the pipeline with the same mesh
+    from trainer.strategies.parallel_dims import ParallelDims
+
+    dims = ParallelDims.resolve(16, pp=2, dp_replicate=2, dp_shard=-1, tp=2)
+    built = PipelineStrategy.from_dims(dims, microbatches=4, loss_parallel=False)
+    assert (built.stages, built.tp, built.data_parallel, built.dp_replicate, built.microbatches, built.loss_parallel) == \
+        (2, 2, "hsdp", 2, 4, False)
+    assert built.data_parallel_size(16) == dims.dp == 4
     # stages=null: the world / tp stages, no replicas
     assert PipelineStrategy(tp=2).data_parallel_size(8) == 1
     assert PipelineStrategy(stages=2, tp=2).data_parallel_size(8) == 2
