@@ -115,10 +115,11 @@ def test_partial_plan_with_replicated_layers_equals_one_process(one_process, tmp
 
 
 def test_clipping_tp2_equals_one_process(tmp_path):
-    # The global norm over every mesh dimension, clipping every step.
+    # The global norm over every mesh dimension, clipping every step; the blocks' activations recomputed
+    # in backward (activation checkpointing applied after tensor parallel).
     strategy, batch_size = nd(2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=2, batch_size=batch_size, max_steps=STEPS,
-                 gradient_clip_val=0.5)
+                 gradient_clip_val=0.5, activation_checkpointing=True)
     reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
                     max_steps=STEPS, gradient_clip_val=0.5)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
@@ -153,6 +154,14 @@ def test_tp_without_a_plan_is_refused(tmp_path):
     strategy, batch_size = nd(2, tp=2)
     with pytest.raises(Exception, match=r"strategy.tp=2 but TokenClassifier declares no tensor_parallel_plan\(\)"):
         fit(tmp_path, TokenClassifier(plan="none"), strategy=strategy, devices=2, batch_size=batch_size, max_steps=2)
+
+
+def test_replicas_x_tp2_equals_one_process(one_process, tmp_path):
+    # dp_replicate alone: FSDP2 over a (replicate 2, shard 1) mesh, whole copies per replica.
+    strategy, batch_size = nd(4, dp_replicate=2, dp_shard=1, tp=2)
+    result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size, max_steps=STEPS)
+    assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    assert local_shapes(tmp_path, 3)["blocks.0.up.weight"] == [16, 16]
 
 
 @pytest.mark.slow
