@@ -171,6 +171,20 @@ def test_hsdp2_x_fsdp2_x_tp2_on_8_ranks_equals_one_process(one_process, tmp_path
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
 
 
+def test_sharded_checkpoint_resumes_bitwise_on_the_same_layout(tmp_path):
+    # FSDP 2 x TP 2: parameters and AdamW state are 2-D DTensors; the resumed steps equal the uninterrupted ones.
+    strategy, batch_size = nd(4, dp_shard=2, tp=2)
+    whole, _ = fit(tmp_path / "whole", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
+                   max_steps=STEPS, checkpoint=dict(every_n_steps=5, keep_last=None))
+    resumed_dir = tmp_path / "resumed"
+    fit(resumed_dir, TokenClassifier(), strategy=NDStrategy(dp_shard=2, tp=2), devices=4, batch_size=batch_size,
+        max_steps=STEPS, resume=str(tmp_path / "whole" / "checkpoints" / "step-000000010"),
+        checkpoint=dict(save_last=False))
+    losses = {r["step"]: r["train/loss"] for r in read_metrics(str(resumed_dir)) if "train/loss" in r}
+    assert sorted(losses) == list(range(11, STEPS + 1))
+    assert [losses[step] for step in range(11, STEPS + 1)] == whole[10:]
+
+
 def _fit_then_evaluate(run_dir, strategy, devices, batch_size, checkpoint_format="sharded"):
     """fit (validating at the end, saving the last checkpoint), then validate, test and predict from that
     checkpoint; also the weights fit returned to the caller's module."""
