@@ -164,6 +164,16 @@ def test_replicas_x_tp2_equals_one_process(one_process, tmp_path):
     assert local_shapes(tmp_path, 3)["blocks.0.up.weight"] == [16, 16]
 
 
+def test_without_tp_it_is_strategy_fsdp(tmp_path):
+    # tp = 1: the same FSDP2 units and mesh as strategy=fsdp, hence the same training, bit for bit.
+    from tests.support.helpers import BlockRegressor
+    from trainer.strategies.fsdp import FSDPStrategy
+
+    fsdp = fit(tmp_path / "fsdp", BlockRegressor(), strategy=FSDPStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    same = fit(tmp_path / "nd", BlockRegressor(), strategy=NDStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    assert_same_training(same, fsdp, steps=STEPS, tol=dict(rtol=0, atol=0))
+
+
 @pytest.mark.slow
 def test_hsdp2_x_fsdp2_x_tp2_on_8_ranks_equals_one_process(one_process, tmp_path):
     strategy, batch_size = nd(8, dp_replicate=2, dp_shard=2, tp=2)
