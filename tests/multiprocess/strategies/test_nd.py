@@ -213,11 +213,14 @@ def evaluated_one_process(tmp_path_factory):
     return _fit_then_evaluate(tmp_path_factory.mktemp("evaluated_single"), "single", 1, GLOBAL_BATCH)
 
 
-@pytest.mark.parametrize("checkpoint_format", ["sharded", "full"])
-def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_path, checkpoint_format):
+@pytest.mark.parametrize("devices, degrees, checkpoint_format", [
+    (2, dict(tp=2), "sharded"), (2, dict(tp=2), "full"),
+    (4, dict(dp_shard=2, tp=2), "sharded"),  # (20 samples in batches of 4 over 2 data-parallel ranks: lockstep padding)
+])
+def test_validate_test_predict_equal_one_process(evaluated_one_process, tmp_path, devices, degrees, checkpoint_format):
     single = evaluated_one_process
-    strategy, batch_size = nd(2, tp=2)
-    split = _fit_then_evaluate(tmp_path, strategy, 2, batch_size, checkpoint_format)
+    strategy, batch_size = nd(devices, **degrees)
+    split = _fit_then_evaluate(tmp_path, strategy, devices, batch_size, checkpoint_format)
     assert len(single["val_in_fit"]) == 1
     torch.testing.assert_close(split["val_in_fit"], single["val_in_fit"], **TOL)
     assert split["returned"].keys() == single["returned"].keys()
