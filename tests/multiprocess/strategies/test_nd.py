@@ -39,9 +39,19 @@ def local_shapes(run_dir, rank):
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    return fit(tmp_path_factory.mktemp("single"), TokenClassifier(), strategy="single", devices=1,
-               batch_size=GLOBAL_BATCH, max_steps=STEPS)
+def one_process_dir(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("single")
+    fit(run_dir, TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def one_process(one_process_dir):
+    return fit_result(one_process_dir)
+
+
+def fit_result(run_dir):
+    return [r["train/loss"] for r in read_metrics(str(run_dir)) if "train/loss" in r], torch.load(run_dir / "params.pt")
 
 
 def test_reference_trains(one_process):
@@ -50,10 +60,14 @@ def test_reference_trains(one_process):
     assert {"inp.weight", "blocks.1.up.weight", "norm.weight", "out.bias"} <= params.keys()
 
 
-def test_tp2_equals_one_process(one_process, tmp_path):
+def test_tp2_equals_one_process(one_process, one_process_dir, tmp_path):
     strategy, batch_size = nd(2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=2, batch_size=batch_size, max_steps=STEPS)
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    # A metric computed from the vocabulary-sharded logits (a DTensor), counted once per data-parallel rank.
+    means = {name: [r["train/logit_mean"] for r in read_metrics(str(path))]
+             for name, path in (("nd", tmp_path), ("single", one_process_dir))}
+    torch.testing.assert_close(torch.tensor(means["nd"]), torch.tensor(means["single"]), **TOL)
     # The model was split: rank 1 holds half of each up projection's rows, a quarter under FSDP 2 x TP 2.
     assert local_shapes(tmp_path, 1)["blocks.0.up.weight"] == [16, 16]
 
