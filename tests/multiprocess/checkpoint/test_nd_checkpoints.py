@@ -1,7 +1,7 @@
 """Checkpoints of strategy=nd (tensor parallel over ``tp``, FSDP over ``dp_shard``; DTensor parameters and
 optimizer state) across mesh shapes: a sharded save of FSDP 2 x TP 2 resumes bitwise on the same layout
-(after a rank is killed too), loads in one process, continues on TP 2 -> one process and on 2 x 2 ->
-4 x 1; the full format and ``consolidate`` give the same weights.
+(after a rank is killed too), loads in one process, continues on 2 x 2 -> 4 x 1, -> HSDP 2 x TP 2 and
+-> one process, and TP 2 -> one process; the full format and ``consolidate`` give the same weights.
 
 The module is strategy=nd's own test module (tests/support/nd_modules.py: a plan with column- and
 row-wise splits, sequence-parallel norms and loss parallel, AdamW). Same layout: bitwise (the same
@@ -37,6 +37,7 @@ KILLED = "tests.support.tp_modules.KilledTokenClassifier"
 LAYOUTS = {
     "2x2": ({"name": "nd", "dp_shard": 2, "tp": 2}, 4, 4),
     "4x1": ({"name": "nd", "dp_shard": 4, "tp": 1}, 4, 2),
+    "hsdp2x2": ({"name": "nd", "dp_replicate": 2, "dp_shard": 1, "tp": 2}, 4, 4),
     "tp2": ({"name": "nd", "dp_shard": 1, "tp": 2}, 2, 8),
     "single": ("single", 1, 8),
 }
@@ -63,10 +64,10 @@ def step_dir(run_dir, step):
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
-    """The uninterrupted FSDP 2 x TP 2 run, a sharded checkpoint every 3 steps: (losses, final
-    parameters, run directory)."""
+    """The uninterrupted FSDP 2 x TP 2 run, a sharded checkpoint every 3 steps (written in the
+    background: DCP stages the DTensor shards): (losses, final parameters, run directory)."""
     run_dir = tmp_path_factory.mktemp("nd") / "whole"
-    losses, params = run(run_dir, "2x2")
+    losses, params = run(run_dir, "2x2", checkpoint=dict(every_n_steps=EVERY, keep_last=None, async_save=True))
     assert len(losses) == STEPS
     return losses, params, run_dir
 
@@ -89,7 +90,7 @@ def test_killed_rank_resumes_bitwise_on_the_same_layout(tmp_path, whole):
         assert torch.equal(params[name], value), name
 
 
-@pytest.mark.parametrize("target", ["4x1", "single"])
+@pytest.mark.parametrize("target", ["4x1", "hsdp2x2", "single"])
 def test_sharded_checkpoint_continues_on_other_layouts(tmp_path, whole, target):
     reference_losses, reference_params, run_dir = whole
     losses, params = run(tmp_path, target, resume=step_dir(run_dir, RESUME_AT), checkpoint=None)

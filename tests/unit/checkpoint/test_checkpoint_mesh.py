@@ -74,3 +74,29 @@ def test_another_layout_of_the_same_world_size_reseeds_and_says_so(saved, caplog
 def test_describe_layout():
     assert describe_layout(4, TWO_BY_TWO) == "4 ranks (dp_shard 2 x tp 2)"
     assert describe_layout(1, None) == "1 rank"
+
+
+# ----- a sharded stream's position follows the data-parallel rank, not the rank's number -------------------
+def _stream_plan(data_rank, world=2):
+    """What the checkpoint reads of a data.stream_mode=sharded plan (trainer/data/streaming/plan.py)."""
+    return SimpleNamespace(is_stream=True, mode="sharded", world=world, num_workers=0, rank=data_rank, resume=None,
+                           checkpoint_state=lambda epoch, step: {"mode": "sharded", "world": world, "num_workers": 0,
+                                                                 "epoch": epoch, "epoch_step": step,
+                                                                 "loader": f"shards of data rank {data_rank}"})
+
+
+@pytest.mark.parametrize("saved_on, resumed_on", [((0, 0, 1, 1), (0, 1)), ((0, 1), (0, 0, 1, 1)),
+                                                  ((0, 0, 1, 1), (0, 1, 0, 1))],
+                         ids=["dp 2 x tp 2 -> dp 2", "dp 2 -> dp 2 x tp 2", "another order of the dimensions"])
+def test_sharded_stream_position_follows_the_data_parallel_rank(tmp_path, monkeypatch, saved_on, resumed_on):
+    from trainer.checkpoint import stream_position
+
+    # Each global rank (its number: the index) saves as the data-parallel rank it had.
+    for rank, data_rank in enumerate(saved_on):
+        monkeypatch.setattr(stream_position.distributed, "rank", lambda rank=rank: rank)
+        stream_position.save_stream_state(_stream_plan(data_rank), 0, STEP, str(tmp_path))
+    for rank, data_rank in enumerate(resumed_on):
+        monkeypatch.setattr(stream_position.distributed, "rank", lambda rank=rank: rank)
+        plan = _stream_plan(data_rank)
+        stream_position.restore_stream_state(plan, str(tmp_path), 0, STEP)
+        assert plan.resume == (0, STEP, f"shards of data rank {data_rank}"), rank
