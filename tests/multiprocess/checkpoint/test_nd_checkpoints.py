@@ -1,7 +1,8 @@
 """Checkpoints of strategy=nd (tensor parallel over ``tp``, FSDP over ``dp_shard``; DTensor parameters and
 optimizer state) across mesh shapes: a sharded save of FSDP 2 x TP 2 resumes bitwise on the same layout
-(after a rank is killed too), loads in one process, continues on 2 x 2 -> 4 x 1, -> HSDP 2 x TP 2 and
--> one process, and TP 2 -> one process; the full format and ``consolidate`` give the same weights.
+(after a rank is killed too), loads in one process, continues on 2 x 2 -> 4 x 1, -> HSDP 2 x TP 2,
+-> strategy=fsdp and -> one process, strategy=fsdp -> 2 x 2, and TP 2 -> one process; the full format
+and ``consolidate`` give the same weights.
 
 The module is strategy=nd's own test module (tests/support/nd_modules.py: a plan with column- and
 row-wise splits, sequence-parallel norms and loss parallel, AdamW). Same layout: bitwise (the same
@@ -39,6 +40,7 @@ LAYOUTS = {
     "4x1": ({"name": "nd", "dp_shard": 4, "tp": 1}, 4, 2),
     "hsdp2x2": ({"name": "nd", "dp_replicate": 2, "dp_shard": 1, "tp": 2}, 4, 4),
     "tp2": ({"name": "nd", "dp_shard": 1, "tp": 2}, 2, 8),
+    "fsdp": ("fsdp", 2, 4),
     "single": ("single", 1, 8),
 }
 
@@ -90,7 +92,7 @@ def test_killed_rank_resumes_bitwise_on_the_same_layout(tmp_path, whole):
         assert torch.equal(params[name], value), name
 
 
-@pytest.mark.parametrize("target", ["4x1", "hsdp2x2", "single"])
+@pytest.mark.parametrize("target", ["4x1", "hsdp2x2", "fsdp", "single"])
 def test_sharded_checkpoint_continues_on_other_layouts(tmp_path, whole, target):
     reference_losses, reference_params, run_dir = whole
     losses, params = run(tmp_path, target, resume=step_dir(run_dir, RESUME_AT), checkpoint=None)
@@ -98,6 +100,16 @@ def test_sharded_checkpoint_continues_on_other_layouts(tmp_path, whole, target):
     # fresh ones would make the first step after the resume move every weight by a whole learning rate).
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference_losses[RESUME_AT:]), **TOL)
     assert params.keys() == reference_params.keys()
+    for name, value in reference_params.items():
+        torch.testing.assert_close(params[name], value, **TOL, msg=name)
+
+
+def test_fsdp_checkpoint_continues_on_fsdp_x_tensor_parallel(tmp_path, whole):
+    # A run started under strategy=fsdp (1-D shards) goes on split over 2 x 2 (2-D DTensors).
+    reference_losses, reference_params, _ = whole
+    run(tmp_path / "fsdp", "fsdp", max_steps=RESUME_AT)
+    losses, params = run(tmp_path / "nd", "2x2", resume=step_dir(tmp_path / "fsdp", RESUME_AT), checkpoint=None)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference_losses[RESUME_AT:]), **TOL)
     for name, value in reference_params.items():
         torch.testing.assert_close(params[name], value, **TOL, msg=name)
 
