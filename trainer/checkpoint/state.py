@@ -2,7 +2,8 @@
 
 Keys are parameter names (``blocks.0.linear.weight``, optimizer state keyed by the same names),
 never wrapper prefixes or parameter ids, so a checkpoint of one strategy loads into another:
-DDP <-> FSDP, 2 ranks -> 1 or 4. Built on ``torch.distributed.checkpoint.state_dict``.
+DDP <-> FSDP, 2 ranks -> 1 or 4, strategy=nd's DTensors over a 2-D mesh (FSDP x tensor parallel)
+-> another mesh or one process (DCP reshards them). Built on ``torch.distributed.checkpoint.state_dict``.
 """
 
 from __future__ import annotations
