@@ -164,6 +164,16 @@ def test_replicas_x_tp2_equals_one_process(one_process, tmp_path):
     assert local_shapes(tmp_path, 3)["blocks.0.up.weight"] == [16, 16]
 
 
+def test_without_tp_it_is_strategy_fsdp(tmp_path):
+    # tp = 1: the same FSDP2 units and mesh as strategy=fsdp, hence the same training, bit for bit.
+    from tests.support.helpers import BlockRegressor
+    from trainer.strategies.fsdp import FSDPStrategy
+
+    fsdp = fit(tmp_path / "fsdp", BlockRegressor(), strategy=FSDPStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    same = fit(tmp_path / "nd", BlockRegressor(), strategy=NDStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    assert_same_training(same, fsdp, steps=STEPS, tol=dict(rtol=0, atol=0))
+
+
 @pytest.mark.slow
 def test_hsdp2_x_fsdp2_x_tp2_on_8_ranks_equals_one_process(one_process, tmp_path):
     strategy, batch_size = nd(8, dp_replicate=2, dp_shard=2, tp=2)
@@ -203,11 +213,14 @@ def evaluated_one_process(tmp_path_factory):
     return _fit_then_evaluate(tmp_path_factory.mktemp("evaluated_single"), "single", 1, GLOBAL_BATCH)
 
 
-@pytest.mark.parametrize("checkpoint_format", ["sharded", "full"])
-def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_path, checkpoint_format):
+@pytest.mark.parametrize("devices, degrees, checkpoint_format", [
+    (2, dict(tp=2), "sharded"), (2, dict(tp=2), "full"),
+    (4, dict(dp_shard=2, tp=2), "sharded"),  # (20 samples in batches of 4 over 2 data-parallel ranks: lockstep padding)
+])
+def test_validate_test_predict_equal_one_process(evaluated_one_process, tmp_path, devices, degrees, checkpoint_format):
     single = evaluated_one_process
-    strategy, batch_size = nd(2, tp=2)
-    split = _fit_then_evaluate(tmp_path, strategy, 2, batch_size, checkpoint_format)
+    strategy, batch_size = nd(devices, **degrees)
+    split = _fit_then_evaluate(tmp_path, strategy, devices, batch_size, checkpoint_format)
     assert len(single["val_in_fit"]) == 1
     torch.testing.assert_close(split["val_in_fit"], single["val_in_fit"], **TOL)
     assert split["returned"].keys() == single["returned"].keys()
