@@ -3,16 +3,20 @@
 ``python -m trainer.estimate recipe=gpt module.layers=48 module.width=2048 trainer.devices=8
 trainer.num_nodes=4 estimate.device_memory_gb=80`` prints the configured strategy per rank and a
 table of single / DDP / ZeRO-1 / FSDP grad_op, full, hybrid (and full with CPU offload) / pipeline /
-pipeline x FSDP under the configured precision, with a "fits" column.
+pipeline x FSDP (and, for a module with a tensor-parallel plan, FSDP x TP and pp x FSDP x TP) under the
+configured precision, with a "fits" column. ``strategy=nd`` layouts are counted from the dry run's
+shards (``dry_run.py``: the layout built per rank on the meta device and torch's fake process group).
 
 Files: ``formulas.py`` (the formulas and where each comes from), ``optimizer_state.py`` (the
 optimizer's state size, measured on tiny tensors), ``model.py`` (the module built on fake tensors
 and the shapes read from it), ``activations.py`` (saved-for-backward bytes, measured),
-``plan.py`` (the rows), ``table.py`` (the printout), ``__main__.py`` (the command).
+``plan.py`` (the rows), ``dry_run.py`` / ``nd_plan.py`` (strategy=nd: each rank's shards, its bytes),
+``dry_run_command.py`` (``trainer dry-run``), ``table.py`` (the printout), ``__main__.py`` (the command).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from trainer.estimate.plan import Row, Setting, configured_row, strategy_rows
@@ -28,6 +32,7 @@ def estimate_config(cfg: Any) -> str:
     from trainer.cli.hydra_app import check_config_keys, merge_precision
     from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
+    from trainer.estimate.nd_plan import comparison_rows, dims_of, nd_row
     from trainer.estimate.table import comparison_table, configured_table, human
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -48,10 +53,12 @@ def estimate_config(cfg: Any) -> str:
     strategy_node.pop("accelerator", None)
     devices, nodes = int(cfg.trainer.devices), int(cfg.trainer.num_nodes)
     world = devices * nodes  # the comparison's world; the configured single row is one device anyway
+    dims = dims_of(strategy_node, world) if strategy_name == "nd" else None  # bad degrees: one line, first
+    data_parallel = dims.dp if dims else world  # tensor-parallel ranks of one replica share its samples
     batch_size = cfg.data.get("batch_size") or 32  # unset: the trainer's default micro-batch (conf/config.yaml)
     accumulate = int(cfg.trainer.accumulate_grad_batches)
     if cfg.data.get("global_batch_size"):  # then accumulation = global / (micro-batch x data-parallel ranks)
-        accumulate = max(1, int(cfg.data.global_batch_size) // (batch_size * world))
+        accumulate = max(1, int(cfg.data.global_batch_size) // (batch_size * data_parallel))
     setting = Setting(world=world, devices_per_node=devices, precision=precision_name, batch_size=batch_size,
                       activation_checkpointing=bool(cfg.trainer.activation_checkpointing),
                       accumulate_grad_batches=accumulate,
@@ -77,8 +84,13 @@ def estimate_config(cfg: Any) -> str:
                     f"{human(acts.total)} plain, {checkpointed}"
                     + (f"\n  with the weights gathered in {precision.compute_dtype} (FSDP): {human(gathered.total)} plain, "
                        f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
-    configured = configured_row(module, shapes, acts, setting, gathered)
+    make_module = partial(instantiate, cfg.module)  # the dry run builds its own, on the meta device
+    if strategy_name == "nd":
+        configured = nd_row("nd", make_module, dims, shapes, gathered or acts, setting, strategy_node)
+    else:
+        configured = configured_row(module, shapes, acts, setting, gathered)
     rows = strategy_rows(module, shapes, acts, setting, gathered)
+    rows += comparison_rows(module, make_module, shapes, gathered or acts, setting)
     label = "pp rank" if strategy_name == "pipeline" else "rank"
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "
