@@ -1,0 +1,146 @@
+"""The dry run (trainer/estimate/dry_run.py): one rank of a large N-D layout laid out in this process on
+torch's fake process group, with the module on the meta device.
+
+A 64-rank 3D layout of the llama recipe (pp 4 x dp_shard 4 x tp 4) is built rank by rank for one
+pipeline stage: every local shape is the global one cut by torch.chunk over tp (the plan's dim) and
+then over dp_shard (dim 0), and a parameter's pieces over the stage's 16 ranks add up to the whole
+parameter (tp times it for one the plan leaves whole). Bad layouts are one line.
+"""
+
+import math
+
+import pytest
+from hydra.utils import instantiate
+
+from tests.support.tp_modules import LLAMA_PLAN, LlamaWithPlan, TPRegressor
+from trainer.estimate.dry_run import rank_layout, representative_ranks
+from trainer.estimate.dry_run_command import compose
+from trainer.estimate.formulas import chunk_rows
+from trainer.estimate.nd_plan import dims_of
+from trainer.strategies.parallel_dims import ParallelDims
+
+DIMS = ParallelDims.resolve(64, pp=4, dp_shard=4, tp=4)
+
+
+@pytest.fixture(scope="module")
+def make_llama():
+    # The recipe's module with a plan (LlamaWithPlan); 6 blocks = 8 pipeline layers: 2 per stage.
+    cfg = compose(["recipe=llama", "module.layers=6", f"module._target_={LlamaWithPlan.__module__}.LlamaWithPlan"])
+    return lambda: instantiate(cfg.module)
+
+
+@pytest.fixture(scope="module")
+def stage0(make_llama):
+    """Every rank of pipeline stage 0 (pp coordinate 0: ranks 0..15), by rank."""
+    return {rank: rank_layout(make_llama, DIMS, rank) for rank in range(16)}
+
+
+def _tp_dim(name: str) -> int | None:
+    """The dim the plan splits over tp: ColwiseParallel the output rows (0; a bias its only dim),
+    RowwiseParallel the input columns (1; its bias and an embedding's rows are the exceptions)."""
+    module, leaf = name.rsplit(".", 1)
+    for pattern, style in LLAMA_PLAN.items():
+        parts = pattern.split(".")
+        names = module.split(".")
+        if len(parts) == len(names) and all(p in ("*", n) for p, n in zip(parts, names)):
+            kind = type(style).__name__
+            if module.endswith("tok_embeddings"):
+                return 0  # an embedding split by rows: its vocabulary rows
+            if kind == "ColwiseParallel":
+                return 0
+            return 1 if leaf == "weight" else None
+    return None
+
+
+def _expected_local(global_shape, tp_dim, tp_coord, dp_coord, tp, dp):
+    shape = list(global_shape)
+    if tp_dim is not None:
+        shape[tp_dim] = chunk_rows(shape[tp_dim], tp, tp_coord)
+    shape[0] = chunk_rows(shape[0], dp, dp_coord)
+    return tuple(shape)
+
+
+def test_rank_0_of_a_64_rank_3d_llama_layout_holds_its_stage_cut_by_tp_then_dp(stage0):
+    layout = stage0[0]
+    assert layout.coordinates == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}
+    assert layout.stages == [0] and layout.stage_layers == [(0, 1)] and layout.layer_count == 8
+    names = [s.name for s in layout.shards]
+    assert names[0] == "model.tok_embeddings.weight" and all(n.startswith("model.layers.0.") for n in names[1:])
+    assert len(names) == 10  # the embedding and the first block's 9 weights: nothing of the other stages
+    by_name = {s.name: s for s in layout.shards}
+    assert by_name["model.tok_embeddings.weight"].global_shape == (256, 128)
+    assert by_name["model.tok_embeddings.weight"].local_shape == (16, 128)  # 256 / tp 4 / dp_shard 4
+    assert by_name["model.layers.0.attention.wo.weight"].local_shape == (32, 32)  # columns / tp, rows / dp
+    assert by_name["model.layers.0.attention_norm.weight"].local_shape == (32,)  # whole over tp, / dp
+    assert "tp: S(1)" in by_name["model.layers.0.attention.wo.weight"].placements
+
+
+def test_every_local_shape_is_the_global_one_cut_by_torch_chunk(stage0):
+    for rank, layout in stage0.items():
+        c = layout.coordinates
+        for s in layout.shards:
+            want = _expected_local(s.global_shape, _tp_dim(s.name), c["tp"], c["dp_shard"], DIMS.tp, DIMS.dp_shard)
+            assert s.local_shape == want, (rank, s.name, s.local_shape, want)
+            # FSDP's storage: dim 0 padded to ceil(rows / dp_shard) of the tp piece
+            tp_rows = s.global_shape[0] if _tp_dim(s.name) != 0 else chunk_rows(s.global_shape[0], DIMS.tp, c["tp"])
+            assert s.storage_numel == -(-tp_rows // DIMS.dp_shard) * math.prod(want[1:]), (rank, s.name)
+
+
+def test_a_parameters_pieces_over_the_stage_add_up_to_the_whole(stage0):
+    pieces: dict[str, int] = {}
+    for layout in stage0.values():
+        for s in layout.shards:
+            pieces[s.name] = pieces.get(s.name, 0) + s.local_numel * s.element_size
+    for s in stage0[0].shards:
+        copies = 1 if "tp: S(" in s.placements else DIMS.tp  # a piece per tp rank, or a whole copy on each
+        assert pieces[s.name] == s.global_numel * s.element_size * copies, s.name
+
+
+def test_replicas_hold_the_same_and_are_built_once():
+    dims = ParallelDims.resolve(16, dp_replicate=2, dp_shard=2, tp=2, pp=2)
+    rep = representative_ranks(dims)
+    assert len(set(rep.values())) == 8
+    for rank, same in rep.items():
+        a, b = dims.coordinates(rank), dims.coordinates(same)
+        assert b["dp_replicate"] == 0 and {k: v for k, v in a.items() if k != "dp_replicate"} == \
+            {k: v for k, v in b.items() if k != "dp_replicate"}
+
+
+def test_tp_only_and_fsdp_x_tp_shards_of_a_small_module():
+    make = lambda: TPRegressor(width=6, hidden=10, depth=2)  # noqa: E731
+    tp2 = rank_layout(make, ParallelDims.resolve(2, tp=2), 1)
+    up = {s.name: s for s in tp2.shards}["blocks.0.up.weight"]
+    assert (up.global_shape, up.local_shape, up.storage_numel) == ((10, 6), (5, 6), 30)
+    inp = {s.name: s for s in tp2.shards}["inp.weight"]
+    assert inp.local_shape == (6, 6) and inp.placements == ""  # outside the plan, no FSDP: a plain tensor
+    two_d = rank_layout(make, ParallelDims.resolve(4, dp_shard=2, tp=2), 3)  # dp_shard 1, tp 1
+    up = {s.name: s for s in two_d.shards}["blocks.0.up.weight"]
+    assert (up.local_shape, up.storage_numel) == ((2, 6), 18)  # 5 rows: 3 + 2, padded to 3
+
+
+def test_bad_layouts_are_one_line(make_llama):
+    with pytest.raises(ValueError, match=r"multiply to 64, not to the world size 48") as error:
+        dims_of({"pp": 4, "dp_shard": 4, "tp": 4}, 48)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match=r"dry_run.rank=64 is not a rank of the 64-rank layout"):
+        rank_layout(make_llama, DIMS, 64)
+    with pytest.raises(ValueError, match=r"strategy.tp=2: Regressor declares no tensor_parallel_plan"):
+        from tests.support.helpers import Regressor
+
+        rank_layout(lambda: Regressor(), ParallelDims.resolve(2, tp=2), 0)
+    with pytest.raises(ValueError, match=r"hidden=10 is not divisible by tp=4"):
+        rank_layout(lambda: TPRegressor(), ParallelDims.resolve(4, tp=4), 0)
+    with pytest.raises(ValueError, match=r"strategy.pp=2: NoLayers.pipeline_layers\(\) returns no layers"):
+        class NoLayers(TPRegressor):
+            def pipeline_layers(self):
+                return None
+        rank_layout(lambda: NoLayers(), ParallelDims.resolve(2, pp=2), 0)
+
+
+def test_a_plan_naming_a_missing_submodule_is_refused():
+    class Typo(TPRegressor):
+        def tensor_parallel_plan(self):
+            return {"blocks.*.upp": dict(TPRegressor.tensor_parallel_plan(self))["blocks.*.up"]}
+
+    with pytest.raises(ValueError, match=r"names 'blocks.\*.upp', which is no submodule"):
+        rank_layout(lambda: Typo(), ParallelDims.resolve(2, tp=2), 0)
