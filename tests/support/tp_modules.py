@@ -1,10 +1,8 @@
-"""Modules with a tensor-parallel plan for the dry-run and estimator tests.
+"""A module with a tensor-parallel plan of its own for the dry-run and estimator tests.
 
 ``TPRegressor``: a tiny regression model of MLP blocks (norm, up projection split by columns, down
 projection split by rows), sizes chosen uneven so that FSDP's padding and torch.chunk's short last
-pieces show (10 hidden rows over tp 2 = 5 + 5, over dp_shard 2 = 3 + 2). ``LlamaWithPlan``: the
-llama recipe with a Megatron-style plan written here (attention heads and SwiGLU split, embedding by
-rows, the output projection by columns), for layouts of the recipe's own module names.
+pieces show (10 hidden rows over tp 2 = 5 + 5, over dp_shard 2 = 3 + 2).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from tests.support.helpers import BlockRegressor
-from trainer.recipes.llama import LlamaModule
 
 
 class MLPBlock(nn.Module):
@@ -49,23 +46,3 @@ class TPRegressor(BlockRegressor):
     def check_tensor_parallel(self, tp: int) -> None:
         if self.hidden % tp:
             raise ValueError(f"TPRegressor: hidden={self.hidden} is not divisible by tp={tp}")
-
-
-LLAMA_PLAN = {
-    "model.tok_embeddings": RowwiseParallel(),
-    "model.layers.*.attention.wq": ColwiseParallel(),
-    "model.layers.*.attention.wk": ColwiseParallel(),
-    "model.layers.*.attention.wv": ColwiseParallel(),
-    "model.layers.*.attention.wo": RowwiseParallel(),
-    "model.layers.*.feed_forward.w1": ColwiseParallel(),
-    "model.layers.*.feed_forward.w3": ColwiseParallel(),
-    "model.layers.*.feed_forward.w2": RowwiseParallel(),
-    "model.output": ColwiseParallel(),
-}
-
-
-class LlamaWithPlan(LlamaModule):
-    """The llama recipe's module with :data:`LLAMA_PLAN` (shapes only: the dry run never runs it)."""
-
-    def tensor_parallel_plan(self):
-        return dict(LLAMA_PLAN)

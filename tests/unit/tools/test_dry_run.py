@@ -12,7 +12,7 @@ import math
 import pytest
 from hydra.utils import instantiate
 
-from tests.support.tp_modules import LLAMA_PLAN, LlamaWithPlan, TPRegressor
+from tests.support.tp_modules import TPRegressor
 from trainer.estimate.dry_run import rank_layout, representative_ranks
 from trainer.estimate.dry_run_command import compose
 from trainer.estimate.formulas import chunk_rows
@@ -24,8 +24,8 @@ DIMS = ParallelDims.resolve(64, pp=4, dp_shard=4, tp=4)
 
 @pytest.fixture(scope="module")
 def make_llama():
-    # The recipe's module with a plan (LlamaWithPlan); 6 blocks = 8 pipeline layers: 2 per stage.
-    cfg = compose(["recipe=llama", "module.layers=6", f"module._target_={LlamaWithPlan.__module__}.LlamaWithPlan"])
+    # 6 blocks = 8 pipeline layers (embedding, blocks, norm + output): 2 per stage; tp 4 needs 4 kv heads.
+    cfg = compose(["recipe=llama", "module.layers=6", "module.kv_heads=4"])
     return lambda: instantiate(cfg.module)
 
 
@@ -35,21 +35,15 @@ def stage0(make_llama):
     return {rank: rank_layout(make_llama, DIMS, rank) for rank in range(16)}
 
 
+#: the dim the recipe's plan splits over tp (trainer/recipes/llama.py): ColwiseParallel the output
+#: rows (q, k, v, w1, w3, the vocabulary head), RowwiseParallel the input columns (wo, w2) and an
+#: embedding's vocabulary rows; the norms are sequence-parallel: whole weights on every tp rank.
+TP_DIM = {"tok_embeddings": 0, "wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0, "wo": 1, "w2": 1,
+          "attention_norm": None, "ffn_norm": None, "norm": None}
+
+
 def _tp_dim(name: str) -> int | None:
-    """The dim the plan splits over tp: ColwiseParallel the output rows (0; a bias its only dim),
-    RowwiseParallel the input columns (1; its bias and an embedding's rows are the exceptions)."""
-    module, leaf = name.rsplit(".", 1)
-    for pattern, style in LLAMA_PLAN.items():
-        parts = pattern.split(".")
-        names = module.split(".")
-        if len(parts) == len(names) and all(p in ("*", n) for p, n in zip(parts, names)):
-            kind = type(style).__name__
-            if module.endswith("tok_embeddings"):
-                return 0  # an embedding split by rows: its vocabulary rows
-            if kind == "ColwiseParallel":
-                return 0
-            return 1 if leaf == "weight" else None
-    return None
+    return TP_DIM[name.split(".")[-2]]
 
 
 def _expected_local(global_shape, tp_dim, tp_coord, dp_coord, tp, dp):
@@ -73,6 +67,16 @@ def test_rank_0_of_a_64_rank_3d_llama_layout_holds_its_stage_cut_by_tp_then_dp(s
     assert by_name["model.layers.0.attention.wo.weight"].local_shape == (32, 32)  # columns / tp, rows / dp
     assert by_name["model.layers.0.attention_norm.weight"].local_shape == (32,)  # whole over tp, / dp
     assert "tp: S(1)" in by_name["model.layers.0.attention.wo.weight"].placements
+    assert "tp: R" in by_name["model.layers.0.attention_norm.weight"].placements  # sequence parallel
+
+
+def test_the_last_rank_holds_the_last_stage(make_llama):
+    layout = rank_layout(make_llama, DIMS, 63)
+    assert layout.stages == [3] and layout.stage_layers == [(6, 7)]
+    by_name = {s.name: s for s in layout.shards}
+    assert sorted(by_name)[-2:] == ["model.norm.weight", "model.output.weight"]
+    assert by_name["model.output.weight"].local_shape == (16, 128)  # 256 vocabulary rows / tp 4 / dp_shard 4
+    assert all(n.startswith("model.layers.5.") for n in sorted(by_name)[:-2])
 
 
 def test_every_local_shape_is_the_global_one_cut_by_torch_chunk(stage0):
@@ -122,6 +126,8 @@ def test_bad_layouts_are_one_line(make_llama):
     with pytest.raises(ValueError, match=r"multiply to 64, not to the world size 48") as error:
         dims_of({"pp": 4, "dp_shard": 4, "tp": 4}, 48)
     assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match=r"strategy.tp=4 must divide module.heads=4 and module.kv_heads=2"):
+        rank_layout(lambda: instantiate(compose(["recipe=llama"]).module), DIMS, 0)  # the recipe's 2 kv heads
     with pytest.raises(ValueError, match=r"dry_run.rank=64 is not a rank of the 64-rank layout"):
         rank_layout(make_llama, DIMS, 64)
     with pytest.raises(ValueError, match=r"strategy.tp=2: Regressor declares no tensor_parallel_plan"):
