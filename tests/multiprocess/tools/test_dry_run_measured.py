@@ -1,0 +1,85 @@
+"""The dry run and the estimator's strategy=nd bytes against a real run, rank by rank.
+
+A real run of a small module with its own TP plan (tests/support/tp_modules.py, uneven sizes: FSDP
+pads, torch.chunk leaves short pieces) on gloo, tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
+measured after its first optimizer step (tests/support/dry_run_worker.py). The dry run's shards of
+every rank equal the real ones' storage bytes, parameter by parameter; the estimator's per-rank
+parameter, gradient and optimizer-state bytes equal ``training_state_bytes(..., allocated=True)``:
+exact, as the figures are counted from the same layout, not approximated.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.dry_run_worker import MODULE
+from tests.support.helpers import REPO
+from tests.support.tp_modules import TPRegressor
+from trainer.estimate.dry_run import all_layouts
+from trainer.estimate.model import build_fake, fake_mode, model_shapes
+from trainer.estimate.nd_plan import nd_row
+from trainer.estimate.plan import Setting
+from trainer.strategies.parallel_dims import ParallelDims
+
+LAYOUTS = {"tp2": (2, 1, 2), "fsdp2_tp2": (4, 2, 2)}  # name -> (world, dp_shard, tp)
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def measured(request, tmp_path_factory):
+    """(name, [each rank's measurement]) of one real run."""
+    name = request.param
+    world, dp_shard, tp = LAYOUTS[name]
+    run_dir = tmp_path_factory.mktemp(name)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
+         "--master_port", str(_free_port()), os.path.join(REPO, "tests", "support", "dry_run_worker.py"),
+         str(run_dir), str(dp_shard), str(tp)],
+        capture_output=True, text=True, cwd=REPO, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return name, [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _dims(name):
+    world, dp_shard, tp = LAYOUTS[name]
+    return ParallelDims.resolve(world, dp_shard=dp_shard, tp=tp)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
+    name, ranks = measured
+    layouts = all_layouts(lambda: TPRegressor(**MODULE), _dims(name))
+    assert len(layouts) == len(ranks)
+    for rank, (layout, real) in enumerate(zip(layouts, ranks)):
+        assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, rank)
+    # What makes the comparison worth it: TP splits the blocks; FSDP pads (storage beyond the pieces).
+    up = {s.name: s for s in layouts[0].shards}["blocks.0.up.weight"]
+    assert up.global_shape == (10, 6) and up.local_shape == ((5, 6) if name == "tp2" else (3, 6))
+    padded = sum(sum(r["shards"].values()) for r in ranks)
+    pieces = sum(s.local_numel * s.element_size for layout in layouts for s in layout.shards)
+    assert padded > pieces if name == "fsdp2_tp2" else padded == pieces
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_estimators_nd_bytes_are_the_measured_ones(measured):
+    name, ranks = measured
+    mode = fake_mode()
+    module = build_fake(lambda: TPRegressor(**MODULE), mode)
+    shapes = model_shapes(module, mode)
+    setting = Setting(world=len(ranks), devices_per_node=len(ranks), strategy="nd")
+    row = nd_row("nd", lambda: TPRegressor(**MODULE), _dims(name), shapes, None, setting)
+    for rank, (estimated, real) in enumerate(zip(row.ranks, ranks)):
+        got = [estimated.parameters, estimated.gradients, estimated.optimizer]
+        assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, rank)
