@@ -428,6 +428,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
                 loaders: dict[str, Any] | None = None) -> Any:
         module = resolve_call(self, module, datamodule, mode, loaders)
         check_hooks(module, self.callbacks, self.datamodule, self.strategy)  # before any worker starts
+        self.strategy.check_module(module)  # (nd: the tensor-parallel degree and plan)
         self._run_view = None  # the previous call's run: the properties read stored values until this one starts
         self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
         if mode != "fit" and self.ckpt_path is None:

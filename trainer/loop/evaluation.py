@@ -187,6 +187,7 @@ def _run_predict_pass(run: _Run) -> Any:
     modes.exit()
     gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
     if gathered is not None:
-        merged = sorted((pair for part in gathered for pair in part), key=lambda pair: pair[0])
-        run.predictions = [output for _, output in merged]
+        # Keyed by batch index: the ranks of one tensor-parallel group (strategy=nd) predict the same batches.
+        merged = {index: output for part in gathered for index, output in part}
+        run.predictions = [merged[index] for index in sorted(merged)]
     return run.predictions

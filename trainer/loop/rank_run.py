@@ -139,6 +139,7 @@ class _Run(RunCounters):
         # ran on some ranks only and may have drawn random numbers); the datamodule's setup has its own seed.
         seed_everything(trainer.seed)
         self.hooks.call("setup", trainer.stage)  # datamodule, callbacks, module (every rank)
+        strategy.before_configure_model(module)  # (nd: module.device_mesh)
         with strategy.init_context():
             module.configure_model()
         init = WeightInit(module, trainer.seed)
@@ -148,6 +149,7 @@ class _Run(RunCounters):
         self.precision = trainer.precision
         self.precision.convert_module(module)
         strategy.configure_precision(self.precision)
+        strategy.parallelize(module)  # tensor parallel: before checkpointing, compile and sharding (torchtitan's order)
         if trainer.activation_checkpointing or trainer.compile:
             blocks = select_units(module, "auto", module.block_classes())
             if trainer.activation_checkpointing:

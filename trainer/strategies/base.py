@@ -143,6 +143,17 @@ class Strategy(OptimizerStateIO):
     def configure_precision(self, precision: Any) -> None:
         """Take note of the precision plugin (FSDP turns it into its mixed-precision policy)."""
 
+    def check_module(self, module: nn.Module) -> None:
+        """Raise ValueError if ``module`` cannot run under this strategy (called by the Trainer before
+        any worker starts; must not change ``module``)."""
+
+    def before_configure_model(self, module: nn.Module) -> None:
+        """Called on every rank right before ``configure_model`` (nd hands the module its device mesh)."""
+
+    def parallelize(self, module: nn.Module) -> None:
+        """Split the built model across ranks before activation checkpointing, compile and ``wrap``
+        (nd's tensor parallelism); called after the precision conversion."""
+
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         """Return what the loop calls as ``wrapped(batch, batch_idx)`` for a training step.
         ``module`` is on ``self.device``, or on the meta device, then ``init`` materialises it."""

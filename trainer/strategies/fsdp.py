@@ -215,15 +215,15 @@ class FSDPStrategy(Strategy):
         if has_meta_tensors(module):
             if init is None:
                 raise ValueError("a meta-device model needs a WeightInit to materialise it")
-            init.materialize(self.device, units, lambda unit: fully_shard(unit, **options))
+            init.materialize(self.device, units, lambda unit: self._shard_unit(unit, options))
         else:
             # FSDP2 does not broadcast: ranks must start equal. Seeding makes them equal; this makes
             # sure of it (as DDP does) for models initialised from unseeded sources.
-            _broadcast_from_rank0(module)
+            self._make_ranks_equal(module)
             for unit in units:
-                fully_shard(unit, **options)
+                self._shard_unit(unit, options)
         outside = _root_owners(module, units)  # before fully_shard replaces the parameters
-        root = TrainingStepForward(module)
+        root = self._root_forward(module)
         fully_shard(root, **options)
         _gather_when_called_outside_a_step(root, outside)
         if manual:
@@ -234,6 +234,20 @@ class FSDPStrategy(Strategy):
         # (Trainer.validate after fit under torchrun) reuses the sharding instead of sharding it twice.
         module.__dict__[_ROOT_KEY] = (root, torch.distributed.group.WORLD)
         return root
+
+    def _make_ranks_equal(self, module: nn.Module) -> None:
+        """Give every rank rank 0's weights (an eager build)."""
+        _broadcast_from_rank0(module)
+
+    def _shard_unit(self, unit: nn.Module, options: dict) -> None:
+        """Make ``unit`` one FSDP unit (nd splits it for tensor parallelism first)."""
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(unit, **options)
+
+    def _root_forward(self, module: nn.Module) -> nn.Module:
+        """The module the root unit wraps: what the loop calls for a step."""
+        return TrainingStepForward(module)
 
     # ----- the step -------------------------------------------------------------------------------------
     def sync_context(self, wrapped: nn.Module, sync: bool) -> ContextManager:
