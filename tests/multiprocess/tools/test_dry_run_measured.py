@@ -1,7 +1,8 @@
 """The dry run and the estimator's strategy=nd bytes against a real run, rank by rank.
 
-A real run of a small module with its own TP plan (tests/support/tp_modules.py, uneven sizes: FSDP
-pads, torch.chunk leaves short pieces) on gloo, tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
+A real run (``strategy=nd`` through the Trainer) of a small module with its own TP plan
+(tests/support/tp_modules.py, uneven sizes: FSDP pads, torch.chunk leaves short pieces) on gloo,
+tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
 measured after its first optimizer step (tests/support/dry_run_worker.py). The dry run's shards of
 every rank equal the real ones' storage bytes, parameter by parameter; the estimator's per-rank
 parameter, gradient and optimizer-state bytes equal ``training_state_bytes(..., allocated=True)``:
