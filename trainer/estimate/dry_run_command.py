@@ -72,7 +72,8 @@ def describe_rank(layout: Any) -> str:
     where = ", ".join(f"{n} {c[n]} of {getattr(dims, n)}" for n in c if getattr(dims, n) > 1) or "the only rank"
     line = f"rank {layout.rank} ({where})"
     if layout.stages:
-        spans = ", ".join(f"stage {s} (layers {a}-{b})" for s, (a, b) in zip(layout.stages, layout.stage_layers))
+        spans = ", ".join(f"stage {s} (layer{f' {a}' if a == b else f's {a}-{b}'})"
+                          for s, (a, b) in zip(layout.stages, layout.stage_layers))
         line += f"; pipeline {spans} of {layout.dims.pp * len(layout.stages)} stages over {layout.layer_count} layers"
     return line
 

@@ -118,8 +118,11 @@ def nd_row(name: str, make_module: Callable[[], Any], dims: ParallelDims, shapes
                                          options.get("schedule"))
         ranks.append(r)
     detail = " x ".join(f"{n} {getattr(dims, n)}" for n in ("pp", "dp_replicate", "dp_shard", "tp") if getattr(dims, n) > 1)
-    note = (f"{len(layouts)} ranks built (dp_shard and tp coordinates 0 and last of each stage), not all "
-            f"{dims.world_size}" if sampled else "")
+    notes = [f"activations / tp {dims.tp} (sequence parallel splits them)"] if acts is not None and dims.tp > 1 else []
+    if sampled:
+        notes.append(f"{len(layouts)} ranks built (dp_shard and tp coordinates 0 and last of each stage), not all "
+                     f"{dims.world_size}")
+    note = "; ".join(notes)
     return Row(name, ranks, detail or "one rank", note)
 
 

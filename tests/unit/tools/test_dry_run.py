@@ -13,10 +13,12 @@ import pytest
 from hydra.utils import instantiate
 
 from tests.support.tp_modules import TPRegressor
+from trainer.cli.command import main as command_main
 from trainer.estimate.dry_run import rank_layout, representative_ranks
 from trainer.estimate.dry_run_command import compose
 from trainer.estimate.formulas import chunk_rows
 from trainer.estimate.nd_plan import dims_of
+from trainer.estimate.table import human
 from trainer.strategies.parallel_dims import ParallelDims
 
 DIMS = ParallelDims.resolve(64, pp=4, dp_shard=4, tp=4)
@@ -150,3 +152,88 @@ def test_a_plan_naming_a_missing_submodule_is_refused():
 
     with pytest.raises(ValueError, match=r"names 'blocks.\*.upp', which is no submodule"):
         rank_layout(lambda: Typo(), ParallelDims.resolve(2, tp=2), 0)
+
+
+# ----- the command ---------------------------------------------------------------------------------------------
+LLAMA_3D = ["recipe=llama", "module.kv_heads=4", "strategy=nd", "strategy.pp=4", "strategy.dp_shard=4",
+            "strategy.tp=4", "trainer.devices=64"]
+
+
+def test_trainer_dry_run_prints_rank_0s_shards_and_memory(capsys):
+    assert command_main(["dry-run", *LLAMA_3D]) == 0
+    out = capsys.readouterr().out
+    assert "dry run of LlamaModule on pp 4 x dp_shard 4 x tp 4 = 64 ranks" in out
+    assert "rank 0 (pp 0 of 4, dp_shard 0 of 4, tp 0 of 4); pipeline stage 0 (layer 0) of 4 stages over 4 layers" in out
+    line = next(l for l in out.splitlines() if l.startswith("model.tok_embeddings.weight"))
+    assert line.split()[1:8] == ["256", "x", "128", "->", "16", "x", "128"] and "8.00 KiB" in line
+    table = out.split("estimated memory of rank 0")[1].splitlines()
+    assert table[-1].split()[:3] == ["rank", "0", "8.00"]  # 16 x 128 fp32 weights = 8 KiB
+
+
+def test_another_rank_is_chosen_with_dry_run_rank(capsys):
+    assert command_main(["dry-run", *LLAMA_3D, "dry_run.rank=63", "dry_run.activations=false"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 63 (pp 3 of 4, dp_shard 3 of 4, tp 3 of 4); pipeline stage 3 (layer 3)" in out
+    assert "model.output.weight" in out and "model.tok_embeddings.weight" not in out
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["strategy.tp=8"], "the parallel degrees (pp 4 x dp_shard 4 x tp 8) multiply to 128, not to the world size 64"),
+    (["module.kv_heads=2"], "strategy.tp=4 must divide module.heads=4 and module.kv_heads=2"),
+    (["dry_run.rank=64"], "dry_run.rank=64 is not a rank of the 64-rank layout"),
+    (["dry_run.rnak=1"], "dry_run.rnak"),
+    (["strategy=fsdp"], "strategy=fsdp: the dry run lays out strategy=nd"),
+])
+def test_a_bad_layout_or_setting_is_one_line_and_exit_2(capsys, overrides, message):
+    argv = [*LLAMA_3D, *overrides] if overrides[0] != "strategy=fsdp" else ["recipe=llama", "strategy=fsdp"]
+    assert command_main(["dry-run", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err, captured.err
+
+
+# ----- the estimator's nd rows -----------------------------------------------------------------------------------
+def test_activations_divide_by_tp_and_follow_the_pipeline():
+    from trainer.estimate.activations import ActivationBytes
+    from trainer.estimate.dry_run import RankLayout
+    from trainer.estimate.nd_plan import activation_bytes
+
+    acts = ActivationBytes(batch_size=4, total=1200, outside_blocks=200, block_saved=[500, 500], block_inputs=[50, 50],
+                           per_layer=[100, 500, 500, 100])
+    flat = RankLayout(0, ParallelDims.resolve(4, dp_shard=2, tp=2), ParallelDims.resolve(4, dp_shard=2, tp=2).coordinates(0),
+                      "M", [])
+    assert activation_bytes(flat, acts, False) == 600 and activation_bytes(flat, acts, True) == (200 + 100 + 500) // 2
+    dims = ParallelDims.resolve(4, pp=2, tp=2)
+    first = RankLayout(0, dims, dims.coordinates(0), "M", [], stages=[0], stage_layers=[(0, 1)])
+    last = RankLayout(3, dims, dims.coordinates(3), "M", [], stages=[1], stage_layers=[(2, 3)])
+    # 1F1B, 2 micro-batches of half the batch: stage 0 holds 2 in flight, stage 1 one; then / tp 2
+    assert activation_bytes(first, acts, False) == 600 * 2 / 2 / 2
+    assert activation_bytes(last, acts, False) == 600 * 1 / 2 / 2
+    assert activation_bytes(first, acts, False, schedule="gpipe", microbatches=4) == 600 / 2
+
+
+def test_the_comparison_has_nd_rows_for_a_module_with_a_plan_only():
+    from trainer.estimate.__main__ import compose as compose_estimate
+    from trainer.estimate import estimate_config
+
+    llama = estimate_config(compose_estimate(["recipe=llama", "trainer.devices=4", "trainer.num_nodes=2",
+                                              "estimate.activations=false"]))
+    rows = {line.split("  ")[0].strip(): line for line in llama.split("all strategies")[1].splitlines()}
+    assert rows["nd fsdp x tp"].endswith("dp_shard 4 x tp 2")  # tp 4 would split the 2 kv heads
+    assert rows["nd pp x fsdp x tp"].endswith("pp 2 x dp_shard 2 x tp 2")
+    mlp = estimate_config(compose_estimate(["recipe=mlp", "trainer.devices=4", "estimate.activations=false"]))
+    assert "nd " not in mlp
+
+
+def test_the_estimator_counts_a_configured_nd_layout_from_its_shards():
+    from trainer.estimate.__main__ import compose as compose_estimate
+    from trainer.estimate import estimate_config
+
+    out = estimate_config(compose_estimate(["recipe=llama", "strategy=nd", "strategy.tp=2", "trainer.devices=4",
+                                            "estimate.activations=false"]))
+    assert "configured: nd (dp_shard 2 x tp 2)" in out
+    layouts = [rank_layout(lambda: instantiate(compose(["recipe=llama"]).module), ParallelDims.resolve(4, dp_shard=2, tp=2), r)
+               for r in range(4)]
+    configured = out.split("configured: nd")[1].split("all strategies")[0]
+    # every rank the same here: 4 x 8 x ... rows split evenly; the printed parameters are the shards' storage
+    assert len({sum(s.bytes for s in layout.shards) for layout in layouts}) == 1
+    assert human(layouts[0].parameter_bytes) in configured.splitlines()[3]
