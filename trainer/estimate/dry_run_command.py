@@ -151,8 +151,7 @@ def dry_run(cfg: Any) -> str:
         f"{human(total / (dims.pp * dims.dp_shard * dims.tp))}) in {precision_name}",
         "",
         f"estimated memory of rank {rank} ({act_note}):",
-        configured_table(row, options.get("device_memory_gb"), "rank", measured=acts is not None).replace(
-            "rank 0", f"rank {rank}", 1),
+        configured_table(row, options.get("device_memory_gb"), "rank", measured=acts is not None, first=rank),
     ])
 
 

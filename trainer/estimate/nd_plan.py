@@ -33,8 +33,10 @@ from trainer.estimate.formulas import Bytes, RankBytes
 from trainer.estimate.plan import Row, Setting, precision_bytes
 from trainer.strategies.parallel_dims import ParallelDims
 
-#: above this many distinct layouts, the comparison builds a sample (see ``sampled_layouts``)
+#: above this many distinct layouts, a row builds a sample (see ``sampled_layouts``): the configured
+#: layout's row, and the comparison's rows (which show only the largest rank)
 MAX_BUILDS = 64
+MAX_COMPARISON_BUILDS = 8
 
 
 def state_bytes(layout: RankLayout, b: Bytes, mode: str = "full", unsharded_grads: bool = False) -> RankBytes:
@@ -76,11 +78,12 @@ def activation_bytes(layout: RankLayout, acts: ActivationBytes | None, checkpoin
     return round(saved / microbatches * in_flight * ratio / dims.tp)
 
 
-def sampled_layouts(make_module: Callable[[], Any], dims: ParallelDims, **options: Any) -> tuple[list[RankLayout], bool]:
-    """Every rank's layout when at most :data:`MAX_BUILDS` distinct ones exist; else (``True``) the
+def sampled_layouts(make_module: Callable[[], Any], dims: ParallelDims, max_builds: int = MAX_BUILDS,
+                    **options: Any) -> tuple[list[RankLayout], bool]:
+    """Every rank's layout when at most ``max_builds`` distinct ones exist; else (``True``) the
     ranks at dp_shard and tp coordinates 0 and last of every stage: ``torch.chunk`` gives the first
     coordinates the largest pieces and the last ones the smallest, so the largest rank is among them."""
-    if len(set(representative_ranks(dims).values())) <= MAX_BUILDS:
+    if len(set(representative_ranks(dims).values())) <= max_builds:
         return all_layouts(make_module, dims, **options), False
     ranks = []
     for rank in range(dims.world_size):
@@ -104,12 +107,12 @@ def dims_of(options: dict, world: int) -> ParallelDims:
 
 
 def nd_row(name: str, make_module: Callable[[], Any], dims: ParallelDims, shapes: Any, acts: ActivationBytes | None,
-           setting: Setting, options: dict | None = None) -> Row:
+           setting: Setting, options: dict | None = None, max_builds: int = MAX_BUILDS) -> Row:
     """One row: every rank of the ``dims`` layout (a sample of them past :data:`MAX_BUILDS` layouts,
     said in the note), its options the strategy node's (wrap, partition, microbatches, dtypes ...)."""
     options = options or {}
     b = precision_bytes(shapes, setting.precision, options)
-    layouts, sampled = sampled_layouts(make_module, dims, **layout_options(options))
+    layouts, sampled = sampled_layouts(make_module, dims, max_builds, **layout_options(options))
     unsharded = setting.accumulate_grad_batches > 1 and not options.get("sync_every_microbatch")
     ranks = []
     for layout in layouts:
@@ -154,9 +157,10 @@ def comparison_rows(module: Any, make_module: Callable[[], Any], shapes: Any, ac
         return []
     world = setting.world
     dims = ParallelDims.resolve(world, dp_shard=-1, tp=tp)
-    rows = [nd_row("nd tp" if dims.dp == 1 else "nd fsdp x tp", make_module, dims, shapes, acts, setting)]
+    rows = [nd_row("nd tp" if dims.dp == 1 else "nd fsdp x tp", make_module, dims, shapes, acts, setting,
+                   max_builds=MAX_COMPARISON_BUILDS)]
     pp = world // setting.devices_per_node
     if shapes.layers and pp > 1 and pp <= len(shapes.layers) and world // (pp * tp) > 1:
         rows.append(nd_row("nd pp x fsdp x tp", make_module, ParallelDims.resolve(world, pp=pp, dp_shard=-1, tp=tp),
-                           shapes, acts, setting))
+                           shapes, acts, setting, max_builds=MAX_COMPARISON_BUILDS))
     return rows
