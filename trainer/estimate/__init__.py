@@ -86,11 +86,11 @@ def estimate_config(cfg: Any) -> str:
                        f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
     make_module = partial(instantiate, cfg.module)  # the dry run builds its own, on the meta device
     if strategy_name == "nd":
-        configured = nd_row("nd", make_module, dims, shapes, gathered or acts, setting, strategy_node)
+        configured = nd_row("nd", make_module, dims, shapes, acts, setting, strategy_node, gathered=gathered)
     else:
         configured = configured_row(module, shapes, acts, setting, gathered)
     rows = strategy_rows(module, shapes, acts, setting, gathered)
-    rows += comparison_rows(module, make_module, shapes, gathered or acts, setting)
+    rows += comparison_rows(module, make_module, shapes, acts, setting, gathered)
     label = "pp rank" if strategy_name == "pipeline" else "rank"
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "

@@ -209,7 +209,8 @@ def representative_ranks(dims: ParallelDims) -> dict[int, int]:
 
 
 def all_layouts(make_module: Callable[[], nn.Module], dims: ParallelDims, **options: Any) -> list[RankLayout]:
-    """Every rank's layout (one built per distinct ``pp x dp_shard x tp`` coordinate, shared by its replicas)."""
+    """Every rank's layout (one built per distinct ``pp x dp_shard x tp`` coordinate, shared by its
+    replicas: a replica's entry is the same object, its ``rank`` the built one's)."""
     rep = representative_ranks(dims)
     built = {r: rank_layout(make_module, dims, r, **options) for r in sorted(set(rep.values()))}
     return [built[rep[rank]] for rank in range(dims.world_size)]

@@ -125,7 +125,7 @@ def dry_run(cfg: Any) -> str:
         try:
             acts, gathered = measure_for_precision(module, mode, example_batch(module, batch_size, datamodule),
                                                    shapes.blocks, precision, pipeline=bool(shapes.layers))
-            acts = gathered or acts
+            acts = gathered if gathered is not None and dims.dp > 1 else acts  # FSDP gathers in the compute dtype
             act_note = (f"activations: one micro-batch of {batch_size} measured on fake tensors"
                         f"{' with activation checkpointing' if checkpointing else ''}, divided by tp {dims.tp}"
                         + (", this stage's layers x the micro-batches in flight" if dims.pp > 1 else "")

@@ -107,10 +107,14 @@ def dims_of(options: dict, world: int) -> ParallelDims:
 
 
 def nd_row(name: str, make_module: Callable[[], Any], dims: ParallelDims, shapes: Any, acts: ActivationBytes | None,
-           setting: Setting, options: dict | None = None, max_builds: int = MAX_BUILDS) -> Row:
-    """One row: every rank of the ``dims`` layout (a sample of them past :data:`MAX_BUILDS` layouts,
-    said in the note), its options the strategy node's (wrap, partition, microbatches, dtypes ...)."""
+           setting: Setting, options: dict | None = None, max_builds: int = MAX_BUILDS,
+           gathered: ActivationBytes | None = None) -> Row:
+    """One row: every rank of the ``dims`` layout (a sample of them past ``max_builds`` layouts,
+    said in the note), its options the strategy node's (wrap, partition, microbatches, dtypes ...).
+    ``gathered``: the activations with the weights in the compute dtype (mixed precision), used when
+    FSDP gathers them so (a data-parallel dimension); else ``acts``, autocast's casts included."""
     options = options or {}
+    acts = gathered if gathered is not None and dims.dp > 1 else acts
     b = precision_bytes(shapes, setting.precision, options)
     layouts, sampled = sampled_layouts(make_module, dims, max_builds, **layout_options(options))
     unsharded = setting.accumulate_grad_batches > 1 and not options.get("sync_every_microbatch")
@@ -148,7 +152,7 @@ def tp_degree(module: Any, world: int, devices_per_node: int) -> int | None:
 
 
 def comparison_rows(module: Any, make_module: Callable[[], Any], shapes: Any, acts: ActivationBytes | None,
-                    setting: Setting) -> list[Row]:
+                    setting: Setting, gathered: ActivationBytes | None = None) -> list[Row]:
     """The nd rows of the comparison when the module declares a TP plan: FSDP x TP within a node (TP
     alone when it fills the world) and, with pipeline layers and more than one node, pp (one stage
     per node) x FSDP x TP."""
@@ -158,9 +162,9 @@ def comparison_rows(module: Any, make_module: Callable[[], Any], shapes: Any, ac
     world = setting.world
     dims = ParallelDims.resolve(world, dp_shard=-1, tp=tp)
     rows = [nd_row("nd tp" if dims.dp == 1 else "nd fsdp x tp", make_module, dims, shapes, acts, setting,
-                   max_builds=MAX_COMPARISON_BUILDS)]
+                   max_builds=MAX_COMPARISON_BUILDS, gathered=gathered)]
     pp = world // setting.devices_per_node
     if shapes.layers and pp > 1 and pp <= len(shapes.layers) and world // (pp * tp) > 1:
         rows.append(nd_row("nd pp x fsdp x tp", make_module, ParallelDims.resolve(world, pp=pp, dp_shard=-1, tp=tp),
-                           shapes, acts, setting, max_builds=MAX_COMPARISON_BUILDS))
+                           shapes, acts, setting, max_builds=MAX_COMPARISON_BUILDS, gathered=gathered))
     return rows
