@@ -17,11 +17,14 @@ from trainer import TrainModule
 SEQ, FEATURES, CLASSES = 4, 6, 8
 
 
-def token_data(num_samples: int, seed: int = 7) -> TensorDataset:
+def token_data(num_samples: int, seed: int = 7, masked: bool = False) -> TensorDataset:
+    """Per-token classes; ``masked``: about a third of the targets are -100 (ignored: padding)."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num_samples, SEQ, FEATURES, generator=generator)
     w = torch.randn(FEATURES, CLASSES, generator=generator)
     y = (x @ w + 0.5 * torch.randn(num_samples, SEQ, CLASSES, generator=generator)).argmax(-1)
+    if masked:
+        y[torch.rand(num_samples, SEQ, generator=generator) < 0.35] = -100
     return TensorDataset(x, y)
 
 
@@ -43,11 +46,13 @@ class TokenClassifier(TrainModule):
     naming a submodule the model lacks). Saves the full final parameters to ``<run_dir>/params.pt``."""
 
     def __init__(self, plan: str = "sequence", width: int = 16, hidden: int = 32, depth: int = 2, lr: float = 0.01,
-                 num_samples: int = 96, val_samples: int = 0, test_samples: int = 0, predict_samples: int = 0):
+                 num_samples: int = 96, val_samples: int = 0, test_samples: int = 0, predict_samples: int = 0,
+                 count_tokens: bool = False):
         super().__init__(optimizer=partial(torch.optim.AdamW, lr=lr, weight_decay=0.01))
         self.plan, self.width, self.hidden, self.depth = plan, width, hidden, depth
         self.num_samples, self.val_samples = num_samples, val_samples
         self.test_samples, self.predict_samples = test_samples, predict_samples
+        self.count_tokens = count_tokens
 
     def configure_model(self):
         self.inp = nn.Linear(FEATURES, self.width)
@@ -95,7 +100,7 @@ class TokenClassifier(TrainModule):
         return logits, F.cross_entropy(logits.flatten(0, 1), y.flatten())
 
     def train_dataset(self):
-        return token_data(self.num_samples)
+        return token_data(self.num_samples, masked=self.count_tokens)
 
     def val_dataset(self):
         return token_data(self.val_samples, seed=8) if self.val_samples else None
@@ -108,6 +113,8 @@ class TokenClassifier(TrainModule):
 
     def training_step(self, batch, batch_idx):
         logits, loss = self._loss(batch)
+        if self.count_tokens:  # (trainer.loss_normalization=tokens: the loss is a mean over the counted tokens)
+            return {"loss": loss, "num_tokens": (batch[1] != -100).sum()}
         return {"loss": loss, "logit_mean": logits.mean()}
 
     def validation_step(self, batch, batch_idx):
@@ -135,3 +142,30 @@ class TokenClassifier(TrainModule):
         state = self.trainer.strategy.full_state_dict(self)  # every rank: a collective under nd
         if state:
             torch.save(state, os.path.join(self.trainer.run_dir, "params.pt"))
+
+
+class LightningWayClassifier(TokenClassifier):
+    """Lightning's way: ``configure_model`` splits the model itself over ``self.device_mesh["tp"]``
+    (``shard=True``: and shards it with ``fully_shard`` over ``self.device_mesh["dp_shard"]``); it
+    declares no plan. One process (no mesh): the plain model."""
+
+    def __init__(self, shard: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.shard = shard
+
+    def tensor_parallel_plan(self):
+        return None
+
+    def configure_model(self):
+        super().configure_model()
+        mesh = self.device_mesh
+        if mesh is None:
+            return
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        parallelize_module(self, mesh["tp"], TokenClassifier.tensor_parallel_plan(self))
+        if self.shard:
+            for block in self.blocks:
+                fully_shard(block, mesh=mesh["dp_shard"])
+            fully_shard(self, mesh=mesh["dp_shard"])

@@ -243,7 +243,7 @@ class NDStrategy(FSDPStrategy):
                     raise ValueError("a meta-device model needs a WeightInit to materialise it")
                 declared = module.block_classes() if hasattr(module, "block_classes") else ()
                 units = select_units(module, self.wrap_classes, declared, self.min_num_params)
-                init.materialize(self.device, units, lambda unit: self._apply_pending(unit, self._names[id(unit)]))
+                init.materialize(self.device, units, lambda unit: self._apply_pending(unit, self._names.get(id(unit), "")))
             else:
                 self._make_ranks_equal(module)
             root = self._root_forward(module)

@@ -98,7 +98,7 @@ def test_max_epochs_and_metrics_contract(tmp_path):
         (dict(devices=0), "trainer.devices must be an integer >= 1, got 0"),
         (dict(accumulate_grad_batches=0), "accumulate_grad_batches must be an integer >= 1, got 0"),
         (dict(batch_size=0), "data.batch_size must be an integer >= 1, got 0"),
-        (dict(strategy="nope"), "unknown strategy 'nope'; available: ddp, fsdp, pipeline, single"),
+        (dict(strategy="nope"), "unknown strategy 'nope'; available: ddp, fsdp, nd, pipeline, single"),
         (dict(strategy="ddp", devices=2, batch_size=32, global_batch_size=30), "global_batch_size=30 is not a multiple"),
         (dict(loss_normalization="words"), "loss_normalization='words' is not one of"),
         (dict(max_steps=0), "max_steps must be -1 or >= 1, got 0"),

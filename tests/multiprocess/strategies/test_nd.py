@@ -14,8 +14,10 @@ import os
 import pytest
 import torch
 
-from tests.support.helpers import fit, read_metrics
-from tests.support.nd_modules import TokenClassifier
+from tests.support.command_line import FAST, TRAIN
+from tests.support.command_line import run as run_command
+from tests.support.helpers import fit, new_trainer, read_metrics
+from tests.support.nd_modules import CLASSES, SEQ, LightningWayClassifier, TokenClassifier
 from tests.support.same_training import assert_same_training
 from trainer.strategies.nd import NDStrategy
 
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)
 STEPS = 15
 GLOBAL_BATCH = 8
+BF16_TOL = dict(rtol=5e-2, atol=5e-2)  # measured: see test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process
 
 
 def nd(devices, **degrees):
@@ -111,8 +114,94 @@ def test_clipping_tp2_equals_one_process(tmp_path):
     torch.testing.assert_close(torch.tensor(norms["nd"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
 
 
+def test_token_normalization_fsdp2_x_tp2_equals_one_process(tmp_path):
+    # Masked targets: micro-batches hold different token counts; the gradient is the global token mean.
+    strategy = NDStrategy(dp_shard=2, tp=2)
+    result = fit(tmp_path / "nd", TokenClassifier(count_tokens=True), strategy=strategy, devices=4, batch_size=2,
+                 accumulate_grad_batches=2, max_steps=STEPS, loss_normalization="tokens")
+    reference = fit(tmp_path / "single", TokenClassifier(count_tokens=True), strategy="single", devices=1,
+                    batch_size=GLOBAL_BATCH, max_steps=STEPS, loss_normalization="tokens")
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
+
+
+@pytest.mark.parametrize("devices, degrees, shard", [(2, dict(tp=2), False), (4, dict(dp_shard=2, tp=2), True)])
+def test_model_split_by_configure_model_equals_one_process(one_process, tmp_path, devices, degrees, shard):
+    # Lightning's way: configure_model applied the plan (and fully_shard) itself with self.device_mesh;
+    # used as it is, not split or sharded twice.
+    strategy, batch_size = nd(devices, **degrees)
+    result = fit(tmp_path, LightningWayClassifier(shard=shard), strategy=strategy, devices=devices,
+                 batch_size=batch_size, max_steps=STEPS)
+    assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    assert local_shapes(tmp_path, 1)["blocks.0.up.weight"] == ([8, 16] if shard else [16, 16])
+
+
+def test_tp_without_a_plan_is_refused(tmp_path):
+    # Known only once configure_model has run with the mesh (it may split the model itself): said by the ranks.
+    strategy, batch_size = nd(2, tp=2)
+    with pytest.raises(Exception, match=r"strategy.tp=2 but TokenClassifier declares no tensor_parallel_plan\(\)"):
+        fit(tmp_path, TokenClassifier(plan="none"), strategy=strategy, devices=2, batch_size=batch_size, max_steps=2)
+
+
 @pytest.mark.slow
 def test_hsdp2_x_fsdp2_x_tp2_on_8_ranks_equals_one_process(one_process, tmp_path):
     strategy, batch_size = nd(8, dp_replicate=2, dp_shard=2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=8, batch_size=batch_size, max_steps=STEPS)
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+
+
+def _fit_then_evaluate(run_dir, strategy, devices, batch_size, checkpoint_format="sharded"):
+    """fit (validating at the end, saving the last checkpoint), then validate, test and predict from that
+    checkpoint; also the weights fit returned to the caller's module."""
+    module = TokenClassifier(val_samples=20, test_samples=20, predict_samples=10)
+    trainer = new_trainer(run_dir, strategy=strategy, devices=devices, batch_size=batch_size, max_steps=STEPS,
+                          val_every_n_steps=STEPS, checkpoint=dict(save_last=True, format=checkpoint_format))
+    trainer.fit(module)
+    returned = {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+    return dict(val_in_fit=[r["val/loss"] for r in read_metrics(str(run_dir)) if "val/loss" in r], returned=returned,
+                validate=trainer.validate(module, ckpt_path="last"), test=trainer.test(module, ckpt_path="last"),
+                predict=torch.cat(trainer.predict(module, ckpt_path="last")))
+
+
+@pytest.fixture(scope="module")
+def evaluated_one_process(tmp_path_factory):
+    return _fit_then_evaluate(tmp_path_factory.mktemp("evaluated_single"), "single", 1, GLOBAL_BATCH)
+
+
+@pytest.mark.parametrize("checkpoint_format", ["sharded", "full"])
+def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_path, checkpoint_format):
+    single = evaluated_one_process
+    strategy, batch_size = nd(2, tp=2)
+    split = _fit_then_evaluate(tmp_path, strategy, 2, batch_size, checkpoint_format)
+    assert len(single["val_in_fit"]) == 1
+    torch.testing.assert_close(split["val_in_fit"], single["val_in_fit"], **TOL)
+    assert split["returned"].keys() == single["returned"].keys()
+    for name in single["returned"]:  # the full weights, back in the caller's module
+        torch.testing.assert_close(split["returned"][name], single["returned"][name], **TOL, msg=name)
+    for stage in ("validate", "test"):
+        assert single[stage].keys() == split[stage].keys() and single[stage]
+        for name in single[stage]:
+            torch.testing.assert_close(split[stage][name], single[stage][name], **TOL, msg=f"{stage} {name}")
+    assert single["predict"].shape == (10, SEQ, CLASSES)  # full logits, each sample once (not once per tp rank)
+    torch.testing.assert_close(split["predict"], single["predict"], **TOL)
+
+
+def test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process(tmp_path):
+    # bf16 autocast (and FSDP's bf16 gathers) round differently on 4 ranks than on one process. Measured
+    # on this machine: the losses agree within rtol ... over 15 steps.
+    strategy, batch_size = nd(4, dp_shard=2, tp=2)
+    result = fit(tmp_path / "nd", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
+                 max_steps=STEPS, precision="bf16-mixed")
+    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
+                    max_steps=STEPS, precision="bf16-mixed")
+    assert_same_training(result, reference, steps=STEPS, tol=BF16_TOL)
+    assert result[0][-1] < 0.8 * result[0][0]
+
+
+def test_bad_degrees_on_the_command_line_are_one_line(tmp_path):
+    result = run_command(TRAIN + FAST + ["strategy=nd", "trainer.devices=4", "strategy.tp=3",
+                                         f"hydra.run.dir={tmp_path}"])
+    assert result.returncode != 0, result.describe()
+    assert "Traceback" not in result.output, result.describe()
+    lines = result.stderr.rstrip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.describe()
+    assert "tp 3" in lines[0] and "[1, 2, 4]" in lines[0], lines[0]

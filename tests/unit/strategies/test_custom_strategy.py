@@ -54,7 +54,7 @@ def test_python_api_takes_the_yamls_values_under_the_options(monkeypatch, tmp_pa
 
 def test_unregistered_directory_and_unknown_name_are_errors(monkeypatch, tmp_path):
     monkeypatch.setattr(registry, "_extra_dirs", [])
-    with pytest.raises(ValueError, match="unknown strategy 'counting'; available: ddp, fsdp, pipeline, single"):
+    with pytest.raises(ValueError, match="unknown strategy 'counting'; available: ddp, fsdp, nd, pipeline, single"):
         resolve_strategy("counting")
     with pytest.raises(ValueError, match="no strategy/ folder"):
         add_config_dir(str(tmp_path))
