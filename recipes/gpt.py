@@ -194,11 +194,11 @@ class GPTModule(TextRecipe, TrainModule):
         }
 
     def check_tensor_parallel(self, tp: int) -> None:
-        tp_plans.check_heads(tp, heads=self.model_args["heads"])
+        tp_plans.check_degree(tp, heads=self.model_args["heads"], block_size=self.block_size)
 
     def pipeline_loss(self, logits: torch.Tensor, batch):
         _, targets = batch
-        loss = tp_plans.plain_loss(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+        loss = tp_plans.cross_entropy(logits, targets)
         if self.training:  # as training_step (num_tokens: tokens/s, and loss_normalization=tokens)
             return {"loss": loss, "num_tokens": targets.numel()}
         return self.pipeline_eval_outputs(loss)  # as validation_step
@@ -209,8 +209,8 @@ class GPTModule(TextRecipe, TrainModule):
 
     def _loss(self, batch):
         inputs, targets = batch
-        logits = self.model(inputs)  # under tensor parallel with loss parallel: a vocabulary-sharded DTensor
-        loss = tp_plans.plain_loss(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+        logits = self.model(inputs)  # tensor parallel with loss parallel: a vocabulary-sharded DTensor
+        loss = tp_plans.cross_entropy(logits, targets)
         return loss, targets.numel()
 
     def training_step(self, batch, batch_idx):

@@ -237,7 +237,8 @@ class LlamaModule(TextRecipe, TrainModule):
         }
 
     def check_tensor_parallel(self, tp: int) -> None:
-        tp_plans.check_heads(tp, heads=self.model_args["heads"], kv_heads=self.model_args["kv_heads"])
+        tp_plans.check_degree(tp, heads=self.model_args["heads"], kv_heads=self.model_args["kv_heads"],
+                              block_size=self.block_size)
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.

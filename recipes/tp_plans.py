@@ -60,6 +60,19 @@ def vocabulary_head(loss_parallel: bool) -> Any:
                            use_local_output=not loss_parallel)
 
 
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy of ``logits`` ``[..., vocabulary]`` against ``targets``, as a plain tensor.
+    Vocabulary-sharded logits (a DTensor) get the targets as a replicated DTensor: inside
+    ``loss_parallel()`` the loss is computed on the shards; outside (an evaluation the strategy did
+    not wrap) DTensor gathers the vocabulary first, the same value."""
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if isinstance(logits, DTensor):
+        targets = DTensor.from_local(targets, logits.device_mesh, [Replicate()], run_check=False)
+    return plain_loss(F.cross_entropy(logits.flatten(0, -2), targets.flatten()))
+
+
 def plain_loss(loss: torch.Tensor) -> torch.Tensor:
     """The loss as a plain tensor: loss parallel's cross entropy returns a replicated DTensor; its
     full value (differentiable, so backward still runs through the sharded logits)."""
@@ -68,12 +81,13 @@ def plain_loss(loss: torch.Tensor) -> torch.Tensor:
     return loss.full_tensor() if isinstance(loss, DTensor) else loss
 
 
-def check_heads(tp: int, **counts: int) -> None:
-    """ValueError, one line, unless ``tp`` divides every head count (``heads=8, kv_heads=2``)."""
-    bad = {name: count for name, count in counts.items() if count % tp}
-    if not bad:
+def check_degree(tp: int, **counts: int) -> None:
+    """ValueError, one line, unless ``tp`` divides every count: the head counts (tensor parallel
+    splits the heads) and ``block_size`` (sequence parallel splits the sequence into equal shards)."""
+    if all(count % tp == 0 for count in counts.values()):
         return
     allowed = [d for d in range(1, min(counts.values()) + 1) if all(c % d == 0 for c in counts.values())]
-    values = " and ".join(f"module.{name}={count}" for name, count in counts.items())
-    raise ValueError(f"strategy.tp={tp} must divide {values} (tensor parallel splits the attention heads); "
-                     f"allowed tp: {', '.join(map(str, allowed))}")
+    names = [f"module.{name}={count}" for name, count in counts.items()]
+    values = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    raise ValueError(f"strategy.tp={tp} must divide {values} (tensor parallel splits the attention heads, sequence "
+                     f"parallel the sequence); allowed tp: {', '.join(map(str, allowed))}")

@@ -8,7 +8,7 @@ Every rank sees the whole batch (tensor-parallel ranks of one replica do); the p
 the MLP width and the vocabulary, and shards the residual stream along the sequence.
 
 Compared with the one-process run: the loss, every parameter's gradient (``full_tensor()`` of the
-DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter. Tolerance: rtol 1e-5,
+DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter, and an evaluation loss computed outside ``loss_parallel()``. Tolerance: rtol 1e-5,
 atol 1e-7 (fp32; the only differences are the order of the sums the row-split projections and the
 vocabulary-sharded softmax reduce over two ranks). SGD, not Adam (see ``run``). The negative control
 (gpt's older fused qkv projection, split by columns as one matrix) shows the comparison can fail.
@@ -33,16 +33,18 @@ TOL = dict(rtol=1e-5, atol=1e-7)
 VOCAB = 64
 BATCH, TIME = 4, 16
 
-#: (recipe, loss parallel) cases; llama's kv_heads 2 of heads 4: grouped-query attention on the shards.
+#: (recipe, loss parallel, vocabulary) cases; llama's kv_heads 2 of heads 4: grouped-query attention on
+#: the shards; a vocabulary of 65: shards of 33 and 32 rows (embedding) and logits.
 CASES = {
-    "gpt": ("gpt", True),
-    "llama": ("llama", True),
-    "gpt_gathered_logits": ("gpt", False),
-    "llama_gathered_logits": ("llama", False),
+    "gpt": ("gpt", True, 64),
+    "llama": ("llama", True, 64),
+    "llama_uneven_vocabulary": ("llama", True, 65),
+    "gpt_gathered_logits": ("gpt", False, 64),
+    "llama_gathered_logits": ("llama", False, 64),
 }
 
 
-def build(recipe: str, loss_parallel: bool):
+def build(recipe: str, loss_parallel: bool, vocab: int = VOCAB):
     """The recipe's TrainModule with its model built from seed 0 (no data read: the vocabulary is given)."""
     from trainer.recipes.gpt import GPT, GPTModule
     from trainer.recipes.llama import Llama, LlamaModule
@@ -50,10 +52,10 @@ def build(recipe: str, loss_parallel: bool):
     torch.manual_seed(0)
     if recipe == "gpt":
         module = GPTModule(block_size=TIME, layers=2, heads=4, width=32)
-        module.model = GPT(vocab_size=VOCAB, **module.model_args)
+        module.model = GPT(vocab_size=vocab, **module.model_args)
     else:
         module = LlamaModule(block_size=TIME, layers=2, heads=4, kv_heads=2, width=32, ffn_multiple_of=16)
-        module.model = Llama(vocab_size=VOCAB, **module.model_args)
+        module.model = Llama(vocab_size=vocab, **module.model_args)
     # The strategy's flag, as the plan reads it (tp_plans.loss_parallel_enabled).
     module._trainer = SimpleNamespace(strategy=SimpleNamespace(loss_parallel=loss_parallel))
     return module
@@ -91,7 +93,10 @@ def run(module, loss_parallel: bool) -> dict:
         optimizer.zero_grad()
         losses.append(loss.detach())
     params = {name: full(p.detach()).clone() for name, p in module.named_parameters()}
-    return {"losses": torch.stack(losses), "grads": grads, "params": params}
+    module.eval()
+    with torch.no_grad():  # an evaluation outside loss_parallel(): the recipe's loss still works
+        eval_loss, _ = module._loss(batches()[0])
+    return {"losses": torch.stack(losses), "grads": grads, "params": params, "eval_loss": eval_loss}
 
 
 class FusedQKV(torch.nn.Module):
@@ -143,8 +148,8 @@ def worker(path: str) -> None:
     try:
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         results = {}
-        for name, (recipe, loss_parallel) in CASES.items():
-            module = build(recipe, loss_parallel)
+        for name, (recipe, loss_parallel, vocab) in CASES.items():
+            module = build(recipe, loss_parallel, vocab)
             apply_plan(module, expand_plan(module, module_plan(module)), mesh)
             results[name] = run(module, loss_parallel)
         results["fused_qkv_loss"] = fused_qkv_loss(mesh)
@@ -165,14 +170,15 @@ def ranks(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_tensor_parallel_plan_trains_as_one_process(ranks, name):
-    recipe, loss_parallel = CASES[name]
-    reference = run(build(recipe, loss_parallel), loss_parallel)
+    recipe, loss_parallel, vocab = CASES[name]
+    reference = run(build(recipe, loss_parallel, vocab), loss_parallel)
     result = ranks[name]
     torch.testing.assert_close(result["losses"][0], reference["losses"][0], **TOL)
     assert result["grads"].keys() == reference["grads"].keys()
     for param, grad in reference["grads"].items():
         torch.testing.assert_close(result["grads"][param], grad, **TOL, msg=lambda detail: f"{name}: gradient of {param}: {detail}")
     torch.testing.assert_close(result["losses"], reference["losses"], **TOL)
+    torch.testing.assert_close(result["eval_loss"], reference["eval_loss"], **TOL)
     for param, value in reference["params"].items():
         torch.testing.assert_close(result["params"][param], value, **TOL, msg=lambda detail: f"{name}: {param} after {STEPS} steps: {detail}")
 

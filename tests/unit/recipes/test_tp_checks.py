@@ -1,10 +1,11 @@
 """The gpt and llama recipes' tensor-parallel side without processes: the degree checks (one line,
-naming the values and the allowed degrees), the plans' names against the built models, the head's
+naming the values and the allowed degrees: the heads and the block size), the plans' names against the built models, the head's
 two layouts (loss parallel on / off), and gpt's older fused-qkv checkpoints loading into the split
 q / k / v projections (the same function, to fp32 rounding: rtol 1e-6, atol 1e-6)."""
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -34,26 +35,34 @@ def llama_module() -> LlamaModule:
 
 # ----- the degree checks -----------------------------------------------------------------------------
 @pytest.mark.parametrize("tp", [1, 2, 4])
-def test_gpt_accepts_degrees_dividing_the_heads(tp):
-    GPTModule(heads=4, width=32).check_tensor_parallel(tp)
+def test_gpt_accepts_degrees_dividing_the_heads_and_the_block(tp):
+    GPTModule(heads=4, width=32, block_size=16).check_tensor_parallel(tp)
 
 
 @pytest.mark.parametrize("tp", [3, 8])
 def test_gpt_refuses_degrees_not_dividing_the_heads_in_one_line(tp):
     with pytest.raises(ValueError) as error:
-        GPTModule(heads=4, width=32).check_tensor_parallel(tp)
+        GPTModule(heads=4, width=32, block_size=16).check_tensor_parallel(tp)
     message = str(error.value)
     assert "\n" not in message
-    assert f"strategy.tp={tp}" in message and "module.heads=4" in message and message.endswith("allowed tp: 1, 2, 4")
+    assert message.startswith(f"strategy.tp={tp} must divide module.heads=4 and module.block_size=16 ")
+    assert message.endswith("allowed tp: 1, 2, 4")
+
+
+def test_sequence_parallel_needs_the_degree_to_divide_the_block():
+    """Sequence parallel shards the sequence evenly (gloo's reduce-scatter takes equal shards)."""
+    with pytest.raises(ValueError, match=r"^strategy\.tp=2 must divide module\.heads=4 and module\.block_size=15 "
+                                         r".*allowed tp: 1$"):
+        GPTModule(heads=4, width=32, block_size=15).check_tensor_parallel(2)
 
 
 def test_llama_needs_the_degree_to_divide_the_key_value_heads_too():
-    module = LlamaModule(heads=8, kv_heads=2, width=64)
+    module = LlamaModule(heads=8, kv_heads=2, width=64, block_size=64)
     module.check_tensor_parallel(2)
-    with pytest.raises(ValueError, match=r"^strategy\.tp=4 must divide module\.heads=8 and module\.kv_heads=2 "
-                                         r".*allowed tp: 1, 2$"):
+    with pytest.raises(ValueError, match=r"^strategy\.tp=4 must divide module\.heads=8, module\.kv_heads=2 and "
+                                         r"module\.block_size=64 .*allowed tp: 1, 2$"):
         module.check_tensor_parallel(4)
-    LlamaModule(heads=8, kv_heads=None, width=64).check_tensor_parallel(8)  # multi-head: kv_heads = heads
+    LlamaModule(heads=8, kv_heads=None, width=64, block_size=64).check_tensor_parallel(8)  # multi-head: kv_heads = heads
 
 
 # ----- the plans -------------------------------------------------------------------------------------
@@ -149,3 +158,22 @@ def test_load_from_checkpoint_reads_an_older_gpt_checkpoint(tmp_path):
                                             max_bytes=4096)
     for name, value in saved.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0, msg=f"{name} differs")
+
+
+def test_init_from_an_older_gpt_checkpoint_starts_where_the_same_weights_in_the_new_layout_do(tmp_path):
+    """``trainer.init_from`` checks the file's names before loading: the older layout's are renamed
+    first, so both files start the same training (bitwise: the same weights, the same run)."""
+    from tests.support.helpers import run_trainer, train_losses
+
+    torch.manual_seed(0)
+    saved = gpt_module(vocab=256)
+    torch.save({"model": fused_state_dict(saved)}, tmp_path / "old.pt")
+    torch.save(saved.state_dict(), tmp_path / "new.pt")
+    losses = {}
+    for name in ("old", "new"):
+        module = GPTModule(optimizer=functools.partial(torch.optim.SGD, lr=0.1), max_bytes=20_000, block_size=16,
+                           layers=2, heads=4, width=32)
+        run_trainer(tmp_path / name, module, max_steps=2, batch_size=4, init_from=str(tmp_path / f"{name}.pt"))
+        losses[name] = train_losses(str(tmp_path / name))
+    assert len(losses["old"]) == 2
+    assert losses["old"] == losses["new"]
