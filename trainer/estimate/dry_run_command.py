@@ -88,7 +88,7 @@ def dry_run(cfg: Any) -> str:
     from trainer.estimate.dry_run import rank_layout
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
     from trainer.estimate.nd_plan import activation_bytes, dims_of, layout_options, state_bytes
-    from trainer.estimate.plan import DTYPE_BYTES, Row, precision_bytes
+    from trainer.estimate.plan import Row, precision_bytes
     from trainer.estimate.table import configured_table, human
 
     started = time.perf_counter()
@@ -135,7 +135,7 @@ def dry_run(cfg: Any) -> str:
     unsharded = int(cfg.trainer.accumulate_grad_batches) > 1 and not node.get("sync_every_microbatch")
     bytes_ = state_bytes(layout, b, "full", unsharded)
     bytes_.activations = activation_bytes(layout, acts, checkpointing, node.get("microbatches"), node.get("schedule"))
-    element = DTYPE_BYTES.get(precision_name, 4)  # bf16-true holds bf16 weights; the others fp32
+    element = b.param  # the weights as held: bf16 under bf16-true, fp32 otherwise (mixed precision autocasts)
     total = sum(t.numel for t in shapes.parameters) * element
     held = sum(s.storage_numel for s in layout.shards) * element
     row = Row("nd", [bytes_])
