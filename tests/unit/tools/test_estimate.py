@@ -187,7 +187,7 @@ def test_command_refuses_bad_values(capsys):
     assert main(["recipe=gpt", "strategy=fdsp"]) == 2  # as train.py says it: one line, the closest option first
     assert capsys.readouterr().err.splitlines() == [
         "error: ValueError: strategy=fdsp: there is no strategy option fdsp; did you mean strategy=fsdp? (the strategy "
-        "options are fsdp, ddp, pipeline, single)"]
+        "options are fsdp, ddp, nd, pipeline, single)"]
 
 
 def test_command_with_two_optimizers_and_a_manual_step_says_what_it_could_not_measure(capsys):
