@@ -1,8 +1,9 @@
 """Every rank of ``torchrun --nproc_per_node N tests/support/dry_run_worker.py RUN_DIR DP_SHARD TP``: a real
-run of ``TPRegressor`` under ``strategy=nd`` (dp_shard x tp) on gloo, measured after its first optimizer step
-(gradients and optimizer state held), for tests/multiprocess/tools/test_dry_run_measured.py.
+run of ``TPRegressor`` (a module of one's own with its plan), then of the llama recipe (its plan: sequence
+parallel, loss parallel), under ``strategy=nd`` (dp_shard x tp) on gloo, each measured after its first
+optimizer step (gradients and optimizer state held), for tests/multiprocess/tools/test_dry_run_measured.py.
 
-Writes ``RUN_DIR/rank<r>.json``: each parameter's local storage bytes (what the rank allocates for it:
+Writes ``RUN_DIR/<tp_regressor|llama>/rank<r>.json``: each parameter's local storage bytes (what the rank allocates for it:
 FSDP's padded shard, a TP piece) and ``training_state_bytes(..., allocated=True)``.
 """
 
@@ -16,12 +17,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from tests.support.helpers import new_trainer  # noqa: E402
 from tests.support.tp_modules import TPRegressor  # noqa: E402
+from trainer.recipes.llama import LlamaModule  # noqa: E402
 
 #: the module the test lays out (uneven: 10 hidden rows over tp 2 and dp_shard 2 pad)
 MODULE = dict(width=6, hidden=10, depth=2)
 
 
-class MeasuredTP(TPRegressor):
+class Measured:
     """Measures after the first optimizer step, before the gradients are zeroed (as
     tests/support/estimate_worker.py): each parameter's local storage and the training state."""
 
@@ -33,9 +35,26 @@ class MeasuredTP(TPRegressor):
         from trainer.runtime.memory import _local, training_state_bytes
 
         shards = {name: _local(p).untyped_storage().nbytes() for name, p in self.named_parameters()}
+        grads = {name: [tuple(_local(p.grad).shape), _local(p.grad).untyped_storage().nbytes()]
+                 for name, p in self.named_parameters() if p.grad is not None}
         state = training_state_bytes(self, self.trainer.optimizers[0], allocated=True)
         with open(os.path.join(self.trainer.run_dir, f"rank{torch.distributed.get_rank()}.json"), "w") as f:
-            json.dump({"shards": shards, "state": state}, f)
+            json.dump({"shards": shards, "grads": grads, "state": state}, f)
+
+
+class MeasuredTP(Measured, TPRegressor):
+    pass
+
+
+class MeasuredLlama(Measured, LlamaModule):
+    pass
+
+
+def llama_config():
+    """The llama recipe's module node (its debug size), as ``trainer`` composes it."""
+    from trainer.estimate.__main__ import compose
+
+    return compose(["recipe=llama"]).module
 
 
 def main(run_dir: str, dp_shard: int, tp: int) -> None:
@@ -45,8 +64,14 @@ def main(run_dir: str, dp_shard: int, tp: int) -> None:
 
     distributed.init_process_group(detect_environment(), "gloo", timedelta(seconds=120))
     world = dp_shard * tp
-    new_trainer(run_dir, strategy=resolve_strategy("nd", dp_shard=dp_shard, tp=tp), devices=world, batch_size=4,
-                max_steps=1, loggers=[], checkpoint=None).fit(MeasuredTP(**MODULE))
+    from hydra.utils import instantiate
+
+    modules = {"tp_regressor": lambda: MeasuredTP(**MODULE),
+               "llama": lambda: instantiate(llama_config(), _target_=f"{__name__}.MeasuredLlama")}
+    for name, make in modules.items():
+        new_trainer(os.path.join(run_dir, name), strategy=resolve_strategy("nd", dp_shard=dp_shard, tp=tp),
+                    devices=world, batch_size=4, max_steps=1, loggers=[], checkpoint=None, limit_val_batches=1,
+                    num_sanity_val_steps=0).fit(make())  # least validation: the training state is measured
     distributed.destroy_process_group(True)
 
 

@@ -42,6 +42,11 @@ class Shard:
     trainable: bool
     unit: int  # index of the FSDP unit holding it (the root's last); 0 without FSDP
     placements: str  # the DTensor placements over the mesh dims, "" for a plain tensor
+    grad_numel: int = -1  # elements of its gradient's local storage; -1: as ``storage_numel``
+
+    @property
+    def gradient_numel(self) -> int:
+        return self.storage_numel if self.grad_numel < 0 else self.grad_numel
 
     @property
     def local_numel(self) -> int:
@@ -123,6 +128,13 @@ def _placements(tensor: torch.Tensor) -> str:
     return ", ".join(f"{n}: {p}" for n, p in zip(names, placements))
 
 
+def _tp_placement(tensor: torch.Tensor) -> str | None:
+    """The DTensor's placement on the mesh's ``tp`` dimension (``S(0)``, ``R``), None if it has none."""
+    placements = getattr(tensor, "placements", None)
+    names = tensor.device_mesh.mesh_dim_names if placements is not None else None
+    return str(placements[names.index("tp")]) if names and "tp" in names else None
+
+
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
@@ -188,8 +200,13 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
             local = _local(p)
             # FSDP's local shard is a view of its own padded storage; a plain or TP-only tensor is its storage.
             storage = local.untyped_storage().nbytes() // local.element_size() if dims.dp > 1 else local.numel()
+            owner = module.get_submodule(name.rpartition(".")[0])
+            # Measured (torch 2.13): the backward of an embedding split by rows over tp gives a Replicate
+            # gradient, the whole table on every tp rank. Under FSDP the reduce-scatter output holds it.
+            whole_grad = dims.dp == 1 and isinstance(owner, nn.Embedding) and _tp_placement(p) == "S(0)"
             layout.shards.append(Shard(name, tuple(p.shape), tuple(local.shape), storage, local.element_size(),
-                                       p.requires_grad, unit_of[name] if dims.dp > 1 else 0, _placements(p)))
+                                       p.requires_grad, unit_of[name] if dims.dp > 1 else 0, _placements(p),
+                                       p.numel() if whole_grad else -1))
     return layout
 
 

@@ -7,7 +7,9 @@ the data-parallel dims, on the meta device and a fake process group) and its sha
 - parameters: the local storage of each parameter (FSDP's padded shard; a TP-only tensor's local piece)
   x the weights' element size under the precision;
 - gradients: the same storage for each trainable parameter (FSDP's gradients are views of the
-  padded reduce-scatter output; TP-only gradients have the local shape) x the gradient element size;
+  padded reduce-scatter output; TP-only gradients have the local shape, except an embedding split
+  by rows: torch's backward gives it a Replicate gradient, the whole table on every tp rank, as
+  measured) x the gradient element size;
 - optimizer state: the unpadded local elements x the measured bytes per element, plus the bytes per
   tensor (trainer/estimate/optimizer_state.py), as ``zeros_like`` of the local shard allocates it;
 - buffers: FSDP's all-gather / reduce-scatter buffers as in formulas.fsdp, per unit of this rank,
@@ -45,7 +47,7 @@ def state_bytes(layout: RankLayout, b: Bytes, mode: str = "full", unsharded_grad
     trained = [s for s in layout.shards if s.trainable]
     r = RankBytes(
         parameters=sum(s.storage_numel * b.param for s in layout.shards),
-        gradients=sum(s.storage_numel * b.grad for s in trained),
+        gradients=sum(s.gradient_numel * b.grad for s in trained),
         optimizer=round(sum(s.local_numel * b.state_per_element + b.state_per_tensor for s in trained)),
     )
     if layout.fsdp_group > 1:

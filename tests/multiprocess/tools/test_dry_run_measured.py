@@ -1,10 +1,12 @@
 """The dry run and the estimator's strategy=nd bytes against a real run, rank by rank.
 
 A real run (``strategy=nd`` through the Trainer) of a small module with its own TP plan
-(tests/support/tp_modules.py, uneven sizes: FSDP pads, torch.chunk leaves short pieces) on gloo,
-tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
+(tests/support/tp_modules.py, uneven sizes: FSDP pads, torch.chunk leaves short pieces) and of the
+llama recipe (its own plan) on gloo, tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
 measured after its first optimizer step (tests/support/dry_run_worker.py). The dry run's shards of
-every rank equal the real ones' storage bytes, parameter by parameter; the estimator's per-rank
+every rank equal the real ones' storage bytes, parameter by parameter (and, under TP alone, each
+gradient's: the llama embedding's is whole on every tp rank, torch's Replicate gradient for a
+row-split embedding); the estimator's per-rank
 parameter, gradient and optimizer-state bytes equal ``training_state_bytes(..., allocated=True)``:
 exact, as the figures are counted from the same layout, not approximated.
 """
@@ -17,7 +19,9 @@ import sys
 
 import pytest
 
-from tests.support.dry_run_worker import MODULE
+from hydra.utils import instantiate
+
+from tests.support.dry_run_worker import MODULE, llama_config
 from tests.support.helpers import REPO
 from tests.support.tp_modules import TPRegressor
 from trainer.estimate.dry_run import all_layouts
@@ -27,6 +31,8 @@ from trainer.estimate.plan import Setting
 from trainer.strategies.parallel_dims import ParallelDims
 
 LAYOUTS = {"tp2": (2, 1, 2), "fsdp2_tp2": (4, 2, 2)}  # name -> (world, dp_shard, tp)
+#: the modules each run fits in turn, and how the dry run builds each
+MODULES = {"tp_regressor": lambda: TPRegressor(**MODULE), "llama": lambda: instantiate(llama_config())}
 
 
 def _free_port():
@@ -37,7 +43,7 @@ def _free_port():
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def measured(request, tmp_path_factory):
-    """(name, [each rank's measurement]) of one real run."""
+    """(layout name, {module: [each rank's measurement]}) of one real run."""
     name = request.param
     world, dp_shard, tp = LAYOUTS[name]
     run_dir = tmp_path_factory.mktemp(name)
@@ -48,7 +54,8 @@ def measured(request, tmp_path_factory):
         capture_output=True, text=True, cwd=REPO, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return name, [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(world)]
+    return name, {module: [json.loads((run_dir / module / f"rank{r}.json").read_text()) for r in range(world)]
+                  for module in MODULES}
 
 
 def _dims(name):
@@ -59,11 +66,16 @@ def _dims(name):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
-    name, ranks = measured
-    layouts = all_layouts(lambda: TPRegressor(**MODULE), _dims(name))
-    assert len(layouts) == len(ranks)
-    for rank, (layout, real) in enumerate(zip(layouts, ranks)):
-        assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, rank)
+    name, runs = measured
+    for module, ranks in runs.items():
+        layouts = all_layouts(MODULES[module], _dims(name))
+        assert len(layouts) == len(ranks)
+        for rank, (layout, real) in enumerate(zip(layouts, ranks)):
+            assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, module, rank)
+            if name == "tp2":  # without FSDP each gradient has its own storage (FSDP's are views of one buffer)
+                assert {s.name: s.gradient_numel * s.element_size for s in layout.shards} == \
+                    {n: nbytes for n, (_, nbytes) in real["grads"].items()}, (name, module, rank)
+    ranks, layouts = runs["tp_regressor"], all_layouts(MODULES["tp_regressor"], _dims(name))
     # What makes the comparison worth it: TP splits the blocks; FSDP pads (storage beyond the pieces).
     up = {s.name: s for s in layouts[0].shards}["blocks.0.up.weight"]
     assert up.global_shape == (10, 6) and up.local_shape == ((5, 6) if name == "tp2" else (3, 6))
@@ -75,12 +87,13 @@ def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_estimators_nd_bytes_are_the_measured_ones(measured):
-    name, ranks = measured
-    mode = fake_mode()
-    module = build_fake(lambda: TPRegressor(**MODULE), mode)
-    shapes = model_shapes(module, mode)
-    setting = Setting(world=len(ranks), devices_per_node=len(ranks), strategy="nd")
-    row = nd_row("nd", lambda: TPRegressor(**MODULE), _dims(name), shapes, None, setting)
-    for rank, (estimated, real) in enumerate(zip(row.ranks, ranks)):
-        got = [estimated.parameters, estimated.gradients, estimated.optimizer]
-        assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, rank)
+    name, runs = measured
+    for module_name, ranks in runs.items():
+        mode = fake_mode()
+        module = build_fake(MODULES[module_name], mode)
+        shapes = model_shapes(module, mode)
+        setting = Setting(world=len(ranks), devices_per_node=len(ranks), strategy="nd")
+        row = nd_row("nd", MODULES[module_name], _dims(name), shapes, None, setting)
+        for rank, (estimated, real) in enumerate(zip(row.ranks, ranks)):
+            got = [estimated.parameters, estimated.gradients, estimated.optimizer]
+            assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, module_name, rank)
