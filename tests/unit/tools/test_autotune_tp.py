@@ -39,7 +39,7 @@ def test_degrees_are_checked_and_a_module_without_a_plan_gets_none(tmp_path):
     llama = job_for(["recipe=llama"], tmp_path).config.module
     assert cands.tensor_parallel_degrees(None, llama, 8) == [2]
     assert cands.tensor_parallel_degrees([], llama, 8) == []
-    with pytest.raises(AutotuneError, match=r"strategy.tp=4 must divide module.heads=4 and module.kv_heads=2.*allowed here: \[2\]"):
+    with pytest.raises(AutotuneError, match=r"strategy.tp=4 must divide module.heads=4, module.kv_heads=2.*allowed here: \[2\]"):
         cands.tensor_parallel_degrees([4], llama, 8)
     with pytest.raises(AutotuneError, match=r"3 does not divide trainer.devices=8"):
         cands.tensor_parallel_degrees([3], llama, 8)

@@ -128,7 +128,7 @@ def test_bad_layouts_are_one_line(make_llama):
     with pytest.raises(ValueError, match=r"multiply to 64, not to the world size 48") as error:
         dims_of({"pp": 4, "dp_shard": 4, "tp": 4}, 48)
     assert "\n" not in str(error.value)
-    with pytest.raises(ValueError, match=r"strategy.tp=4 must divide module.heads=4 and module.kv_heads=2"):
+    with pytest.raises(ValueError, match=r"strategy.tp=4 must divide module.heads=4, module.kv_heads=2"):
         rank_layout(lambda: instantiate(compose(["recipe=llama"]).module), DIMS, 0)  # the recipe's 2 kv heads
     with pytest.raises(ValueError, match=r"dry_run.rank=64 is not a rank of the 64-rank layout"):
         rank_layout(make_llama, DIMS, 64)
@@ -179,7 +179,7 @@ def test_another_rank_is_chosen_with_dry_run_rank(capsys):
 
 @pytest.mark.parametrize("overrides, message", [
     (["strategy.tp=8"], "the parallel degrees (pp 4 x dp_shard 4 x tp 8) multiply to 128, not to the world size 64"),
-    (["module.kv_heads=2"], "strategy.tp=4 must divide module.heads=4 and module.kv_heads=2"),
+    (["module.kv_heads=2"], "strategy.tp=4 must divide module.heads=4, module.kv_heads=2"),
     (["dry_run.rank=64"], "dry_run.rank=64 is not a rank of the 64-rank layout"),
     (["dry_run.rnak=1"], "dry_run.rnak"),
     (["strategy=fsdp"], "strategy=fsdp: the dry run lays out strategy=nd"),
