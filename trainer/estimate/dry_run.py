@@ -97,18 +97,22 @@ def fake_process_group(rank: int, world_size: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def build_on_meta(make_module: Callable[[], nn.Module]) -> nn.Module:
-    """``make_module()`` and its ``configure_model()`` on the meta device: shapes, no storage."""
+def build_on_meta(make_module: Callable[[], nn.Module], mesh: Any = None) -> nn.Module:
+    """``make_module()`` and its ``configure_model()`` on the meta device: shapes, no storage. The
+    module's ``device_mesh`` is ``mesh`` in ``configure_model``, as strategy=nd sets it."""
     with torch.device("meta"):
         module = make_module()
+        if mesh is not None:
+            module.__dict__["_device_mesh"] = mesh
         if hasattr(module, "configure_model"):
             module.configure_model()
     return module
 
 
 def check_plan(module: nn.Module, tp: int) -> dict[str, Any]:
-    """The module's expanded plan, checked for ``tp`` ranks (one-line ValueErrors); {} when tp is 1."""
-    if tp == 1:
+    """The module's expanded plan, checked for ``tp`` ranks (one-line ValueErrors); {} when tp is 1 or
+    when ``configure_model`` made DTensor parameters itself (Lightning's way: used as they are)."""
+    if tp == 1 or any(hasattr(p, "placements") for p in module.parameters()):
         return {}
     plan = module_plan(module)
     if plan is None:
@@ -152,11 +156,11 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
     if dims.cp > 1:
         raise ValueError(f"strategy.cp={dims.cp}: context parallel needs CUDA ring attention and is refused here; "
                          "set strategy.cp=1")
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import FSDPModule, fully_shard
 
     with fake_process_group(rank, dims.world_size):
         mesh, _ = dims.build_mesh("cpu")
-        module = build_on_meta(make_module)
+        module = build_on_meta(make_module, mesh)
         plan = check_plan(module, dims.tp)
         coordinates = dims.coordinates(rank)
         layout = RankLayout(rank, dims, coordinates, type(module).__name__, [])
@@ -190,10 +194,12 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
             for p in unit.parameters():
                 unit_of.setdefault(names[id(p)], index)
         apply_plan(module, {n: s for n, s in plan.items() if id(module.get_submodule(n)) in kept}, mesh["tp"])
-        if dims.dp > 1:
+        sharded = any(isinstance(m, FSDPModule) for m in module.modules())  # by configure_model itself
+        if dims.dp > 1 and not sharded:
             dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
             for unit in [*units, *roots]:
                 fully_shard(unit, mesh=dp_mesh)
+        if dims.dp > 1:
             layout.units, layout.fsdp_group = len(units) + len(roots), dims.dp_shard
         for name in held:
             p = module.get_parameter(name)

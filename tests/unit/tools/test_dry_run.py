@@ -237,3 +237,16 @@ def test_the_estimator_counts_a_configured_nd_layout_from_its_shards():
     # every rank the same here: 4 x 8 x ... rows split evenly; the printed parameters are the shards' storage
     assert len({sum(s.bytes for s in layout.shards) for layout in layouts}) == 1
     assert human(layouts[0].parameter_bytes) in configured.splitlines()[3]
+
+
+def test_a_configure_model_that_splits_and_shards_itself_is_laid_out_as_it_does_it():
+    # Lightning's way (self.device_mesh in configure_model): the same shards as the declared plan's.
+    from tests.support.nd_modules import LightningWayClassifier, TokenClassifier
+
+    dims = ParallelDims.resolve(4, dp_shard=2, tp=2)
+    for rank in range(4):
+        declared = rank_layout(lambda: TokenClassifier(), dims, rank)
+        own = rank_layout(lambda: LightningWayClassifier(shard=True), dims, rank)
+        assert [(s.name, s.local_shape, s.storage_numel) for s in own.shards] == \
+            [(s.name, s.local_shape, s.storage_numel) for s in declared.shards], rank
+        assert any(s.local_shape != s.global_shape for s in own.shards)
