@@ -77,6 +77,9 @@ def describe(job: Job, batch: cands.GlobalBatch, candidates: list[cands.Candidat
     if cands.TENSOR_PARALLEL in s.strategies and not any(c.tp > 1 for c in candidates):
         tp_note = (f"; no tensor-parallel (nd) candidates: the module declares no tensor_parallel_plan() or accepts "
                    f"no degree dividing {batch.world}")
+    elif any(c.tp > 1 for c in candidates):
+        tp_note = (f"; an nd_tp<T> candidate's T ranks share their samples: {batch.world} / T data-parallel ranks, "
+                   "T times the accumulation")
     return (f"autotune: {len(candidates)} candidates, budget {s.budget_s:g} s, {s.warmup_steps} warm-up + {s.steps} "
             f"measured steps each; every candidate trains the same global batch of {batch.describe()}. Trials run "
             f"without checkpoints, callbacks, validation (one batch at the end) and loggers but jsonl; your settings of "

@@ -33,6 +33,7 @@ def test_llama_on_4_ranks_gets_the_tp_degrees_its_kv_heads_allow(tmp_path):
     assert tp2.overrides() == ["strategy=nd", "strategy.tp=2", "strategy.dp_shard=-1", "data.batch_size=16",
                                "trainer.accumulate_grad_batches=2", "trainer.activation_checkpointing=false"]
     assert "no tensor-parallel" not in describe(job, batch, candidates)
+    assert "nd_tp<T> candidate's T ranks share their samples: 4 / T data-parallel ranks" in describe(job, batch, candidates)
 
 
 def test_degrees_are_checked_and_a_module_without_a_plan_gets_none(tmp_path):
