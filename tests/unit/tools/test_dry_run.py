@@ -250,3 +250,16 @@ def test_a_configure_model_that_splits_and_shards_itself_is_laid_out_as_it_does_
         assert [(s.name, s.local_shape, s.storage_numel) for s in own.shards] == \
             [(s.name, s.local_shape, s.storage_numel) for s in declared.shards], rank
         assert any(s.local_shape != s.global_shape for s in own.shards)
+
+
+def test_hsdp_replicas_hold_what_one_replicas_shards_hold():
+    make = lambda: TPRegressor(width=6, hidden=10, depth=2)  # noqa: E731
+    hsdp = ParallelDims.resolve(8, dp_replicate=2, dp_shard=2, tp=2)
+    flat = ParallelDims.resolve(4, dp_shard=2, tp=2)
+    for rank in (1, 5):  # dp_replicate 0 and 1, dp_shard 0, tp 1
+        layout = rank_layout(make, hsdp, rank)
+        one = rank_layout(make, flat, 1)
+        assert [(s.name, s.local_shape, s.storage_numel) for s in layout.shards] == \
+            [(s.name, s.local_shape, s.storage_numel) for s in one.shards]
+        up = {s.name: s for s in layout.shards}["blocks.0.up.weight"]
+        assert up.placements.startswith("dp_replicate: R, dp_shard: ") and up.placements.endswith("tp: S(0)")
