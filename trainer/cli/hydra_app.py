@@ -219,6 +219,7 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
     try:
         built = build(config, run_dir)
         built[0]._check_environment(detect_environment())
+        built[0].strategy.check_module(built[1])  # (nd: the tensor-parallel degree and plan), in one line here
     except Exception as exc:  # reported below, after every rank said how it went
         error = exc
     outcomes = distributed.all_gather_object(None if error is None else f"{type(error).__name__}: {error}")

@@ -62,6 +62,14 @@ def _has_dtensors(module: nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in module.parameters())
 
 
+def _builds_in_configure_model(module: nn.Module) -> bool:
+    """Whether ``module`` has a ``configure_model`` of its own (where it may split itself, Lightning's way)."""
+    from trainer.api.module import TrainModule
+
+    own = getattr(type(module), "configure_model", None)
+    return own is not None and own is not getattr(TrainModule, "configure_model", None)
+
+
 class NDStrategy(FSDPStrategy):
     """Tensor parallel x FSDP / HSDP on one device mesh (see the module docstring).
 
@@ -165,7 +173,15 @@ class NDStrategy(FSDPStrategy):
         check = getattr(module, "check_tensor_parallel", None)
         if callable(check):
             check(tp)
+        if module_plan(module) is None and not _builds_in_configure_model(module):
+            # Nothing could split it: no plan, and no configure_model of its own to apply one.
+            raise self._no_plan(module)
         check_plan_before_launch(module)
+
+    def _no_plan(self, module: nn.Module) -> ValueError:
+        return ValueError(f"strategy.tp={self.dims.tp} but {type(module).__name__} declares no tensor_parallel_plan() "
+                          "and its configure_model made no DTensor parameters; declare a plan (TrainModule."
+                          "tensor_parallel_plan), or set strategy.tp=1")
 
     # ----- building ------------------------------------------------------------------------------------
     def before_configure_model(self, module: nn.Module) -> None:
@@ -182,9 +198,7 @@ class NDStrategy(FSDPStrategy):
             return
         plan = module_plan(module)
         if plan is None:
-            raise ValueError(f"strategy.tp={self.dims.tp} but {type(module).__name__} declares no "
-                             "tensor_parallel_plan() and its configure_model made no DTensor parameters; declare a "
-                             "plan, or set strategy.tp=1")
+            raise self._no_plan(module)
         expanded = expand_plan(module, plan)
         if has_meta_tensors(module):
             self._pending = expanded

@@ -25,7 +25,6 @@ pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)
 STEPS = 15
 GLOBAL_BATCH = 8
-BF16_TOL = dict(rtol=5e-2, atol=5e-2)  # measured: see test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process
 
 
 def nd(devices, **degrees):
@@ -85,6 +84,20 @@ def test_accumulation_fsdp2_x_tp2_equals_one_process(one_process, tmp_path):
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=4, batch_size=2, accumulate_grad_batches=2,
                  max_steps=STEPS)
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+
+
+def test_accumulation_reduce_scatters_once_per_optimizer_step(tmp_path):
+    # FSDP's gradient reduce-scatters in a window of one optimizer step: as many with 4 micro-batches as with
+    # 1 (no sync but on the last). The "mlp" plan: tensor parallel itself then only all-reduces.
+    counts = {}
+    for accumulate in (1, 4):
+        run_dir = tmp_path / str(accumulate)
+        fit(run_dir, TokenClassifier(plan="mlp"), strategy=NDStrategy(dp_shard=2, tp=2), devices=4,
+            batch_size=4 // accumulate, accumulate_grad_batches=accumulate, max_steps=3, log_every_n_steps=100,
+            profile={"comms_steps": [3, 3]})
+        with open(run_dir / "comms" / "rank0.json") as f:
+            counts[accumulate] = json.load(f)["kinds"]["reduce_scatter"]["count"]
+    assert counts[1] == counts[4] > 0, counts
 
 
 def test_partial_plan_with_replicated_layers_equals_one_process(one_process, tmp_path):
@@ -186,22 +199,31 @@ def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_
 
 
 def test_bf16_mixed_fsdp2_x_tp2_runs_near_one_process(tmp_path):
-    # bf16 autocast (and FSDP's bf16 gathers) round differently on 4 ranks than on one process. Measured
-    # on this machine: the losses agree within rtol ... over 15 steps.
+    # bf16 autocast (and FSDP's bf16 gathers) round differently on 4 ranks than in one process. Measured on
+    # this machine (2026-11-25): losses within 1.7e-3 (relative), parameters within 0.022 (absolute) after
+    # 15 AdamW steps; the bounds below leave about 3x and 2x of margin.
     strategy, batch_size = nd(4, dp_shard=2, tp=2)
-    result = fit(tmp_path / "nd", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
-                 max_steps=STEPS, precision="bf16-mixed")
-    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
-                    max_steps=STEPS, precision="bf16-mixed")
-    assert_same_training(result, reference, steps=STEPS, tol=BF16_TOL)
-    assert result[0][-1] < 0.8 * result[0][0]
+    losses, params = fit(tmp_path / "nd", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
+                         max_steps=STEPS, precision="bf16-mixed")
+    reference_losses, reference_params = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1,
+                                             batch_size=GLOBAL_BATCH, max_steps=STEPS, precision="bf16-mixed")
+    assert len(losses) == len(reference_losses) == STEPS
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference_losses), rtol=5e-3, atol=0)
+    assert params.keys() == reference_params.keys()
+    for name in params:
+        torch.testing.assert_close(params[name], reference_params[name], rtol=0, atol=0.05, msg=name)
+    assert losses[-1] < 0.8 * losses[0]
 
 
-def test_bad_degrees_on_the_command_line_are_one_line(tmp_path):
-    result = run_command(TRAIN + FAST + ["strategy=nd", "trainer.devices=4", "strategy.tp=3",
-                                         f"hydra.run.dir={tmp_path}"])
+@pytest.mark.parametrize("arguments, texts", [
+    (["trainer.devices=4", "strategy.tp=3"], ["tp 3", "[1, 2, 4]"]),
+    # (the mlp recipe declares no plan and builds nothing in configure_model)
+    (["trainer.devices=2", "strategy.tp=2"], ["strategy.tp=2 but MLPClassifier declares no tensor_parallel_plan()"]),
+])
+def test_bad_layout_on_the_command_line_is_one_line(tmp_path, arguments, texts):
+    result = run_command(TRAIN + FAST + ["strategy=nd", *arguments, f"hydra.run.dir={tmp_path}"])
     assert result.returncode != 0, result.describe()
     assert "Traceback" not in result.output, result.describe()
     lines = result.stderr.rstrip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.describe()
-    assert "tp 3" in lines[0] and "[1, 2, 4]" in lines[0], lines[0]
+    assert all(text in lines[0] for text in texts), lines[0]

@@ -59,3 +59,18 @@ def test_a_plan_is_checked_on_layers_built_in_init():
 def test_a_good_plan_passes():
     check_plan_before_launch(TokenClassifier())
     check_plan_before_launch(TokenClassifier(plan="none"))
+
+
+def test_sync_batchnorm_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"trainer.sync_batchnorm=true is not supported with strategy=nd: ") as error:
+        new_trainer(tmp_path, strategy=NDStrategy(tp=2), devices=2, sync_batchnorm=True)
+    _one_line(error)
+
+
+def test_no_plan_and_no_configure_model_to_split_it(tmp_path):
+    from tests.support.helpers import Regressor
+
+    trainer = new_trainer(tmp_path, strategy=NDStrategy(tp=2), devices=2)
+    with pytest.raises(ValueError, match=r"strategy.tp=2 but Regressor declares no tensor_parallel_plan\(\)") as error:
+        trainer.fit(Regressor())
+    _one_line(error)
