@@ -143,6 +143,28 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
+def _this_stage(module: nn.Module, dims: ParallelDims, layout: RankLayout, partition: Any,
+                virtual_stages: int) -> tuple[list[nn.Module], list[nn.Module], set[int]]:
+    """This rank's pipeline stages, cut as the pipeline cuts them (``partition_layers``): the FSDP
+    units (each layer; a wrapper the module does not register: its children), the stage roots, and
+    the ids of the modules they hold. Records the stages on ``layout``."""
+    layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
+    if not layers:
+        raise ValueError(f"strategy.pp={dims.pp}: {type(module).__name__}.pipeline_layers() returns no layers; "
+                         "a pipeline needs the model's layers in order (TrainModule.pipeline_layers)")
+    parts = dims.pp * virtual_stages
+    bounds = partition_layers([sum(p.numel() for p in layer.parameters()) for layer in layers], parts, partition)
+    check_layers_cover_parameters(module, layers, bounds)
+    layout.stages = [layout.coordinates["pp"] + k * dims.pp for k in range(virtual_stages)]
+    layout.stage_layers = [(bounds[s], bounds[s + 1] - 1) for s in layout.stages]
+    layout.layer_count = len(layers)
+    mine = [layer for s in layout.stages for layer in layers[bounds[s]:bounds[s + 1]]]
+    registered = {id(m) for m in module.modules()}
+    units = [u for layer in mine for u in ([layer] if id(layer) in registered else layer.children())]
+    roots: list[nn.Module] = [Stage(layers[bounds[s]:bounds[s + 1]]) for s in layout.stages]
+    return units, roots, {id(m) for layer in mine for m in layer.modules()}
+
+
 def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: int, *, wrap: Any = "auto",
                 min_num_params: int | None = None, partition: Any = "parameters", virtual_stages: int = 1) -> RankLayout:
     """Rank ``rank`` of the ``dims`` layout of the module ``make_module()`` builds (see the module docstring).
@@ -164,24 +186,8 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
         plan = check_plan(module, dims.tp)
         coordinates = dims.coordinates(rank)
         layout = RankLayout(rank, dims, coordinates, type(module).__name__, [])
-        module_names = {id(m): n for n, m in module.named_modules()}
         if dims.pp > 1:
-            layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
-            if not layers:
-                raise ValueError(f"strategy.pp={dims.pp}: {type(module).__name__}.pipeline_layers() returns no layers; "
-                                 "a pipeline needs the model's layers in order (TrainModule.pipeline_layers)")
-            parts = dims.pp * virtual_stages
-            bounds = partition_layers([sum(p.numel() for p in layer.parameters()) for layer in layers], parts, partition)
-            check_layers_cover_parameters(module, layers, bounds)
-            layout.stages = [coordinates["pp"] + k * dims.pp for k in range(virtual_stages)]
-            layout.stage_layers = [(bounds[s], bounds[s + 1] - 1) for s in layout.stages]
-            layout.layer_count = len(layers)
-            mine = [layer for s in layout.stages for layer in layers[bounds[s]:bounds[s + 1]]]
-            # As the pipeline shards a stage: each layer a unit (a wrapper the module does not register:
-            # its children), then the stage itself.
-            units = [u for layer in mine for u in ([layer] if id(layer) in module_names else layer.children())]
-            roots: list[nn.Module] = [Stage(layers[bounds[s]:bounds[s + 1]]) for s in layout.stages]
-            kept = {id(m) for layer in mine for m in layer.modules()}
+            units, roots, kept = _this_stage(module, dims, layout, partition, virtual_stages)
         else:
             declared = module.block_classes() if hasattr(module, "block_classes") else ()
             units = select_units(module, wrap, declared, min_num_params)
