@@ -106,6 +106,14 @@ def dry_run(cfg: Any) -> str:
         raise ValueError(f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r}: the dry run needs whole numbers "
                          "of processes (the world it lays out)")
     dims = dims_of(node, devices * nodes)
+    try:  # the layout is laid out either way; a strategy that cannot train it yet says so in the printout
+        instantiate(cfg.strategy)
+        refusal = None
+    except Exception as error:  # Hydra wraps the strategy's ValueError: its one line is the cause's
+        cause = error.__cause__ if isinstance(error.__cause__, ValueError) else None
+        if cause is None and not isinstance(error, ValueError):
+            raise
+        refusal = str(cause or error)
     rank = options["rank"]
     make_module = partial(instantiate, cfg.module)
     layout = rank_layout(make_module, dims, rank, **layout_options(node))
@@ -143,6 +151,7 @@ def dry_run(cfg: Any) -> str:
         f"dry run of {layout.module_name} on {dims.describe()}: torch's fake process group and the meta device, "
         f"nothing allocated ({built_s:.1f} s)",
         describe_rank(layout),
+        *([f"note: training this layout is refused today: {refusal}"] if refusal else []),
         "",
         shard_table(layout, element),
         "",
