@@ -263,3 +263,22 @@ def test_hsdp_replicas_hold_what_one_replicas_shards_hold():
             [(s.name, s.local_shape, s.storage_numel) for s in one.shards]
         up = {s.name: s for s in layout.shards}["blocks.0.up.weight"]
         assert up.placements.startswith("dp_replicate: R, dp_shard: ") and up.placements.endswith("tp: S(0)")
+
+
+def test_nd_without_tp_counts_what_the_fsdp_formulas_count():
+    # Two methods, one answer: the shards of strategy=nd with tp 1 (FSDP2 over dp_shard) against
+    # trainer/estimate/formulas.py's fsdp full, on a module whose sizes pad (13 rows over 2 and 4).
+    from tests.support.estimate_worker import MeasuredRegressor
+    from trainer.estimate.model import build_fake, fake_mode, model_shapes
+    from trainer.estimate.nd_plan import nd_row
+    from trainer.estimate.plan import Setting, configured_row
+
+    make = lambda: MeasuredRegressor(width=13, depth=3)  # noqa: E731
+    mode = fake_mode()
+    module = build_fake(make, mode)
+    shapes = model_shapes(module, mode)
+    for world in (2, 4):
+        setting = Setting(world=world, devices_per_node=world, strategy="fsdp", options={"sharding": "full"})
+        fsdp = configured_row(module, shapes, None, setting).ranks
+        nd = nd_row("nd", make, ParallelDims.resolve(world, dp_shard=world), shapes, None, setting).ranks
+        assert nd == fsdp, world
