@@ -1,9 +1,10 @@
-"""Every rank of ``torchrun --nproc_per_node N tests/support/dry_run_worker.py RUN_DIR DP_SHARD TP``: a real
-run of ``TPRegressor`` (a module of one's own with its plan), then of the llama recipe (its plan: sequence
-parallel, loss parallel), under ``strategy=nd`` (dp_shard x tp) on gloo, each measured after its first
-optimizer step (gradients and optimizer state held), for tests/multiprocess/tools/test_dry_run_measured.py.
+"""Every rank of ``torchrun --nproc_per_node N tests/support/dry_run_worker.py RUN_DIR LAYOUT``: real runs
+on gloo of ``TPRegressor`` (a module of one's own with its plan) and of the llama recipe (its plan:
+sequence parallel, loss parallel) under ``strategy=nd`` (tp 2; dp_shard 2 x tp 2), and on 4 ranks of the
+llama recipe under ``strategy=pipeline`` with 2 stages x tp 2, each measured after its first optimizer
+step (gradients and optimizer state held), for tests/multiprocess/tools/test_dry_run_measured.py.
 
-Writes ``RUN_DIR/<tp_regressor|llama>/rank<r>.json``: each parameter's local storage bytes (what the rank allocates for it:
+Writes ``RUN_DIR/<run>/rank<r>.json``: each parameter's local storage bytes (what the rank allocates for it:
 FSDP's padded shard, a TP piece) and ``training_state_bytes(..., allocated=True)``.
 """
 
@@ -57,23 +58,33 @@ def llama_config():
     return compose(["recipe=llama"]).module
 
 
-def main(run_dir: str, dp_shard: int, tp: int) -> None:
+#: layout name -> (world, [(run name, module, strategy name, strategy options)]): what each launch fits
+LAYOUTS = {
+    "tp2": (2, [("tp_regressor", "tp_regressor", "nd", {"dp_shard": 1, "tp": 2}),
+                ("llama", "llama", "nd", {"dp_shard": 1, "tp": 2})]),
+    "fsdp2_tp2": (4, [("tp_regressor", "tp_regressor", "nd", {"dp_shard": 2, "tp": 2}),
+                      ("llama", "llama", "nd", {"dp_shard": 2, "tp": 2}),
+                      ("llama_pp2_tp2", "llama", "pipeline", {"stages": 2, "tp": 2})]),
+}
+
+
+def main(run_dir: str, layout: str) -> None:
+    from hydra.utils import instantiate
+
     from trainer.runtime import distributed
     from trainer.runtime.launch import detect_environment
     from trainer.strategies import resolve_strategy
 
     distributed.init_process_group(detect_environment(), "gloo", timedelta(seconds=120))
-    world = dp_shard * tp
-    from hydra.utils import instantiate
-
+    world, runs = LAYOUTS[layout]
     modules = {"tp_regressor": lambda: MeasuredTP(**MODULE),
                "llama": lambda: instantiate(llama_config(), _target_=f"{__name__}.MeasuredLlama")}
-    for name, make in modules.items():
-        new_trainer(os.path.join(run_dir, name), strategy=resolve_strategy("nd", dp_shard=dp_shard, tp=tp),
-                    devices=world, batch_size=4, max_steps=1, loggers=[], checkpoint=None, limit_val_batches=1,
-                    num_sanity_val_steps=0).fit(make())  # least validation: the training state is measured
+    for name, module, strategy, options in runs:
+        new_trainer(os.path.join(run_dir, name), strategy=resolve_strategy(strategy, **options), devices=world,
+                    batch_size=4, max_steps=1, loggers=[], checkpoint=None, limit_val_batches=1,
+                    num_sanity_val_steps=0).fit(modules[module]())  # least validation: the training state is measured
     distributed.destroy_process_group(True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2])

@@ -26,6 +26,7 @@ from torch import nn
 
 from trainer.strategies.parallel_dims import ParallelDims
 from trainer.strategies.pipeline_partition import Stage, check_layers_cover_parameters, partition_layers
+from trainer.strategies.pipeline_tp import parallelize_unit, stage_plans
 from trainer.strategies.tensor_parallel import apply_plan, expand_plan, module_plan
 from trainer.strategies.wrap_policy import select_units
 
@@ -144,10 +145,10 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _this_stage(module: nn.Module, dims: ParallelDims, layout: RankLayout, partition: Any,
-                virtual_stages: int) -> tuple[list[nn.Module], list[nn.Module], set[int]]:
-    """This rank's pipeline stages, cut as the pipeline cuts them (``partition_layers``): the FSDP
-    units (each layer; a wrapper the module does not register: its children), the stage roots, and
-    the ids of the modules they hold. Records the stages on ``layout``."""
+                virtual_stages: int, tp_mesh: Any) -> tuple[list[nn.Module], list[nn.Module]]:
+    """This rank's pipeline stages, cut and split as the pipeline does it (``partition_layers``, then
+    pipeline_tp.py's plan per unit): the units (each layer; a wrapper the module does not register:
+    its children), split over ``tp_mesh``, and the stage roots. Records the stages on ``layout``."""
     layers = module.pipeline_layers() if hasattr(module, "pipeline_layers") else None
     if not layers:
         raise ValueError(f"strategy.pp={dims.pp}: {type(module).__name__}.pipeline_layers() returns no layers; "
@@ -161,8 +162,11 @@ def _this_stage(module: nn.Module, dims: ParallelDims, layout: RankLayout, parti
     mine = [layer for s in layout.stages for layer in layers[bounds[s]:bounds[s + 1]]]
     registered = {id(m) for m in module.modules()}
     units = [u for layer in mine for u in ([layer] if id(layer) in registered else layer.children())]
-    roots: list[nn.Module] = [Stage(layers[bounds[s]:bounds[s + 1]]) for s in layout.stages]
-    return units, roots, {id(m) for layer in mine for m in layer.modules()}
+    if dims.tp > 1 and not any(hasattr(p, "placements") for p in module.parameters()):
+        plans = stage_plans(module, dims.tp, layers, mine, units)
+        for unit in units:
+            parallelize_unit(unit, plans[id(unit)], tp_mesh)
+    return units, [Stage(layers[bounds[s]:bounds[s + 1]]) for s in layout.stages]
 
 
 def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: int, *, wrap: Any = "auto",
@@ -186,20 +190,21 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
         plan = check_plan(module, dims.tp)
         coordinates = dims.coordinates(rank)
         layout = RankLayout(rank, dims, coordinates, type(module).__name__, [])
-        if dims.pp > 1:
-            units, roots, kept = _this_stage(module, dims, layout, partition, virtual_stages)
+        if dims.pp > 1:  # the plan applied per unit of this rank's stages
+            units, roots = _this_stage(module, dims, layout, partition, virtual_stages, mesh["tp"])
         else:
             declared = module.block_classes() if hasattr(module, "block_classes") else ()
             units = select_units(module, wrap, declared, min_num_params)
             roots = [module]
-            kept = {id(m) for m in module.modules()}
+        # The parameters are read back by name: tensor parallel and FSDP swap the parameter objects.
         names = {id(p): n for n, p in module.named_parameters()}
         held = [names[id(p)] for root in roots for p in root.parameters()]
         unit_of: dict[str, int] = {}
         for index, unit in enumerate([*units, *roots]):  # children first: a parameter's unit is its innermost one
             for p in unit.parameters():
                 unit_of.setdefault(names[id(p)], index)
-        apply_plan(module, {n: s for n, s in plan.items() if id(module.get_submodule(n)) in kept}, mesh["tp"])
+        if dims.pp == 1:  # (with pp > 1 the plan was applied per unit of this rank's stages)
+            apply_plan(module, plan, mesh["tp"])
         sharded = any(isinstance(m, FSDPModule) for m in module.modules())  # by configure_model itself
         if dims.dp > 1 and not sharded:
             dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]

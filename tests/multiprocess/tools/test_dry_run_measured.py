@@ -2,7 +2,8 @@
 
 A real run (``strategy=nd`` through the Trainer) of a small module with its own TP plan
 (tests/support/tp_modules.py, uneven sizes: FSDP pads, torch.chunk leaves short pieces) and of the
-llama recipe (its own plan) on gloo, tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks),
+llama recipe (its own plan) on gloo, tp 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks), and of the
+llama recipe under ``strategy=pipeline`` with 2 stages x tp 2 (4 ranks: each keeps its stage),
 measured after its first optimizer step (tests/support/dry_run_worker.py). The dry run's shards of
 every rank equal the real ones' storage bytes, parameter by parameter (and, under TP alone, each
 gradient's: the llama embedding's is whole on every tp rank, torch's Replicate gradient for a
@@ -21,7 +22,7 @@ import pytest
 
 from hydra.utils import instantiate
 
-from tests.support.dry_run_worker import MODULE, llama_config
+from tests.support.dry_run_worker import LAYOUTS, MODULE, llama_config
 from tests.support.helpers import REPO
 from tests.support.tp_modules import TPRegressor
 from trainer.estimate.dry_run import all_layouts
@@ -30,8 +31,7 @@ from trainer.estimate.nd_plan import nd_row
 from trainer.estimate.plan import Setting
 from trainer.strategies.parallel_dims import ParallelDims
 
-LAYOUTS = {"tp2": (2, 1, 2), "fsdp2_tp2": (4, 2, 2)}  # name -> (world, dp_shard, tp)
-#: the modules each run fits in turn, and how the dry run builds each
+#: how the dry run builds each module the runs fit
 MODULES = {"tp_regressor": lambda: TPRegressor(**MODULE), "llama": lambda: instantiate(llama_config())}
 
 
@@ -45,37 +45,44 @@ def _free_port():
 def measured(request, tmp_path_factory):
     """(layout name, {module: [each rank's measurement]}) of one real run."""
     name = request.param
-    world, dp_shard, tp = LAYOUTS[name]
+    world, runs = LAYOUTS[name]
     run_dir = tmp_path_factory.mktemp(name)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
          "--master_port", str(_free_port()), os.path.join(REPO, "tests", "support", "dry_run_worker.py"),
-         str(run_dir), str(dp_shard), str(tp)],
+         str(run_dir), name],
         capture_output=True, text=True, cwd=REPO, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return name, {module: [json.loads((run_dir / module / f"rank{r}.json").read_text()) for r in range(world)]
-                  for module in MODULES}
+    return name, {run: [json.loads((run_dir / run / f"rank{r}.json").read_text()) for r in range(world)]
+                  for run, *_ in runs}
 
 
-def _dims(name):
-    world, dp_shard, tp = LAYOUTS[name]
-    return ParallelDims.resolve(world, dp_shard=dp_shard, tp=tp)
+def _run(layout, run):
+    """(the module's builder, the run's degrees) of one run of a launch."""
+    world, runs = LAYOUTS[layout]
+    module, strategy, options = next(rest for name, *rest in runs if name == run)
+    if strategy == "pipeline":  # stages x tp, no data parallelism here
+        dims = ParallelDims.resolve(world, pp=options["stages"], tp=options["tp"])
+    else:
+        dims = ParallelDims.resolve(world, **options)
+    return MODULES[module], dims
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
     name, runs = measured
-    for module, ranks in runs.items():
-        layouts = all_layouts(MODULES[module], _dims(name))
+    for run, ranks in runs.items():
+        make, dims = _run(name, run)
+        layouts = all_layouts(make, dims)
         assert len(layouts) == len(ranks)
         for rank, (layout, real) in enumerate(zip(layouts, ranks)):
-            assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, module, rank)
-            if name == "tp2":  # without FSDP each gradient has its own storage (FSDP's are views of one buffer)
+            assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, run, rank)
+            if dims.dp == 1:  # without FSDP each gradient has its own storage (FSDP's are views of one buffer)
                 assert {s.name: s.gradient_numel * s.element_size for s in layout.shards} == \
-                    {n: nbytes for n, (_, nbytes) in real["grads"].items()}, (name, module, rank)
-    ranks, layouts = runs["tp_regressor"], all_layouts(MODULES["tp_regressor"], _dims(name))
+                    {n: nbytes for n, (_, nbytes) in real["grads"].items()}, (name, run, rank)
+    ranks, layouts = runs["tp_regressor"], all_layouts(*_run(name, "tp_regressor"))
     # What makes the comparison worth it: TP splits the blocks; FSDP pads (storage beyond the pieces).
     up = {s.name: s for s in layouts[0].shards}["blocks.0.up.weight"]
     assert up.global_shape == (10, 6) and up.local_shape == ((5, 6) if name == "tp2" else (3, 6))
@@ -88,12 +95,13 @@ def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
 @pytest.mark.timeout(300)
 def test_the_estimators_nd_bytes_are_the_measured_ones(measured):
     name, runs = measured
-    for module_name, ranks in runs.items():
+    for run, ranks in runs.items():
+        make, dims = _run(name, run)
         mode = fake_mode()
-        module = build_fake(MODULES[module_name], mode)
+        module = build_fake(make, mode)
         shapes = model_shapes(module, mode)
         setting = Setting(world=len(ranks), devices_per_node=len(ranks), strategy="nd")
-        row = nd_row("nd", MODULES[module_name], _dims(name), shapes, None, setting)
+        row = nd_row("nd", make, dims, shapes, None, setting)
         for rank, (estimated, real) in enumerate(zip(row.ranks, ranks)):
             got = [estimated.parameters, estimated.gradients, estimated.optimizer]
-            assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, module_name, rank)
+            assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, run, rank)
