@@ -32,7 +32,7 @@ def estimate_config(cfg: Any) -> str:
     from trainer.cli.hydra_app import check_config_keys, merge_precision
     from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
-    from trainer.estimate.nd_plan import comparison_rows, dims_of, nd_row
+    from trainer.estimate.nd_plan import comparison_rows, layout_of, nd_row
     from trainer.estimate.table import comparison_table, configured_table, human
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -53,8 +53,9 @@ def estimate_config(cfg: Any) -> str:
     strategy_node.pop("accelerator", None)
     devices, nodes = int(cfg.trainer.devices), int(cfg.trainer.num_nodes)
     world = devices * nodes  # the comparison's world; the configured single row is one device anyway
-    dims = dims_of(strategy_node, world) if strategy_name == "nd" else None  # bad degrees: one line, first
-    data_parallel = dims.dp if dims else world  # tensor-parallel ranks of one replica share its samples
+    # strategy=nd and pipeline x tp: each rank's layout from the dry run (bad degrees: one line, first)
+    nd_layout = layout_of(strategy_name, strategy_node, world)
+    data_parallel = nd_layout[0].dp if nd_layout else world  # tp ranks (and pipeline stages) share their samples
     batch_size = cfg.data.get("batch_size") or 32  # unset: the trainer's default micro-batch (conf/config.yaml)
     accumulate = int(cfg.trainer.accumulate_grad_batches)
     if cfg.data.get("global_batch_size"):  # then accumulation = global / (micro-batch x data-parallel ranks)
@@ -85,13 +86,15 @@ def estimate_config(cfg: Any) -> str:
                     + (f"\n  with the weights gathered in {precision.compute_dtype} (FSDP): {human(gathered.total)} plain, "
                        f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
     make_module = partial(instantiate, cfg.module)  # the dry run builds its own, on the meta device
-    if strategy_name == "nd":
-        configured = nd_row("nd", make_module, dims, shapes, acts, setting, strategy_node, gathered=gathered)
+    if nd_layout:
+        dims, layout = nd_layout
+        configured = nd_row(strategy_name, make_module, dims, shapes, acts, setting, strategy_node, gathered=gathered,
+                            layout=layout)
     else:
         configured = configured_row(module, shapes, acts, setting, gathered)
     rows = strategy_rows(module, shapes, acts, setting, gathered)
     rows += comparison_rows(module, make_module, shapes, acts, setting, gathered)
-    label = "pp rank" if strategy_name == "pipeline" else "rank"
+    label = "pp rank" if strategy_name == "pipeline" and not nd_layout else "rank"  # nd rows: every rank
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "
         f"{world} rank(s) ({devices} per node x {nodes} node(s)); micro-batch {batch_size} x {accumulate} accumulated; "

@@ -170,12 +170,15 @@ def _this_stage(module: nn.Module, dims: ParallelDims, layout: RankLayout, parti
 
 
 def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: int, *, wrap: Any = "auto",
-                min_num_params: int | None = None, partition: Any = "parameters", virtual_stages: int = 1) -> RankLayout:
+                min_num_params: int | None = None, partition: Any = "parameters", virtual_stages: int = 1,
+                data_parallel: str = "fsdp") -> RankLayout:
     """Rank ``rank`` of the ``dims`` layout of the module ``make_module()`` builds (see the module docstring).
 
     ``wrap`` / ``min_num_params``: FSDP's units (``strategy.wrap``), as the strategy selects them
     (pp = 1); with pp > 1 each pipeline layer is a unit, as the pipeline shards its stages.
-    ``partition`` / ``virtual_stages``: the pipeline's cut (``strategy.partition``) and stages per rank."""
+    ``partition`` / ``virtual_stages``: the pipeline's cut (``strategy.partition``) and stages per rank.
+    ``data_parallel``: fsdp (``fully_shard`` over the data-parallel dims, strategy=nd's way, and the
+    pipeline's ``data_parallel=fsdp``) or ddp (replicas hold whole copies: the pipeline's default)."""
     if not 0 <= rank < dims.world_size:
         raise ValueError(f"dry_run.rank={rank} is not a rank of the {dims.world_size}-rank layout ({dims.describe()}); "
                          f"choose 0..{dims.world_size - 1}")
@@ -205,24 +208,24 @@ def rank_layout(make_module: Callable[[], nn.Module], dims: ParallelDims, rank: 
                 unit_of.setdefault(names[id(p)], index)
         if dims.pp == 1:  # (with pp > 1 the plan was applied per unit of this rank's stages)
             apply_plan(module, plan, mesh["tp"])
-        sharded = any(isinstance(m, FSDPModule) for m in module.modules())  # by configure_model itself
-        if dims.dp > 1 and not sharded:
+        fsdp = dims.dp > 1 and data_parallel == "fsdp"
+        if fsdp and not any(isinstance(m, FSDPModule) for m in module.modules()):  # (else: configure_model did)
             dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
             for unit in [*units, *roots]:
                 fully_shard(unit, mesh=dp_mesh)
-        if dims.dp > 1:
+        if fsdp:
             layout.units, layout.fsdp_group = len(units) + len(roots), dims.dp_shard
         for name in held:
             p = module.get_parameter(name)
             local = _local(p)
             # FSDP's local shard is a view of its own padded storage; a plain or TP-only tensor is its storage.
-            storage = local.untyped_storage().nbytes() // local.element_size() if dims.dp > 1 else local.numel()
+            storage = local.untyped_storage().nbytes() // local.element_size() if fsdp else local.numel()
             owner = module.get_submodule(name.rpartition(".")[0])
             # Measured (torch 2.13): the backward of an embedding split by rows over tp gives a Replicate
             # gradient, the whole table on every tp rank. Under FSDP the reduce-scatter output holds it.
-            whole_grad = dims.dp == 1 and isinstance(owner, nn.Embedding) and _tp_placement(p) == "S(0)"
+            whole_grad = not fsdp and isinstance(owner, nn.Embedding) and _tp_placement(p) == "S(0)"
             layout.shards.append(Shard(name, tuple(p.shape), tuple(local.shape), storage, local.element_size(),
-                                       p.requires_grad, unit_of[name] if dims.dp > 1 else 0, _placements(p),
+                                       p.requires_grad, unit_of[name] if fsdp else 0, _placements(p),
                                        p.numel() if whole_grad else -1))
     return layout
 

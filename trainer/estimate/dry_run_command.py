@@ -1,10 +1,11 @@
-"""``trainer dry-run [train.py's overrides] [dry_run.rank=R]``: check a strategy=nd layout before renting it.
+"""``trainer dry-run [train.py's overrides] [dry_run.rank=R]``: check an N-D layout before renting it.
 
     trainer dry-run recipe=llama strategy=nd strategy.pp=4 strategy.dp_shard=4 strategy.tp=4 trainer.devices=64
 
 Composes the config as ``train.py`` does (conf/dry_run.yaml = conf/config.yaml + the ``dry_run``
-block) and checks it with train.py's checks; resolves the degrees (ParallelDims: one line when they
-do not fit the world); then, in this one CPU process, lays out rank ``dry_run.rank`` of the world on
+block) and checks it with train.py's checks; resolves the degrees of ``strategy=nd`` (or of
+``strategy=pipeline`` with ``strategy.tp > 1``: stages x replicas x tp) (ParallelDims: one line when
+they do not fit the world); then, in this one CPU process, lays out rank ``dry_run.rank`` of the world on
 torch's fake process group with the module on the meta device (trainer/estimate/dry_run.py: this
 rank's pipeline stage, the tensor-parallel plan over ``mesh["tp"]``, ``fully_shard`` over the
 data-parallel dims) and prints its shards (parameter, global shape -> local shape, bytes,
@@ -87,7 +88,7 @@ def dry_run(cfg: Any) -> str:
     from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.dry_run import rank_layout
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
-    from trainer.estimate.nd_plan import activation_bytes, dims_of, layout_options, state_bytes
+    from trainer.estimate.nd_plan import activation_bytes, layout_of, state_bytes
     from trainer.estimate.plan import Row, precision_bytes
     from trainer.estimate.table import configured_table, human
 
@@ -98,14 +99,16 @@ def dry_run(cfg: Any) -> str:
     check_config_keys(cfg)
     node = OmegaConf.to_container(cfg.strategy)
     name = get_object(node.pop("_target_")).name
-    if name != "nd":
-        raise ValueError(f"strategy={name}: the dry run lays out strategy=nd (degrees strategy.pp, dp_replicate, "
-                         f"dp_shard, tp); e.g. strategy=nd strategy.dp_shard=-1 strategy.tp=2")
     devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (devices, nodes)):
         raise ValueError(f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r}: the dry run needs whole numbers "
                          "of processes (the world it lays out)")
-    dims = dims_of(node, devices * nodes)
+    found = layout_of(name, node, devices * nodes)
+    if found is None:
+        raise ValueError(f"strategy={name}{' (tp 1)' if name == 'pipeline' else ''}: the dry run lays out strategy=nd "
+                         "(degrees strategy.pp, dp_replicate, dp_shard, tp) and strategy=pipeline with strategy.tp > 1; "
+                         "e.g. strategy=nd strategy.dp_shard=-1 strategy.tp=2 (trainer estimate counts the others)")
+    dims, layout_args = found
     try:  # the layout is laid out either way; a strategy that cannot train it yet says so in the printout
         instantiate(cfg.strategy)
         refusal = None
@@ -116,7 +119,7 @@ def dry_run(cfg: Any) -> str:
         refusal = str(cause or error)
     rank = options["rank"]
     make_module = partial(instantiate, cfg.module)
-    layout = rank_layout(make_module, dims, rank, **layout_options(node))
+    layout = rank_layout(make_module, dims, rank, **layout_args)
     built_s = time.perf_counter() - started
 
     precision = merge_precision(cfg.trainer.get("precision"), instantiate(cfg.precision) if cfg.get("precision") else None)
@@ -133,7 +136,8 @@ def dry_run(cfg: Any) -> str:
         try:
             acts, gathered = measure_for_precision(module, mode, example_batch(module, batch_size, datamodule),
                                                    shapes.blocks, precision, pipeline=bool(shapes.layers))
-            acts = gathered if gathered is not None and dims.dp > 1 else acts  # FSDP gathers in the compute dtype
+            fsdp = dims.dp > 1 and layout_args.get("data_parallel", "fsdp") == "fsdp"
+            acts = gathered if gathered is not None and fsdp else acts  # FSDP gathers in the compute dtype
             act_note = (f"activations: one micro-batch of {batch_size} measured on fake tensors"
                         f"{' with activation checkpointing' if checkpointing else ''}, divided by tp {dims.tp}"
                         + (", this stage's layers x the micro-batches in flight" if dims.pp > 1 else "")

@@ -1,4 +1,5 @@
-"""Per-rank bytes of ``strategy=nd`` layouts (pp x dp_replicate x dp_shard x tp), from the dry run's shards.
+"""Per-rank bytes of ``strategy=nd`` layouts (pp x dp_replicate x dp_shard x tp), and of ``strategy=pipeline``
+with ``tp > 1``, from the dry run's shards.
 
 The parameters, gradients and optimizer state are not formulas here: each rank's layout is built by
 the dry run (trainer/estimate/dry_run.py: the plan applied over ``mesh["tp"]``, ``fully_shard`` over
@@ -13,7 +14,8 @@ the data-parallel dims, on the meta device and a fake process group) and its sha
 - optimizer state: the unpadded local elements x the measured bytes per element, plus the bytes per
   tensor (trainer/estimate/optimizer_state.py), as ``zeros_like`` of the local shard allocates it;
 - buffers: FSDP's all-gather / reduce-scatter buffers as in formulas.fsdp, per unit of this rank,
-  gathered over dp_shard only (a unit's gathered tensor is still TP-sharded); TP's own
+  gathered over dp_shard only (a unit's gathered tensor is still TP-sharded); a pipeline's ddp
+  replicas: one flat copy of the stage's gradients (as formulas.pipeline_stages); TP's own
   communication buffers are transient and not counted.
 
 Activations (a stated formula on the measured ones, trainer/estimate/activations.py, one micro-batch
@@ -96,10 +98,29 @@ def sampled_layouts(make_module: Callable[[], Any], dims: ParallelDims, max_buil
     return [rank_layout(make_module, dims, r, **options) for r in ranks], True
 
 
-def layout_options(options: dict) -> dict:
-    """The dry run's keyword arguments from a strategy=nd node (``strategy.*``)."""
-    return {"wrap": options.get("wrap", "auto"), "min_num_params": options.get("min_num_params"),
-            "partition": options.get("partition", "parameters"), "virtual_stages": options.get("virtual_stages") or 1}
+#: the pipeline schedules that run two stages per rank unless strategy.virtual_stages says otherwise
+INTERLEAVED = ("interleaved_1f1b", "looped_bfs", "zero_bubble")
+
+
+def layout_of(strategy: str, options: dict, world: int) -> tuple[ParallelDims, dict] | None:
+    """The degrees and the dry run's options of a strategy node (``strategy.*``): strategy=nd, or
+    strategy=pipeline with ``tp > 1`` (stages x replicas x tp); None for the others (the formulas
+    count them). One-line ValueErrors for degrees that do not fit ``world``."""
+    layout = {"wrap": options.get("wrap", "auto"), "min_num_params": options.get("min_num_params"),
+              "partition": options.get("partition", "parameters"),
+              "virtual_stages": options.get("virtual_stages") or (2 if options.get("schedule") in INTERLEAVED else 1)}
+    if strategy == "nd":
+        return dims_of(options, world), layout
+    tp = options.get("tp") or 1
+    if strategy != "pipeline" or tp == 1:
+        return None
+    from trainer.strategies.pipeline_groups import pipeline_dims
+
+    stages = options.get("stages") or max(1, world // tp)
+    if world % (stages * tp):
+        raise ValueError(f"strategy.stages={stages} x strategy.tp={tp} do not divide the world size {world}")
+    data_parallel = options.get("data_parallel", "ddp")
+    return pipeline_dims(stages, world // (stages * tp), tp, data_parallel), {**layout, "data_parallel": data_parallel}
 
 
 def dims_of(options: dict, world: int) -> ParallelDims:
@@ -110,20 +131,25 @@ def dims_of(options: dict, world: int) -> ParallelDims:
 
 def nd_row(name: str, make_module: Callable[[], Any], dims: ParallelDims, shapes: Any, acts: ActivationBytes | None,
            setting: Setting, options: dict | None = None, max_builds: int = MAX_BUILDS,
-           gathered: ActivationBytes | None = None) -> Row:
+           gathered: ActivationBytes | None = None, layout: dict | None = None) -> Row:
     """One row: every rank of the ``dims`` layout (a sample of them past ``max_builds`` layouts,
     said in the note), its options the strategy node's (wrap, partition, microbatches, dtypes ...).
     ``gathered``: the activations with the weights in the compute dtype (mixed precision), used when
-    FSDP gathers them so (a data-parallel dimension); else ``acts``, autocast's casts included."""
+    FSDP gathers them so (a data-parallel dimension); else ``acts``, autocast's casts included.
+    ``layout``: the dry run's options (:func:`layout_of`; default strategy=nd's from ``options``)."""
     options = options or {}
-    acts = gathered if gathered is not None and dims.dp > 1 else acts
+    layout = layout or {"wrap": options.get("wrap", "auto"), "min_num_params": options.get("min_num_params")}
+    fsdp = dims.dp > 1 and layout.get("data_parallel", "fsdp") == "fsdp"
+    acts = gathered if gathered is not None and fsdp else acts
     b = precision_bytes(shapes, setting.precision, options)
-    layouts, sampled = sampled_layouts(make_module, dims, max_builds, **layout_options(options))
+    layouts, sampled = sampled_layouts(make_module, dims, max_builds, **layout)
     unsharded = setting.accumulate_grad_batches > 1 and not options.get("sync_every_microbatch")
     ranks = []
-    for layout in layouts:
-        r = state_bytes(layout, b, "full", unsharded)
-        r.activations = activation_bytes(layout, acts, setting.activation_checkpointing, options.get("microbatches"),
+    for built in layouts:
+        r = state_bytes(built, b, "full", unsharded)
+        if dims.dp > 1 and not fsdp:  # the pipeline's replicas: one flat all-reduce of the stage's gradients
+            r.buckets = r.gradients
+        r.activations = activation_bytes(built, acts, setting.activation_checkpointing, options.get("microbatches"),
                                          options.get("schedule"))
         ranks.append(r)
     detail = " x ".join(f"{n} {getattr(dims, n)}" for n in ("pp", "dp_replicate", "dp_shard", "tp") if getattr(dims, n) > 1)

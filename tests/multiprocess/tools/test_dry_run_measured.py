@@ -27,9 +27,8 @@ from tests.support.helpers import REPO
 from tests.support.tp_modules import TPRegressor
 from trainer.estimate.dry_run import all_layouts
 from trainer.estimate.model import build_fake, fake_mode, model_shapes
-from trainer.estimate.nd_plan import nd_row
+from trainer.estimate.nd_plan import layout_of, nd_row
 from trainer.estimate.plan import Setting
-from trainer.strategies.parallel_dims import ParallelDims
 
 #: how the dry run builds each module the runs fit
 MODULES = {"tp_regressor": lambda: TPRegressor(**MODULE), "llama": lambda: instantiate(llama_config())}
@@ -59,14 +58,12 @@ def measured(request, tmp_path_factory):
 
 
 def _run(layout, run):
-    """(the module's builder, the run's degrees) of one run of a launch."""
+    """(the module's builder, the run's degrees, the dry run's options) of one run of a launch, read
+    from the strategy's own options as the estimator reads them (nd_plan.layout_of)."""
     world, runs = LAYOUTS[layout]
     module, strategy, options = next(rest for name, *rest in runs if name == run)
-    if strategy == "pipeline":  # stages x tp, no data parallelism here
-        dims = ParallelDims.resolve(world, pp=options["stages"], tp=options["tp"])
-    else:
-        dims = ParallelDims.resolve(world, **options)
-    return MODULES[module], dims
+    dims, layout_args = layout_of(strategy, options, world)
+    return MODULES[module], dims, layout_args
 
 
 @pytest.mark.slow
@@ -74,15 +71,16 @@ def _run(layout, run):
 def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
     name, runs = measured
     for run, ranks in runs.items():
-        make, dims = _run(name, run)
-        layouts = all_layouts(make, dims)
+        make, dims, layout_args = _run(name, run)
+        layouts = all_layouts(make, dims, **layout_args)
         assert len(layouts) == len(ranks)
         for rank, (layout, real) in enumerate(zip(layouts, ranks)):
             assert {s.name: s.bytes for s in layout.shards} == real["shards"], (name, run, rank)
             if dims.dp == 1:  # without FSDP each gradient has its own storage (FSDP's are views of one buffer)
                 assert {s.name: s.gradient_numel * s.element_size for s in layout.shards} == \
                     {n: nbytes for n, (_, nbytes) in real["grads"].items()}, (name, run, rank)
-    ranks, layouts = runs["tp_regressor"], all_layouts(*_run(name, "tp_regressor"))
+    make, dims, layout_args = _run(name, "tp_regressor")
+    ranks, layouts = runs["tp_regressor"], all_layouts(make, dims, **layout_args)
     # What makes the comparison worth it: TP splits the blocks; FSDP pads (storage beyond the pieces).
     up = {s.name: s for s in layouts[0].shards}["blocks.0.up.weight"]
     assert up.global_shape == (10, 6) and up.local_shape == ((5, 6) if name == "tp2" else (3, 6))
@@ -96,12 +94,12 @@ def test_the_dry_runs_shards_are_the_real_runs_rank_by_rank(measured):
 def test_the_estimators_nd_bytes_are_the_measured_ones(measured):
     name, runs = measured
     for run, ranks in runs.items():
-        make, dims = _run(name, run)
+        make, dims, layout_args = _run(name, run)
         mode = fake_mode()
         module = build_fake(make, mode)
         shapes = model_shapes(module, mode)
         setting = Setting(world=len(ranks), devices_per_node=len(ranks), strategy="nd")
-        row = nd_row("nd", make, dims, shapes, None, setting)
+        row = nd_row("nd", make, dims, shapes, None, setting, layout=layout_args)
         for rank, (estimated, real) in enumerate(zip(row.ranks, ranks)):
             got = [estimated.parameters, estimated.gradients, estimated.optimizer]
             assert got == [real["state"][p] for p in ("parameters", "gradients", "optimizer")], (name, run, rank)

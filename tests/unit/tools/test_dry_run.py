@@ -183,12 +183,30 @@ def test_another_rank_is_chosen_with_dry_run_rank(capsys):
     (["dry_run.rank=64"], "dry_run.rank=64 is not a rank of the 64-rank layout"),
     (["dry_run.rnak=1"], "dry_run.rnak"),
     (["strategy=fsdp"], "strategy=fsdp: the dry run lays out strategy=nd"),
+    (["strategy=pipeline"], "strategy=pipeline (tp 1): the dry run lays out strategy=nd"),
+    (["strategy=pipeline", "strategy.stages=3", "strategy.tp=2"], "strategy.stages=3 x strategy.tp=2 do not divide the world size 64"),
 ])
 def test_a_bad_layout_or_setting_is_one_line_and_exit_2(capsys, overrides, message):
-    argv = [*LLAMA_3D, *overrides] if overrides[0] != "strategy=fsdp" else ["recipe=llama", "strategy=fsdp"]
+    argv = [*LLAMA_3D, *overrides] if not overrides[0].startswith("strategy=") else \
+        ["recipe=llama", "module.kv_heads=4", "trainer.devices=64", *overrides]
     assert command_main(["dry-run", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err, captured.err
+
+
+def test_a_pipeline_with_tensor_parallel_is_laid_out_as_its_stages_x_replicas_x_tp(capsys):
+    argv = ["recipe=llama", "strategy=pipeline", "strategy.stages=2", "strategy.tp=2", "strategy.data_parallel=fsdp",
+            "trainer.devices=8", "dry_run.rank=7", "dry_run.activations=false"]
+    assert command_main(["dry-run", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "on pp 2 x dp_shard 2 x tp 2 = 8 ranks" in out and "pipeline stage 1 (layers 2-3) of 2 stages" in out
+    line = next(l for l in out.splitlines() if l.startswith("model.layers.1.attention.wq.weight"))
+    assert line.split()[1:8] == ["128", "x", "128", "->", "32", "x", "128"]  # / tp 2 / dp_shard 2
+    assert command_main(["dry-run", *argv, "strategy.data_parallel=ddp"]) == 0
+    out = capsys.readouterr().out  # ddp replicas: whole stages, split by tp only
+    assert "pp 2 x dp_replicate 2 x tp 2" in out
+    line = next(l for l in out.splitlines() if l.startswith("model.layers.1.attention.wq.weight"))
+    assert line.split()[1:8] == ["128", "x", "128", "->", "64", "x", "128"]
 
 
 # ----- the estimator's nd rows -----------------------------------------------------------------------------------
