@@ -1,6 +1,6 @@
 """``trainer dry-run [train.py's overrides] [dry_run.rank=R]``: check an N-D layout before renting it.
 
-    trainer dry-run recipe=llama strategy=nd strategy.pp=4 strategy.dp_shard=4 strategy.tp=4 trainer.devices=64
+    trainer dry-run recipe=llama module.kv_heads=4 strategy=nd strategy.pp=4 strategy.dp_shard=4 strategy.tp=4 trainer.devices=64
 
 Composes the config as ``train.py`` does (conf/dry_run.yaml = conf/config.yaml + the ``dry_run``
 block) and checks it with train.py's checks; resolves the degrees of ``strategy=nd`` (or of
