@@ -40,7 +40,7 @@ def composing(overrides: list[str]) -> str | None:
     "overrides, line",
     [
         (["strategy=fdsp"], "strategy=fdsp: there is no strategy option fdsp; did you mean strategy=fsdp? "
-                            "(the strategy options are fsdp, ddp, pipeline, single)"),
+                            "(the strategy options are fsdp, ddp, nd, pipeline, single)"),
         (["logger=[jsonl,tensorbard]"], "logger=tensorbard: there is no logger option tensorbard; did you mean "
                                         "logger=tensorboard? (the logger options are tensorboard, csv, jsonl, wandb)"),
         (["devices=2"], f"devices=2: there is no top-level key devices; did you mean trainer.devices=2? ({TOP})"),
@@ -140,7 +140,7 @@ def test_hook_prints_one_line_and_exits_1_unless_full_error(full_error, monkeypa
     else:
         assert isinstance(ended.value, SystemExit) and ended.value.code == 1
         assert err.splitlines() == ["error: strategy=fdsp: there is no strategy option fdsp; did you mean "
-                                    "strategy=fsdp? (the strategy options are fsdp, ddp, pipeline, single)"]
+                                    "strategy=fsdp? (the strategy options are fsdp, ddp, nd, pipeline, single)"]
 
 
 # ----- the optimizer's and the schedule's own checks -------------------------------------------------------
