@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.recipes.text_data import python_stdlib_text  # noqa: F401 (its old home)
+from trainer.recipes import tp_plans
 from trainer.recipes.text_module import TextRecipe
 from trainer.recipes.token_data import PackedBlocks
 from trainer import TrainModule
@@ -28,19 +29,36 @@ class ByteBlocks(PackedBlocks):
 
 
 class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention. q, k and v are separate projections so tensor parallel can
+    split each by heads (a fused projection's column split would give one rank all of q and part of
+    k); checkpoints of the fused ``qkv`` layout still load (``split_fused_qkv``)."""
+
     def __init__(self, width: int, heads: int, dropout: float):
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
+        self.heads, self.head_dim = heads, width // heads
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
         self.dropout = dropout
+        self.register_load_state_dict_pre_hook(split_fused_qkv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, time, width = x.shape
-        q, k, v = self.qkv(x).split(width, dim=-1)
-        q, k, v = (t.view(batch, time, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        batch, time, _ = x.shape
+        # -1 heads: under tensor parallel each rank holds heads / tp of them.
+        q, k, v = (proj(x).view(batch, time, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(out.transpose(1, 2).reshape(batch, time, width))
+        return self.proj(out.transpose(1, 2).reshape(batch, time, -1))
+
+
+def split_fused_qkv(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """Load-state-dict pre-hook: an older checkpoint's fused ``qkv.weight`` / ``qkv.bias`` (rows q,
+    then k, then v) become the ``q``, ``k`` and ``v`` entries."""
+    for kind in ("weight", "bias"):
+        fused = state_dict.pop(f"{prefix}qkv.{kind}", None)
+        if fused is not None:
+            for name, part in zip(("q", "k", "v"), fused.chunk(3, dim=0)):
+                state_dict[f"{prefix}{name}.{kind}"] = part
 
 
 class Block(nn.Module):
@@ -149,9 +167,38 @@ class GPTModule(TextRecipe, TrainModule):
         # strategy=pipeline: embedding, each block, then final norm + head, cut into stages.
         return [Embedding(self.model), *self.model.blocks, nn.Sequential(self.model.norm, self.model.head)]
 
+    def tensor_parallel_plan(self) -> dict:
+        """Heads and MLP width split over the ``tp`` ranks, the residual stream sharded along the
+        sequence between them (``recipes/tp_plans.py``), the position embedding split along the
+        positions so it adds to the token embedding's sequence shard, the head's logits sharded over
+        the vocabulary (loss parallel) unless the strategy turns loss parallel off."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+        block = "model.blocks.*."
+        return {
+            "model.token_embedding": tp_plans.token_embedding(),
+            "model.position_embedding": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+            block + "norm1": SequenceParallel(),
+            block + "attention": tp_plans.gather_sequence(),
+            block + "attention.q": ColwiseParallel(),
+            block + "attention.k": ColwiseParallel(),
+            block + "attention.v": ColwiseParallel(),
+            block + "attention.proj": tp_plans.block_output(),
+            block + "norm2": SequenceParallel(),
+            block + "mlp": tp_plans.gather_sequence(),
+            block + "mlp.0": ColwiseParallel(),
+            block + "mlp.2": tp_plans.block_output(),  # mlp.3 (dropout) then acts on the sequence shard
+            "model.norm": SequenceParallel(),
+            "model.head": tp_plans.vocabulary_head(tp_plans.loss_parallel_enabled(self)),
+        }
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        tp_plans.check_degree(tp, heads=self.model_args["heads"], block_size=self.block_size)
+
     def pipeline_loss(self, logits: torch.Tensor, batch):
         _, targets = batch
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss = tp_plans.cross_entropy(logits, targets)
         if self.training:  # as training_step (num_tokens: tokens/s, and loss_normalization=tokens)
             return {"loss": loss, "num_tokens": targets.numel()}
         return self.pipeline_eval_outputs(loss)  # as validation_step
@@ -162,8 +209,8 @@ class GPTModule(TextRecipe, TrainModule):
 
     def _loss(self, batch):
         inputs, targets = batch
-        logits = self.model(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        logits = self.model(inputs)  # tensor parallel with loss parallel: a vocabulary-sharded DTensor
+        loss = tp_plans.cross_entropy(logits, targets)
         return loss, targets.numel()
 
     def training_step(self, batch, batch_idx):

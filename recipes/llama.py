@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.recipes import gpt
+from trainer.recipes import gpt, tp_plans
 from trainer.recipes.text_module import TextRecipe
 from trainer import TrainModule
 
@@ -51,14 +51,16 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, time, _ = x.shape
-        q = self.wq(x).view(batch, time, self.heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(batch, time, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(batch, time, self.kv_heads, self.head_dim).transpose(1, 2)
+        # -1 heads: under tensor parallel each rank holds heads / tp query and kv_heads / tp k/v heads
+        # (the same grouping: tp divides both), so rope and the GQA grouping work on the shard as on the whole.
+        q = self.wq(x).view(batch, time, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(batch, time, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(batch, time, -1, self.head_dim).transpose(1, 2)
         cos, sin = rope_angles(time, self.head_dim, self.rope_theta, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # enable_gqa: each group of heads // kv_heads query heads reads one k/v head, without a copy.
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
-        return self.wo(out.transpose(1, 2).reshape(batch, time, self.heads * self.head_dim))
+        return self.wo(out.transpose(1, 2).reshape(batch, time, -1))
 
 
 def ffn_hidden_size(width: int, multiple_of: int, multiplier: float | None) -> int:
@@ -209,6 +211,34 @@ class LlamaModule(TextRecipe, TrainModule):
     def pipeline_layers(self) -> list[nn.Module]:
         # strategy=pipeline: embedding, each block, then final norm + output, cut into stages.
         return [self.model.tok_embeddings, *self.model.layers, nn.Sequential(self.model.norm, self.model.output)]
+
+    def tensor_parallel_plan(self) -> dict:
+        """torchtitan's Llama plan: q / k / v and SwiGLU's w1 / w3 split by columns (heads, hidden
+        width), wo and w2 by rows, the norms sequence-parallel between them (``recipes/tp_plans.py``),
+        the output's logits sharded over the vocabulary (loss parallel) unless the strategy turns it off."""
+        from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
+
+        layer = "model.layers.*."
+        return {
+            "model.tok_embeddings": tp_plans.token_embedding(),
+            layer + "attention_norm": SequenceParallel(),
+            layer + "attention": tp_plans.gather_sequence(),
+            layer + "attention.wq": ColwiseParallel(),
+            layer + "attention.wk": ColwiseParallel(),
+            layer + "attention.wv": ColwiseParallel(),
+            layer + "attention.wo": tp_plans.block_output(),
+            layer + "ffn_norm": SequenceParallel(),
+            layer + "feed_forward": tp_plans.gather_sequence(),
+            layer + "feed_forward.w1": ColwiseParallel(),
+            layer + "feed_forward.w3": ColwiseParallel(),
+            layer + "feed_forward.w2": tp_plans.block_output(),
+            "model.norm": SequenceParallel(),
+            "model.output": tp_plans.vocabulary_head(tp_plans.loss_parallel_enabled(self)),
+        }
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        tp_plans.check_degree(tp, heads=self.model_args["heads"], kv_heads=self.model_args["kv_heads"],
+                              block_size=self.block_size)
 
     def init_weights(self, module: nn.Module) -> None:
         # Owning initialisation makes strategy.meta_init=true give the same weights as an eager build.

@@ -88,6 +88,20 @@ def load_training_state(
     set_training_state(module, optimizer, state, full=False, strategy=strategy)
 
 
+def renamed_by_the_models_hooks(module: torch.nn.Module, weights: dict[str, Any]) -> dict[str, Any]:
+    """``weights`` (a copy) after the load-state-dict pre-hooks the model's own classes registered
+    (e.g. the gpt recipe's split of an older fused ``qkv``), as ``module.load_state_dict`` would
+    run them; here before the names are checked and scattered, which do not go through
+    ``load_state_dict``. torch's own hooks (FSDP's) act on the live module and are left out. A hook
+    must leave names already in the current layout alone (it runs again if ``load_state_dict`` does)."""
+    weights = dict(weights)
+    for name, submodule in module.named_modules():
+        for hook in submodule._load_state_dict_pre_hooks.values():
+            if not getattr(hook, "__module__", "torch.").startswith("torch."):
+                hook(weights, f"{name}." if name else "", {}, True, [], [], [])
+    return weights
+
+
 def load_weights(file: str, module: torch.nn.Module, part_of_model: bool = False) -> None:
     """``trainer.init_from``: start from the full state dict in ``file`` (``{name: tensor}``, or a
     dict with a "model" entry). Read once, on rank 0, and broadcast / scattered into each rank's
@@ -100,6 +114,7 @@ def load_weights(file: str, module: torch.nn.Module, part_of_model: bool = False
         try:
             loaded = load_file(file)
             weights = loaded["model"] if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict) else loaded
+            weights = renamed_by_the_models_hooks(module, weights)
             found = {k: tuple(v.shape) for k, v in weights.items()}
         except CheckpointError as error:
             problem = str(error)

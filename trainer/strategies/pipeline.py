@@ -7,7 +7,11 @@ The module lists its layers in order (``TrainModule.pipeline_layers``); the laye
 (``TrainModule.pipeline_loss``) is computed on the last stage, scaled so that the gradients are
 those of the global-batch mean, and reported to every rank through the metric reduction.
 
-Mesh: ``world = stages x dp``, ranks laid out (pp, dp): rank = pp_index * dp + dp_index. With
+Mesh: ``world = stages x dp x tp`` (ParallelDims' mesh, pipeline_groups.py), ranks laid out
+(pp, dp, tp): rank = (pp_index * dp + dp_index) * tp + tp_index. With ``tp > 1`` each stage's
+layers are split over its tensor-parallel ranks by the module's plan
+(``TrainModule.tensor_parallel_plan``; pipeline_tp.py), which see the same batch; the loss runs
+under ``loss_parallel()`` when the last stage's output is vocabulary-sharded. With
 dp > 1 and ``data_parallel=ddp`` each replica holds its stages whole and their gradients are
 averaged over the dp group once per optimizer step (one flat all-reduce, no overlap with the
 backward); with ``data_parallel=fsdp`` each stage is sharded over its dp group (FSDP2, a unit per
@@ -24,8 +28,9 @@ dict and checkpoints are this rank's stages only.
 
 Files: this one holds the strategy and its step (loss scaling, the microbatch records, metrics);
 the loop's trainer/loop/pipeline_micro_batches.py feeds it each micro-batch (``run_step``),
-``pipeline_groups.py`` the mesh's process groups, ``pipeline_partition.py`` the stage cutting,
-``pipeline_build.py`` the build and module surgery (and ``SCHEDULES``), ``pipeline_batches.py``
+``pipeline_groups.py`` the mesh and its process groups, ``pipeline_tp.py`` tensor parallelism,
+``pipeline_partition.py`` the stage cutting, ``pipeline_build.py`` the build and module surgery
+(and ``SCHEDULES``), ``pipeline_batches.py``
 slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and the norms,
 ``pipeline_state.py`` the full state dict's gathering.
 """
@@ -48,9 +53,10 @@ from trainer.strategies.base import OwnedStep
 from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
 from trainer.strategies.pipeline_build import SCHEDULES, build_stages
 from trainer.strategies.pipeline_gradients import average_over_replicas, pipeline_grad_norm, scale_gradients
-from trainer.strategies.pipeline_groups import pipeline_and_replica_groups
+from trainer.strategies.pipeline_groups import build_pipeline_mesh, pipeline_dims
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
+from trainer.strategies.pipeline_tp import loss_parallel_context, plain
 from trainer.strategies.weight_init import WeightInit
 
 DATA_PARALLEL = ("ddp", "fsdp")
@@ -60,8 +66,8 @@ class PipelineStrategy(OwnedStep):
     """Cut the model into stages over ranks; optionally replicate the pipeline (data parallel).
 
     Args:
-        stages: pipeline ranks (None = the world size, no data parallelism); must divide the world
-            size; the rest is the data-parallel degree.
+        stages: pipeline ranks (None = the world size / ``tp``, no data parallelism); ``stages x tp``
+            must divide the world size; the rest is the data-parallel degree.
         schedule: "gpipe" | "1f1b" | "interleaved_1f1b" | "looped_bfs" | "zero_bubble" (interleaved
             zero bubble; the last three run ``virtual_stages`` stages per rank).
         microbatches: pieces each rank's batch is split into (None = the number of pipeline stages);
@@ -74,6 +80,15 @@ class PipelineStrategy(OwnedStep):
         data_parallel: with replicas (world > stages), "ddp" keeps each stage whole on every
             replica and all-reduces its gradients once per optimizer step; "fsdp" shards each
             stage over its replicas (FSDP2, every pipeline layer a unit; ZeRO-3 inside the stage).
+        tp: tensor-parallel ranks per stage (1: none): each stage's layers are split over ``tp``
+            ranks by the module's ``tensor_parallel_plan()`` (entries of other stages' layers are
+            skipped); those ranks load the same samples.
+        loss_parallel: with ``tp > 1``, run the schedule under torch's ``loss_parallel()``, so that a
+            plan whose last layer returns vocabulary-sharded logits (a DTensor) gets its
+            cross-entropy computed without gathering them.
+
+    Under ``strategy=nd`` with ``pp > 1`` the degrees map to: ``stages=pp``, ``tp=tp``,
+    ``data_parallel="fsdp"`` with ``dp_shard`` replicas (or ``"ddp"`` with ``dp_replicate``).
     """
 
     name = "pipeline"
@@ -83,7 +98,7 @@ class PipelineStrategy(OwnedStep):
     checkpoint_formats = ("sharded",)
     #: torch's pipeline stages need a process group, also for several virtual stages in one process
     needs_process_group = True
-    group_holders = ("pp_group", "dp_group", "dp_mesh", "pipeline_stages", "schedule")
+    group_holders = ("pp_group", "dp_group", "dp_mesh", "tp_mesh", "mesh", "pipeline_stages", "schedule")
     #: Each batch norm lives on one stage and runs once per schedule microbatch: synchronising it
     #: over the world would wait for stages that never call it (a hang). Refused before any worker.
     sync_batchnorm_refusal = ("each batch norm lives on one pipeline stage, so the statistics cannot be synchronised "
@@ -92,7 +107,8 @@ class PipelineStrategy(OwnedStep):
 
     def __init__(self, accelerator: str = "auto", stages: int | None = None, schedule: str = "1f1b",
                  microbatches: int | None = None, partition: str | Sequence[int] = "parameters",
-                 virtual_stages: int | None = None, meta_init: bool = True, data_parallel: str = "ddp"):
+                 virtual_stages: int | None = None, meta_init: bool = True, data_parallel: str = "ddp",
+                 tp: int = 1, loss_parallel: bool = True):
         super().__init__(accelerator)
         if schedule not in SCHEDULES:
             raise ValueError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
@@ -103,6 +119,10 @@ class PipelineStrategy(OwnedStep):
                              + ("an integer >= 1" if multi else "1 stage per rank (use interleaved_1f1b for more)"))
         if stages is not None and (not isinstance(stages, int) or stages < 1):
             raise ValueError(f"strategy.stages={stages!r} must be null or an integer >= 1")
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"strategy.tp={tp!r} must be an integer >= 1 (tensor-parallel ranks per stage)")
+        if not isinstance(loss_parallel, bool):
+            raise ValueError(f"strategy.loss_parallel={loss_parallel!r} must be true or false")
         if microbatches is not None and (not isinstance(microbatches, int) or microbatches < 1):
             raise ValueError(f"strategy.microbatches={microbatches!r} must be null or an integer >= 1")
         if isinstance(partition, str) and partition not in PARTITIONS:
@@ -113,9 +133,10 @@ class PipelineStrategy(OwnedStep):
         if data_parallel not in DATA_PARALLEL:
             raise ValueError(f"strategy.data_parallel={data_parallel!r} is not one of {', '.join(DATA_PARALLEL)}")
         self.data_parallel = data_parallel
-        self.dp_mesh = None
+        self.tp, self.loss_parallel = tp, loss_parallel
+        self.mesh = self.dp_mesh = self.tp_mesh = None
         self.partition = partition if isinstance(partition, str) else list(partition)
-        self.pp_size, self._data_parallel_size, self.pp_rank, self.dp_rank = 1, 1, 0, 0
+        self.pp_size, self._data_parallel_size, self.pp_rank, self.dp_rank, self.tp_rank = 1, 1, 0, 0, 0
         self.pp_group = self.dp_group = None
         self._metric_names: list[str] | None = None
         self._counts_tokens: bool | None = None
@@ -123,12 +144,19 @@ class PipelineStrategy(OwnedStep):
 
     # ----- set-up --------------------------------------------------------------------------------------
     def _pp(self, world_size: int) -> int:
-        return self.stages if self.stages is not None else world_size
+        return self.stages if self.stages is not None else max(1, world_size // self.tp)
 
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
+        divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
+        if self.tp > 1 and world_size % self.tp:
+            raise ValueError(f"strategy.tp={self.tp} does not divide the world size {world_size}; choose one of {divisors}")
+        if self.tp > 1 and world_size % (self._pp(world_size) * self.tp):
+            raise ValueError(f"strategy.stages={self._pp(world_size)} x strategy.tp={self.tp} = "
+                             f"{self._pp(world_size) * self.tp} does not divide the world size {world_size}; choose "
+                             f"stages x tp among {divisors}")
         if world_size % self._pp(world_size):
             raise ValueError(f"strategy.stages={self._pp(world_size)} does not divide the world size {world_size}; "
-                             f"choose one of {[d for d in range(1, world_size + 1) if world_size % d == 0]}")
+                             f"choose one of {divisors}")
         n = self.microbatches if self.microbatches is not None else self._pp(world_size)
         if self.schedule_name != "gpipe" and n < self._pp(world_size):
             raise ValueError(f"strategy.microbatches={n} must be >= strategy.stages={self._pp(world_size)} "
@@ -147,27 +175,26 @@ class PipelineStrategy(OwnedStep):
             raise ValueError(f"{given} does not divide data.batch_size={batch_size}; set {', or '.join(fixes)}")
 
     def data_parallel_size(self, world_size: int | None = None) -> int:
-        """The pipelines (replicas of the whole model): ``world_size`` / stages; ``None``: this run's
-        (set by ``setup_environment``; 1 before)."""
-        return self._data_parallel_size if world_size is None else world_size // self._pp(world_size)
+        """The pipelines (replicas of the whole model): ``world_size`` / (stages x tp); ``None``: this
+        run's (set by ``setup_environment``; 1 before)."""
+        return self._data_parallel_size if world_size is None else world_size // (self._pp(world_size) * self.tp)
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
         super().setup_environment(env, timeout)  # alone: a group of one (needs_process_group)
         world = distributed.world_size()
         self.check_world_size(world, env.local_world_size)
         self.pp_size = self._pp(world)
-        self._data_parallel_size = dp_size = world // self.pp_size
-        rank = distributed.rank()
-        self.pp_rank, self.dp_rank = divmod(rank, dp_size)
+        self._data_parallel_size = world // (self.pp_size * self.tp)
+        dims = pipeline_dims(self.pp_size, self._data_parallel_size, self.tp, self.data_parallel)
+        coordinates = dims.coordinates(distributed.rank())
+        self.pp_rank, self.tp_rank = coordinates["pp"], coordinates["tp"]
+        self.dp_rank = dims.data_parallel_rank(distributed.rank())
         if self.microbatches is None:
             self.microbatches = self.pp_size
         if world > 1:
-            self.pp_group, self.dp_group = pipeline_and_replica_groups(self.pp_size, dp_size, self.pp_rank,
-                                                                       self.dp_rank)
-        if self.shards_stages:
-            from torch.distributed.device_mesh import DeviceMesh
-
-            self.dp_mesh = DeviceMesh.from_group(self.dp_group, self.device.type, mesh_dim_names=("dp",))
+            mesh = build_pipeline_mesh(dims, self.device.type)
+            self.mesh, self.dp_mesh, self.tp_mesh = mesh.mesh, mesh.dp_mesh, mesh.tp_mesh
+            self.pp_group, self.dp_group = mesh.pp_group, mesh.dp_group
 
     @property
     def shards_stages(self) -> bool:
@@ -185,6 +212,34 @@ class PipelineStrategy(OwnedStep):
     @property
     def data_parallel_rank(self) -> int:
         return self.dp_rank
+
+    @property
+    def _stage_ranks(self) -> int:
+        """The ranks that hold one stage: its replicas x its tensor-parallel ranks."""
+        return self._data_parallel_size * self.tp
+
+    @property
+    def _reports(self) -> bool:
+        """Whether this rank's loss and metrics count: the tensor-parallel ranks of the last stage
+        compute the same values, and the first of them reports them (the others add zeros)."""
+        return self.tp_rank == 0
+
+    def check_module(self, module: nn.Module) -> None:
+        """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks
+        (``check_tensor_parallel``), declares a plan, and each plan entry names a submodule inside
+        one pipeline layer (checked on a meta-device copy of the model; ``module`` is not touched)."""
+        if self.tp == 1:
+            return
+        import copy
+
+        from trainer.strategies.pipeline_tp import stage_plans
+
+        probe = copy.deepcopy(module)
+        with torch.device("meta"):
+            probe.configure_model()
+        layers = probe.pipeline_layers() if hasattr(probe, "pipeline_layers") else None
+        if layers:  # (none: refused when the stages are built, with its own message)
+            stage_plans(probe, self.tp, layers, [], [])
 
     # ----- building the stages ---------------------------------------------------------------------------
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
@@ -213,7 +268,7 @@ class PipelineStrategy(OwnedStep):
             tokens = tokens * (real > 0) if isinstance(tokens, torch.Tensor) else (tokens if real > 0 else 0)
         # Keyed by microbatch: the schedule's first run after a (re)start also calls the loss
         # function once while it infers shapes; the microbatch's real call comes later and wins.
-        self._records[start] = (real, {"loss": loss, **metrics}, tokens)
+        self._records[start] = (real, {"loss": plain(loss), **{k: plain(v) for k, v in metrics.items()}}, plain(tokens))
         if self._scale is None:  # evaluation
             return loss
         if self._by_tokens:  # the token sum; the loop divides the gradients by the global token count
@@ -232,7 +287,7 @@ class PipelineStrategy(OwnedStep):
         self._batch, self._real, self._scale, self._records = batch, real, scale, {}
         target = torch.arange(size)
         inputs = (self._module.pipeline_input(batch),) if self.is_first else ()
-        with autocast:
+        with autocast, loss_parallel_context(self.tp > 1 and self.loss_parallel):
             if scale is None:
                 self.schedule.eval(*inputs, target=target if self.is_last else None)
             else:
@@ -257,9 +312,10 @@ class PipelineStrategy(OwnedStep):
         for weight, values, count in self._run(batch, num_real, scale, precision.autocast(self.device)):
             losses.append(values["loss"].detach())
             if count is not None:
-                tokens = tokens + count
                 saw_tokens = True
-            if sums is not None:
+                if self._reports:  # the loop sums the counts over the world: once per replica
+                    tokens = tokens + count
+            if sums is not None and self._reports:
                 sums.add(values, count if by_tokens else weight)
         if self._counts_tokens is None:  # agreed once: only the last stage sees pipeline_loss's output
             self._counts_tokens = any(distributed.all_gather_object(saw_tokens))
@@ -280,7 +336,8 @@ class PipelineStrategy(OwnedStep):
         """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage.
         ``num_real``: samples that count (0 for the padding batches of lockstep validation)."""
         real = batch_len(batch) if num_real is None else num_real
-        return [(weight, values) for weight, values, _ in self._run(batch, real, None, precision.autocast(self.device))]
+        records = self._run(batch, real, None, precision.autocast(self.device))
+        return [(weight, values) for weight, values, _ in records] if self._reports else []
 
     def after_evaluation(self, wrapped: nn.Module) -> None:
         from torch.distributed.fsdp import FSDPModule
@@ -290,8 +347,8 @@ class PipelineStrategy(OwnedStep):
                 stage.reshard()
 
     def grad_norm(self, module: nn.Module) -> torch.Tensor:
-        """The 2-norm over every stage's gradients (each stage's squares summed over the pipeline)."""
-        return pipeline_grad_norm(self.stage_parameters, self.pp_group, self.device)
+        """The 2-norm over every stage's gradients (each element counted once over the world)."""
+        return pipeline_grad_norm(self.stage_parameters, self._stage_ranks, self.device)
 
     def clip_grad_value(self, module: nn.Module, value: float) -> None:
         clip_grad_values(self.stage_parameters, value)  # this rank's stages
@@ -302,4 +359,4 @@ class PipelineStrategy(OwnedStep):
         return total
 
     def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        return gather_full_state_dict(self.local_names, self._full_order, self.dp_rank)
+        return gather_full_state_dict(self.local_names, self._full_order, self.dp_rank == 0 and self.tp_rank == 0)

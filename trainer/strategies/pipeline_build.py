@@ -1,6 +1,6 @@
 """Building this rank's pipeline stages (``PipelineStrategy.wrap``): cut the module's layers,
-materialise (meta build) or move only this rank's stages, shard them over the replicas
-(``data_parallel=fsdp``), delete the other stages' tensors from the module (module surgery), and
+materialise (meta build) or move only this rank's stages, split them over the tensor-parallel
+ranks (``tp``: pipeline_tp.py), shard them over the replicas (``data_parallel=fsdp``), delete the other stages' tensors from the module (module surgery), and
 create torch's ``PipelineStage`` objects and the schedule."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from torch import nn
 
 from trainer.runtime import distributed
 from trainer.strategies.pipeline_partition import Stage, check_layers_cover_parameters, partition_layers
+from trainer.strategies.pipeline_tp import parallelize_unit, stage_plans
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
     sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
     bounds = partition_layers(sizes, parts, s.partition)
     if distributed.rank() == 0:
-        log.info("pipeline partition (%s) over %d stages, %d per rank, schedule %s, %d microbatches, dp %d:",
-                 s.partition, parts, s.virtual_stages, s.schedule_name, s.microbatches, s.data_parallel_size())
+        log.info("pipeline partition (%s) over %d stages, %d per rank, schedule %s, %d microbatches, dp %d, tp %d:",
+                 s.partition, parts, s.virtual_stages, s.schedule_name, s.microbatches, s.data_parallel_size(), s.tp)
         for i in range(parts):
             log.info("  stage %d (pp rank %d): layers %d-%d, %d parameters", i, i % s.pp_size,
                      bounds[i], bounds[i + 1] - 1, sum(sizes[bounds[i]:bounds[i + 1]]))
@@ -57,10 +58,18 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
     check_layers_cover_parameters(module, layers, bounds)
     my_layers = [layer for i in s.stage_ids for layer in layers[bounds[i]:bounds[i + 1]]]
     module_names = {id(m): n for n, m in module.named_modules()}
-    # FSDP units: each pipeline layer (a wrapper the module does not register: its children).
+    # The build's units (tensor parallel, then FSDP): each pipeline layer (a wrapper the module
+    # does not register: its children).
     units = [u for layer in my_layers
-             for u in ([layer] if id(layer) in module_names else layer.children())] if s.shards_stages else []
-    shard = s._shard_unit
+             for u in ([layer] if id(layer) in module_names else layer.children())] \
+        if s.shards_stages or s.tp > 1 else []
+    plans = stage_plans(module, s.tp, layers, my_layers, units) if s.tp > 1 else {}
+
+    def shard(unit: nn.Module) -> None:  # tensor parallel, then FSDP over the replicas
+        if s.tp > 1:
+            parallelize_unit(unit, plans[id(unit)], s.tp_mesh)
+        if s.shards_stages:
+            s._shard_unit(unit)
     if has_meta_tensors(module):  # built under init_context(): materialise this rank's stages only
         kept = {module_names[id(m)] for layer in my_layers for m in layer.modules() if id(m) in module_names}
         (init or WeightInit(module, module.trainer.seed)).materialize(s.device, units, shard, keep=kept.__contains__)
@@ -69,7 +78,7 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
             shard(unit.to(s.device))
     s.stage_modules = [Stage(layers[bounds[i]:bounds[i + 1]]).to(s.device) for i in s.stage_ids]
     for stage in s.stage_modules if s.shards_stages else []:
-        shard(stage)
+        s._shard_unit(stage)
     names = {id(p): n for n, p in module.named_parameters()}  # materialising / sharding swapped tensors
     names.update({id(b): n for n, b in module.named_buffers()})
     mine = {id(t) for m in s.stage_modules for t in [*m.parameters(), *m.buffers()]}

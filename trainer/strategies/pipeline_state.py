@@ -9,13 +9,14 @@ from trainer.runtime import distributed
 
 
 def gather_full_state_dict(local_names: dict[str, torch.Tensor], full_order: list[str],
-                           dp_rank: int) -> dict[str, torch.Tensor]:
+                           contributes: bool) -> dict[str, torch.Tensor]:
     """``local_names``: this rank's tensors by full name; the merged dict on rank 0, ``{}`` elsewhere.
-    A collective: sharded stages gather on every replica; the first replica contributes."""
+    A collective: sharded stages (replicas, tensor-parallel ranks) gather on every rank of the
+    stage; one rank per stage ``contributes`` (the first replica's first tensor-parallel rank)."""
     from torch.distributed.tensor import DTensor
 
     mine = {n: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for n, t in local_names.items()}
-    mine = mine if dp_rank == 0 else {}
+    mine = mine if contributes else {}
     if not distributed.is_distributed():
         return mine
     pieces = distributed.all_gather_object(mine)
