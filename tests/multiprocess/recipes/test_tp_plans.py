@@ -260,6 +260,18 @@ def test_nd_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     check_same_training(result, reference)
 
 
+@pytest.mark.slow
+def test_nd_meta_init_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
+    """Built on the meta device, each block materialised with the recipe's own initialisation, then
+    split and sharded: the same weights, the same training."""
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(dp_shard=2, tp=2, meta_init=True), devices=4,
+                        batch_size=GLOBAL_BATCH // 2)
+    check_same_training(result, reference)
+
+
 # ----- through train.py ------------------------------------------------------------------------------
 def test_train_py_runs_llama_with_tensor_parallel(tmp_path):
     from tests.support.command_line import TRAIN
