@@ -250,6 +250,16 @@ def test_nd_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     check_same_training(result, reference)
 
 
+def test_nd_tp2_without_loss_parallel_trains_the_recipe_as_one_process(one_process, tmp_path):
+    # strategy.loss_parallel=false: the plan's head gathers the logits into a plain tensor.
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(tp=2, loss_parallel=False), devices=2,
+                        batch_size=GLOBAL_BATCH)
+    check_same_training(result, reference)
+
+
 @pytest.mark.slow
 def test_nd_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     from trainer.strategies.nd import NDStrategy
