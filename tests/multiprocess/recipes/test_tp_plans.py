@@ -12,6 +12,9 @@ DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter, 
 atol 1e-7 (fp32; the only differences are the order of the sums the row-split projections and the
 vocabulary-sharded softmax reduce over two ranks). SGD, not Adam (see ``run``). The negative control
 (gpt's older fused qkv projection, split by columns as one matrix) shows the comparison can fail.
+
+Then the same recipes through ``Trainer(strategy="nd")`` (TP 2, FSDP 2 x TP 2, meta-device builds,
+loss parallel off) and ``train.py``, each against one process over 15 steps (tolerance below).
 """
 
 from __future__ import annotations
