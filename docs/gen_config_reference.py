@@ -23,7 +23,7 @@ CONF = os.path.join(ROOT, "conf")
 PAGE = os.path.join(ROOT, "docs", "reference", "configuration.md")
 
 #: the primary configs that are not the training config, and the command that reads each
-TOOL_CONFIGS = {"estimate.yaml": "trainer estimate", "autotune.yaml": "trainer autotune"}
+TOOL_CONFIGS = {"estimate.yaml": "trainer estimate", "dry_run.yaml": "trainer dry-run", "autotune.yaml": "trainer autotune"}
 KEY = re.compile(r"^(\s*)([A-Za-z_][\w\-]*):(?:\s+(.*))?$")
 COMMANDS = ("python ", "trainer ", "torchrun ", "srun ")  # a description line starting so is an example
 DEFAULTS_ENTRY = re.compile(r"^\s*-\s+(?:override\s+/?)?([\w/@\-]+)(?::\s*(.*))?$")

@@ -3,7 +3,8 @@
 With no data settings it trains on the bytes of text that ships with Python itself (the standard
 library's own source files), so it runs offline; ``data.path`` trains on the bytes of your UTF-8
 text file, ``data.tokens`` on token shards (``trainer prepare-text``), ``data.source=hf``
-on a local Hugging Face dataset: ``recipes/text_data.py`` chooses.
+on a local Hugging Face dataset: ``recipes/text_data.py`` chooses. Tensor and sequence parallel
+(``GPTModule.tensor_parallel_plan``): ``python train.py strategy=nd strategy.tp=2 trainer.devices=2``.
 """
 
 from __future__ import annotations

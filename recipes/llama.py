@@ -3,6 +3,8 @@
 The architecture of Llama 2/3 at any size from config; the data, steps and metrics are the gpt
 recipe's (bytes of text, loss and bits per byte), shared with it rather than copied. The model the
 GPU throughput figures are measured on: a larger size is one command line (conf/recipe/llama.yaml).
+Tensor and sequence parallel (torchtitan's plan, ``LlamaModule.tensor_parallel_plan``):
+``python train.py recipe=llama strategy=nd strategy.tp=2 trainer.devices=2``.
 """
 
 from __future__ import annotations

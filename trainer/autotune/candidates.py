@@ -1,9 +1,16 @@
 """The candidates: strategy x micro-batch x activation checkpointing, all training the same global batch.
 
-The global batch (``micro-batch x accumulation x world size``) stays the configured one in every
-candidate: a smaller micro-batch runs more accumulation micro-steps, so every row trains the same
-samples per optimizer step and the throughputs compare the same training. A micro-batch size that
-cannot keep it (the global batch per rank is not a multiple of it) is refused with the sizes that can.
+The global batch (``micro-batch x accumulation x data-parallel ranks``) stays the configured one in
+every candidate: a smaller micro-batch runs more accumulation micro-steps, so every row trains the
+same samples per optimizer step and the throughputs compare the same training. A micro-batch size
+that cannot keep it (the global batch per rank is not a multiple of it) is refused with the sizes that can.
+
+Tensor parallel: for a module that declares a ``tensor_parallel_plan()``, ``strategy=nd`` candidates
+``nd_tp<T>`` (TP over T ranks, FSDP over the rest: ``strategy.dp_shard=-1``) for each degree T that
+divides the world and passes the module's ``check_tensor_parallel`` (``nd`` in ``autotune.strategies``;
+the degrees: ``autotune.tp_degrees``). Their
+T ranks of one replica share its samples, so each data-parallel rank takes T times the samples and
+accumulates T times as many micro-batches of the same size: the global batch stays the same.
 """
 
 from __future__ import annotations
@@ -24,6 +31,11 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: ``autotune.strategies`` entry for the tensor-parallel candidates, and the prefix of their names (nd_tp2, ...)
+TENSOR_PARALLEL = "nd"
+TP_PREFIX = "nd_tp"
+
+
 @dataclass(frozen=True)
 class GlobalBatch:
     """The configured global batch and the world it is split over."""
@@ -36,9 +48,10 @@ class GlobalBatch:
     def per_rank(self) -> int:
         return self.size // self.world
 
-    def accumulation(self, micro: int) -> int:
-        """Micro-steps per optimizer step with this micro-batch (it must divide ``per_rank``)."""
-        return self.per_rank // micro
+    def accumulation(self, micro: int, tp: int = 1) -> int:
+        """Micro-steps per optimizer step with this micro-batch (it must divide ``per_rank``); with
+        ``tp`` tensor-parallel ranks per replica, each data-parallel rank takes ``tp`` ranks' share."""
+        return self.per_rank * tp // micro
 
     def fits(self, micro: int) -> bool:
         return micro >= 1 and self.per_rank % micro == 0
@@ -55,10 +68,15 @@ class GlobalBatch:
 class Candidate:
     """One configuration to try."""
 
-    strategy: str  # a key of STRATEGIES
+    strategy: str  # a key of STRATEGIES, or nd_tp<T> (tensor parallel over T ranks, FSDP over the rest)
     micro_batch_size: int
     accumulation: int
     activation_checkpointing: bool
+
+    @property
+    def tp(self) -> int:
+        """The tensor-parallel degree (1 for the STRATEGIES)."""
+        return _tp_of(self.strategy)
 
     @property
     def label(self) -> str:
@@ -67,7 +85,8 @@ class Candidate:
 
     def overrides(self) -> list[str]:
         """The ``train.py`` overrides that select this candidate."""
-        return [*STRATEGIES[self.strategy], f"data.batch_size={self.micro_batch_size}",
+        chosen = STRATEGIES.get(self.strategy) or ("strategy=nd", f"strategy.tp={self.tp}", "strategy.dp_shard=-1")
+        return [*chosen, f"data.batch_size={self.micro_batch_size}",
                 f"trainer.accumulate_grad_batches={self.accumulation}",
                 f"trainer.activation_checkpointing={str(self.activation_checkpointing).lower()}"]
 
@@ -146,9 +165,61 @@ def checkpointing_options(requested: list[bool] | None, typed: bool | None, has_
     return list(requested)
 
 
-def generate(strategies: list[str], micro_sizes: list[int], checkpointing: list[bool], batch: GlobalBatch) -> list[Candidate]:
+def tensor_parallel_degrees(requested: list[int] | None, module_config: Any, world: int) -> list[int]:
+    """The TP degrees to try (``autotune.tp_degrees``): None = every degree > 1 dividing ``world``
+    that the module accepts, when it declares a plan (none otherwise); a list is checked (each must
+    divide the world and pass ``check_tensor_parallel``; the module must declare a plan). The module
+    is built on the meta device: no memory."""
+    import torch
+    from hydra.utils import instantiate
+
+    from trainer.strategies.tensor_parallel import expand_plan, module_plan
+
+    if requested is not None and not requested:
+        return []
+    with torch.device("meta"):
+        module = instantiate(module_config)
+        module.configure_model()
+    plan = module_plan(module)
+    if plan is None:
+        if requested is None:
+            return []
+        raise AutotuneError(f"autotune.tp_degrees={requested}: {type(module).__name__} declares no "
+                            "tensor_parallel_plan(); declare one or set autotune.tp_degrees=[]")
+    try:
+        expand_plan(module, plan)
+    except ValueError as error:
+        raise AutotuneError(str(error)) from None
+
+    def refusal(tp: int) -> str | None:
+        if world % tp:
+            return f"{tp} does not divide trainer.devices={world}"
+        try:
+            module.check_tensor_parallel(tp)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    if requested is None:
+        return [tp for tp in range(2, world + 1) if refusal(tp) is None]
+    for tp in requested:
+        reason = refusal(tp)
+        if reason is not None:
+            allowed = [t for t in range(2, world + 1) if refusal(t) is None]
+            raise AutotuneError(f"autotune.tp_degrees: {reason}; allowed here: {allowed}")
+    return list(requested)
+
+
+def generate(strategies: list[str], micro_sizes: list[int], checkpointing: list[bool], batch: GlobalBatch,
+             tp_degrees: list[int] = ()) -> list[Candidate]:
     """Every combination. Micro-batch outermost, the configured one first: a budget that ends the
-    search early has then compared every strategy at the configured size."""
+    search early has then compared every strategy at the configured size. The tensor-parallel
+    candidates (``nd_tp<T>``) follow the strategies at each micro-batch size."""
     ordered = sorted(micro_sizes, key=lambda m: (m != batch.micro, m))
-    return [Candidate(strategy, micro, batch.accumulation(micro), ckpt)
-            for micro, strategy, ckpt in itertools.product(ordered, strategies, checkpointing)]
+    names = [*(s for s in strategies if s != TENSOR_PARALLEL), *(f"{TP_PREFIX}{tp}" for tp in tp_degrees)]
+    return [Candidate(name, micro, batch.accumulation(micro, _tp_of(name)), ckpt)
+            for micro, name, ckpt in itertools.product(ordered, names, checkpointing)]
+
+
+def _tp_of(name: str) -> int:
+    return int(name[len(TP_PREFIX):]) if name.startswith(TP_PREFIX) else 1

@@ -39,7 +39,9 @@ def plan(job: Job) -> tuple[cands.GlobalBatch, list[cands.Candidate]]:
     typed = config.trainer.activation_checkpointing if job.typed("trainer.activation_checkpointing") else None
     checkpointing = cands.checkpointing_options(settings.activation_checkpointing, typed,
                                                 lambda: cands.model_has_blocks(config.module))
-    return batch, cands.generate(settings.strategies, micro, checkpointing, batch)
+    tp = (cands.tensor_parallel_degrees(settings.tp_degrees, config.module, batch.world)
+          if cands.TENSOR_PARALLEL in settings.strategies else [])
+    return batch, cands.generate(settings.strategies, micro, checkpointing, batch, tp)
 
 
 def run_candidates(candidates: list[cands.Candidate], job: Job, budget: Budget,
@@ -71,10 +73,17 @@ def run_candidates(candidates: list[cands.Candidate], job: Job, budget: Budget,
 
 def describe(job: Job, batch: cands.GlobalBatch, candidates: list[cands.Candidate]) -> str:
     s = job.settings
+    tp_note = ""
+    if cands.TENSOR_PARALLEL in s.strategies and not any(c.tp > 1 for c in candidates):
+        tp_note = (f"; no tensor-parallel (nd) candidates: the module declares no tensor_parallel_plan() or accepts "
+                   f"no degree dividing {batch.world}")
+    elif any(c.tp > 1 for c in candidates):
+        tp_note = (f"; an nd_tp<T> candidate's T ranks share their samples: {batch.world} / T data-parallel ranks, "
+                   "T times the accumulation")
     return (f"autotune: {len(candidates)} candidates, budget {s.budget_s:g} s, {s.warmup_steps} warm-up + {s.steps} "
             f"measured steps each; every candidate trains the same global batch of {batch.describe()}. Trials run "
             f"without checkpoints, callbacks, validation (one batch at the end) and loggers but jsonl; your settings of "
-            f"those go into the best config unchanged")
+            f"those go into the best config unchanged{tp_note}")
 
 
 def autotune(argv: list[str], trial: Callable[..., TrialResult] = run_trial) -> Outcome:

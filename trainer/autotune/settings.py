@@ -41,6 +41,7 @@ class Settings:
     strategies: list[str]
     activation_checkpointing: list[bool] | None
     out_dir: Path
+    tp_degrees: list[int] | None = None  # None: every degree the module accepts, when it declares a TP plan
 
 
 @dataclass
@@ -120,7 +121,9 @@ def _is_int(value: Any) -> bool:
 
 def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) -> Settings:
     """``Settings`` from the composed ``autotune`` node (a plain dict), or an ``AutotuneError``."""
-    from trainer.autotune.candidates import STRATEGIES
+    from trainer.autotune.candidates import STRATEGIES, TENSOR_PARALLEL
+
+    known = [*STRATEGIES, TENSOR_PARALLEL]
 
     budget = block["budget_s"]
     _require(isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0,
@@ -132,13 +135,19 @@ def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) 
              f"autotune.micro_batch_sizes must be null or a non-empty list of integers >= 1, got {micro!r}")
     strategies = block["strategies"]
     _require(isinstance(strategies, list) and strategies,
-             f"autotune.strategies must be a non-empty list of {', '.join(STRATEGIES)}, got {strategies!r}")
+             f"autotune.strategies must be a non-empty list of {', '.join(known)}, got {strategies!r}")
     for name in strategies:
-        _require(name in STRATEGIES, f"autotune.strategies: unknown strategy {name!r}; known: {', '.join(STRATEGIES)}")
+        _require(name in known, f"autotune.strategies: unknown strategy {name!r}; known: {', '.join(known)}")
     _require(len(set(strategies)) == len(strategies), f"autotune.strategies lists one twice: {strategies}")
     ckpt = block["activation_checkpointing"]
     _require(ckpt is None or (isinstance(ckpt, list) and ckpt and all(isinstance(c, bool) for c in ckpt)),
              f"autotune.activation_checkpointing must be null or a non-empty list of true / false, got {ckpt!r}")
+    tp = block.get("tp_degrees")
+    _require(tp is None or (isinstance(tp, list) and all(_is_int(t) and t >= 2 for t in tp)),
+             f"autotune.tp_degrees must be null or a list of integers >= 2 (tensor-parallel ranks), got {tp!r}")
+    _require(not tp or TENSOR_PARALLEL in strategies,
+             f"autotune.tp_degrees={tp}: the tensor-parallel candidates need {TENSOR_PARALLEL} in autotune.strategies, "
+             f"got {strategies}")
     out_dir = block["out_dir"]
     _require(out_dir is None or isinstance(out_dir, str), f"autotune.out_dir must be a path or null, got {out_dir!r}")
     if out_dir is None:
@@ -147,7 +156,7 @@ def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) 
         budget_s=float(budget), steps=block["steps"], warmup_steps=block["warmup_steps"],
         micro_batch_sizes=None if micro is None else list(dict.fromkeys(micro)),  # a size given twice: once
         strategies=list(strategies), activation_checkpointing=None if ckpt is None else list(dict.fromkeys(ckpt)),
-        out_dir=Path(out_dir).resolve(),
+        out_dir=Path(out_dir).resolve(), tp_degrees=None if tp is None else list(dict.fromkeys(tp)),
     )
 
 

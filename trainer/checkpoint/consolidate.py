@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -42,6 +43,8 @@ def full_weights(path: str) -> dict[str, torch.Tensor]:
             for key, meta in metadata.items()
             if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
         }
-        dcp.load(state, checkpoint_id=folder, no_dist=True)
+        with warnings.catch_warnings():  # DCP's note that it reads without a process group: intended here
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            dcp.load(state, checkpoint_id=folder, no_dist=True)
         weights = {key[len("model."):]: tensor for key, tensor in state.items()}
     return weights

@@ -5,7 +5,7 @@
     <root>/
       latest                  -> text: "step-000000500" (moved last, with an atomic rename)
       step-000000500/
-        COMMITTED             json: step, format, world size, monitored metric (written last)
+        COMMITTED             json: step, format, world size and device mesh, monitored metric (written last)
         trainer_state.json    progress (epoch, step, global_step, position in the epoch) and the config
         extras.pt             scheduler, loss scaler and callback states
         hparams.pt            the objects among the hyperparameters, pickled (read by load_from_checkpoint only)

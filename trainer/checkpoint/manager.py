@@ -37,7 +37,7 @@ from trainer.checkpoint import integrity, layout, save_failure
 from trainer.api.hparams_archive import FILENAME as HPARAMS_FILE
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
-from trainer.checkpoint.state import get_rng_state, get_training_state, set_rng_state
+from trainer.checkpoint.state import describe_layout, get_rng_state, get_training_state, mesh_layout, set_rng_state
 from trainer.checkpoint.run_states import RunStates
 from trainer.checkpoint.stream_position import save_stream_state
 from trainer.runtime.redact import redact_secrets
@@ -168,7 +168,7 @@ class CheckpointManager:
         state = get_training_state(states.model, states.optimizer, full, self.strategy)
         marker = {
             "step": step, "format": self.config.format, "world_size": distributed.world_size(),
-            "version": FORMAT_VERSION, "time": time.time(),
+            "mesh": mesh_layout(states.model), "version": FORMAT_VERSION, "time": time.time(),
             "metrics": {k: v for k, v in states.metrics.items() if k == self.config.monitor},
         }
         if self.config.monitor and not marker["metrics"] and not self._told_no_monitor:
@@ -341,16 +341,25 @@ class CheckpointManager:
             states.callbacks.load_state_dict(extras.get("callbacks") or {})
         with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as handle:
             progress = json.load(handle)
-        rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")
-        if marker["world_size"] == distributed.world_size() and os.path.isfile(rng_file):
-            set_rng_state(load_file(rng_file))
-        else:
-            # Each rank's generators belong to a rank of the saved world size: seed them afresh from
-            # (seed, step, rank), so the streams from here differ from the ones the run started with.
-            from trainer.runtime.seeding import derive_seed, seed_everything
-
-            seed = states.seed
-            seed_everything(derive_seed(seed, "resume", progress["step"], distributed.rank()))
-            log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
-                     "rank), not restored", marker["world_size"], distributed.world_size(), seed, progress["step"])
+        self._restore_rng(path, marker, states, progress["step"])
         return progress
+
+    def _restore_rng(self, path: str, marker: dict, states: RunStates, step: int) -> None:
+        """Each rank's generators as saved, when the run has the checkpoint's layout (world size and
+        mesh: the same rank holds the same part of the model and reads the same samples); else seeded
+        afresh from (seed, step, rank), so the streams from here differ from the ones the run started with."""
+        rng_file = os.path.join(path, "rng", f"rank-{distributed.rank():05d}.pt")
+        world, mesh = distributed.world_size(), mesh_layout(states.model)
+        if marker["world_size"] == world and marker.get("mesh") == mesh and os.path.isfile(rng_file):
+            set_rng_state(load_file(rng_file))
+            return
+        from trainer.runtime.seeding import derive_seed, seed_everything
+
+        seed_everything(derive_seed(states.seed, "resume", step, distributed.rank()))
+        if marker["world_size"] != world:
+            log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
+                     "rank), not restored", marker["world_size"], world, states.seed, step)
+        else:
+            log.info("resuming a checkpoint of %s on %s: random generators re-seeded from (seed %d, step %d, rank), "
+                     "not restored", describe_layout(marker["world_size"], marker.get("mesh")),
+                     describe_layout(world, mesh), states.seed, step)

@@ -2,7 +2,8 @@
 
 Keys are parameter names (``blocks.0.linear.weight``, optimizer state keyed by the same names),
 never wrapper prefixes or parameter ids, so a checkpoint of one strategy loads into another:
-DDP <-> FSDP, 2 ranks -> 1 or 4. Built on ``torch.distributed.checkpoint.state_dict``.
+DDP <-> FSDP, 2 ranks -> 1 or 4, strategy=nd's DTensors over a 2-D mesh (FSDP x tensor parallel)
+-> another mesh or one process (DCP reshards them). Built on ``torch.distributed.checkpoint.state_dict``.
 """
 
 from __future__ import annotations
@@ -90,6 +91,23 @@ def describe_mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> st
     if shapes:
         parts.append(f"shape mismatch: {clip(shapes)}")
     return "; ".join(parts)
+
+
+def mesh_layout(module: nn.Module) -> dict[str, int] | None:
+    """``{dimension name: size}`` of the device mesh ``module`` is spread over (``device_mesh``:
+    strategy=nd), None without one. A checkpoint records it: the ranks' random generators map onto
+    another run's only when its layout is the same, not merely its number of ranks."""
+    mesh = getattr(module, "device_mesh", None)
+    if mesh is None:
+        return None
+    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+    return {name: int(size) for name, size in zip(names, mesh.shape)}
+
+
+def describe_layout(world_size: int, mesh: dict[str, int] | None) -> str:
+    """``4 ranks (dp_shard 2 x tp 2)`` for the log; the size-1 dimensions left out."""
+    spread = " x ".join(f"{name} {size}" for name, size in (mesh or {}).items() if size > 1)
+    return f"{world_size} rank{'s' if world_size != 1 else ''}" + (f" ({spread})" if spread else "")
 
 
 # ----- random number generators ---------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The stream position in a checkpoint: one small file per rank, ``stream/rank-NNNNN.pt``.
 
 invariant: every rank reads the same stream, so rank 0's position is loaded on every rank of any
-world size. sharded: each rank loads its own; another world size is an error naming both.
+world size. sharded: each rank loads the position of its data-parallel rank (the file records it:
+under tensor parallelism several ranks read the same shards, and a run on another mesh numbers them
+differently); another data-parallel world size is an error naming both.
 """
 
 from __future__ import annotations
@@ -23,8 +25,18 @@ def save_stream_state(plan: Any, epoch: int, epoch_step: int, staging: str) -> l
         return []
     name = f"stream/rank-{distributed.rank():05d}.pt"
     os.makedirs(os.path.join(staging, "stream"), exist_ok=True)
-    torch.save(plan.checkpoint_state(epoch, epoch_step), os.path.join(staging, name))
+    torch.save({**plan.checkpoint_state(epoch, epoch_step), "data_rank": plan.rank}, os.path.join(staging, name))
     return [name]
+
+
+def _of_data_rank(path: str, data_rank: int) -> Any:
+    """The saved position of a rank that read ``data_rank``'s shards (None: no such file)."""
+    folder = os.path.join(path, "stream")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        state = load_file(os.path.join(folder, name))
+        if state.get("data_rank") == data_rank:
+            return state
+    return None
 
 
 def restore_stream_state(plan: Any, path: str, epoch: int, epoch_step: int) -> None:
@@ -55,6 +67,8 @@ def restore_stream_state(plan: Any, path: str, epoch: int, epoch_step: int) -> N
                          f"data.num_workers={state['num_workers']}")
     if plan.mode == "sharded":
         state = read(distributed.rank())
+        if state is None or state.get("data_rank", plan.rank) != plan.rank:  # (older files: no data_rank)
+            state = _of_data_rank(path, plan.rank)  # another mesh: this rank's number read other shards then
         # Every rank learns which ranks' positions are missing (one small all-reduce): all fail with the
         # same error instead of the others waiting for the failed rank until the collective timeout.
         _, missing = distributed.any_rank_and_values(state is None, int(state is None))

@@ -7,6 +7,7 @@ Under torchrun or srun every rank runs the command (torchrun ... -m trainer reci
 
 commands:
   estimate [OVERRIDES]      will the run fit? bytes per rank for every strategy (nothing is trained)
+  dry-run [OVERRIDES]       one rank of a strategy=nd layout on a fake process group: its shards and memory
   autotune [OVERRIDES]      try strategies and batch splits for a few steps each; write the best config
   consolidate CKPT OUT      a checkpoint's full model weights in one torch file
   prepare-text IN OUT       tokenize text files into token shards (then: trainer data.tokens=OUT)
@@ -24,6 +25,12 @@ from typing import Callable, Sequence
 
 def _estimate(argv: list[str]) -> int:
     from trainer.estimate.__main__ import main
+
+    return main(argv)
+
+
+def _dry_run(argv: list[str]) -> int:
+    from trainer.estimate.dry_run_command import main
 
     return main(argv)
 
@@ -63,6 +70,7 @@ def _train(argv: list[str]) -> int:
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": _train,
     "estimate": _estimate,
+    "dry-run": _dry_run,
     "autotune": _autotune,
     "consolidate": _consolidate,
     "prepare-text": _prepare_text,

@@ -3,16 +3,20 @@
 ``python -m trainer.estimate recipe=gpt module.layers=48 module.width=2048 trainer.devices=8
 trainer.num_nodes=4 estimate.device_memory_gb=80`` prints the configured strategy per rank and a
 table of single / DDP / ZeRO-1 / FSDP grad_op, full, hybrid (and full with CPU offload) / pipeline /
-pipeline x FSDP under the configured precision, with a "fits" column.
+pipeline x FSDP (and, for a module with a tensor-parallel plan, FSDP x TP and pp x FSDP x TP) under the
+configured precision, with a "fits" column. ``strategy=nd`` layouts are counted from the dry run's
+shards (``dry_run.py``: the layout built per rank on the meta device and torch's fake process group).
 
 Files: ``formulas.py`` (the formulas and where each comes from), ``optimizer_state.py`` (the
 optimizer's state size, measured on tiny tensors), ``model.py`` (the module built on fake tensors
 and the shapes read from it), ``activations.py`` (saved-for-backward bytes, measured),
-``plan.py`` (the rows), ``table.py`` (the printout), ``__main__.py`` (the command).
+``plan.py`` (the rows), ``dry_run.py`` / ``nd_plan.py`` (strategy=nd: each rank's shards, its bytes),
+``dry_run_command.py`` (``trainer dry-run``), ``table.py`` (the printout), ``__main__.py`` (the command).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from trainer.estimate.plan import Row, Setting, configured_row, strategy_rows
@@ -28,6 +32,7 @@ def estimate_config(cfg: Any) -> str:
     from trainer.cli.hydra_app import check_config_keys, merge_precision
     from trainer.estimate.activations import example_batch, measure_for_precision
     from trainer.estimate.model import build_fake, fake_mode, model_shapes
+    from trainer.estimate.nd_plan import comparison_rows, layout_of, nd_row
     from trainer.estimate.table import comparison_table, configured_table, human
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -48,10 +53,13 @@ def estimate_config(cfg: Any) -> str:
     strategy_node.pop("accelerator", None)
     devices, nodes = int(cfg.trainer.devices), int(cfg.trainer.num_nodes)
     world = devices * nodes  # the comparison's world; the configured single row is one device anyway
+    # strategy=nd and pipeline x tp: each rank's layout from the dry run (bad degrees: one line, first)
+    nd_layout = layout_of(strategy_name, strategy_node, world)
+    data_parallel = nd_layout[0].dp if nd_layout else world  # tp ranks (and pipeline stages) share their samples
     batch_size = cfg.data.get("batch_size") or 32  # unset: the trainer's default micro-batch (conf/config.yaml)
     accumulate = int(cfg.trainer.accumulate_grad_batches)
     if cfg.data.get("global_batch_size"):  # then accumulation = global / (micro-batch x data-parallel ranks)
-        accumulate = max(1, int(cfg.data.global_batch_size) // (batch_size * world))
+        accumulate = max(1, int(cfg.data.global_batch_size) // (batch_size * data_parallel))
     setting = Setting(world=world, devices_per_node=devices, precision=precision_name, batch_size=batch_size,
                       activation_checkpointing=bool(cfg.trainer.activation_checkpointing),
                       accumulate_grad_batches=accumulate,
@@ -77,9 +85,16 @@ def estimate_config(cfg: Any) -> str:
                     f"{human(acts.total)} plain, {checkpointed}"
                     + (f"\n  with the weights gathered in {precision.compute_dtype} (FSDP): {human(gathered.total)} plain, "
                        f"{human(gathered.checkpointed)} with activation checkpointing" if gathered else ""))
-    configured = configured_row(module, shapes, acts, setting, gathered)
+    make_module = partial(instantiate, cfg.module)  # the dry run builds its own, on the meta device
+    if nd_layout:
+        dims, layout = nd_layout
+        configured = nd_row(strategy_name, make_module, dims, shapes, acts, setting, strategy_node, gathered=gathered,
+                            layout=layout)
+    else:
+        configured = configured_row(module, shapes, acts, setting, gathered)
     rows = strategy_rows(module, shapes, acts, setting, gathered)
-    label = "pp rank" if strategy_name == "pipeline" else "rank"
+    rows += comparison_rows(module, make_module, shapes, acts, setting, gathered)
+    label = "pp rank" if strategy_name == "pipeline" and not nd_layout else "rank"  # nd rows: every rank
     return "\n".join([
         f"{type(module).__name__}: {shapes.numel:,} parameters; precision {precision_name}; "
         f"{world} rank(s) ({devices} per node x {nodes} node(s)); micro-batch {batch_size} x {accumulate} accumulated; "

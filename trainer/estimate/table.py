@@ -45,13 +45,16 @@ def _cells(r: RankBytes, measured: bool) -> list[str]:
     return cells
 
 
-def configured_table(row: Row, memory_gb: float | None, label: str = "rank", measured: bool = True) -> str:
-    """Each rank (or pipeline rank) of the configured strategy; identical ranks collapsed into a range."""
+def configured_table(row: Row, memory_gb: float | None, label: str = "rank", measured: bool = True,
+                     first: int = 0) -> str:
+    """Each rank (or pipeline rank) of the configured strategy; identical ranks collapsed into a range.
+    ``first``: the number of ``row.ranks[0]`` (a row of one rank: the dry run's)."""
     lines, start = [], 0
     for i in range(1, len(row.ranks) + 1):
         if i == len(row.ranks) or row.ranks[i] != row.ranks[start]:
             r = row.ranks[start]
-            name = f"{label} {start}" if i - 1 == start else f"{label}s {start}-{i - 1}"
+            a, b = start + first, i - 1 + first
+            name = f"{label} {a}" if a == b else f"{label}s {a}-{b}"
             lines.append([name, *_cells(r, measured), human(r.total), fits(r, memory_gb, measured)])
             start = i
     return _grid(["", *COLUMNS, "total", "fits"], lines)

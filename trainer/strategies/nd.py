@@ -70,6 +70,12 @@ def _builds_in_configure_model(module: nn.Module) -> bool:
     return own is not None and own is not getattr(TrainModule, "configure_model", None)
 
 
+def _no_plan(module: nn.Module, tp: int) -> ValueError:
+    return ValueError(f"strategy.tp={tp} but {type(module).__name__} declares no tensor_parallel_plan() and its "
+                      "configure_model made no DTensor parameters; declare a plan (TrainModule.tensor_parallel_plan), "
+                      "or set strategy.tp=1")
+
+
 class NDStrategy(FSDPStrategy):
     """Tensor parallel x FSDP / HSDP on one device mesh (see the module docstring).
 
@@ -88,7 +94,7 @@ class NDStrategy(FSDPStrategy):
     name = "nd"
     sync_batchnorm_refusal = ("the nd strategy does not synchronise batch norm statistics over its "
                               "data-parallel ranks; use a LayerNorm / RMSNorm, or strategy=ddp / fsdp")
-    group_holders = ("mesh", "world_mesh", "dp_mesh")
+    group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh")
 
     def __init__(
         self,
@@ -175,13 +181,8 @@ class NDStrategy(FSDPStrategy):
             check(tp)
         if module_plan(module) is None and not _builds_in_configure_model(module):
             # Nothing could split it: no plan, and no configure_model of its own to apply one.
-            raise self._no_plan(module)
+            raise _no_plan(module, tp)
         check_plan_before_launch(module)
-
-    def _no_plan(self, module: nn.Module) -> ValueError:
-        return ValueError(f"strategy.tp={self.dims.tp} but {type(module).__name__} declares no tensor_parallel_plan() "
-                          "and its configure_model made no DTensor parameters; declare a plan (TrainModule."
-                          "tensor_parallel_plan), or set strategy.tp=1")
 
     # ----- building ------------------------------------------------------------------------------------
     def before_configure_model(self, module: nn.Module) -> None:
@@ -198,7 +199,7 @@ class NDStrategy(FSDPStrategy):
             return
         plan = module_plan(module)
         if plan is None:
-            raise self._no_plan(module)
+            raise _no_plan(module, self.dims.tp)
         expanded = expand_plan(module, plan)
         if has_meta_tensors(module):
             self._pending = expanded

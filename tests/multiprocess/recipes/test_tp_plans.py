@@ -12,6 +12,9 @@ DTensor shards) and, after ``STEPS`` optimizer steps, every loss and parameter, 
 atol 1e-7 (fp32; the only differences are the order of the sums the row-split projections and the
 vocabulary-sharded softmax reduce over two ranks). SGD, not Adam (see ``run``). The negative control
 (gpt's older fused qkv projection, split by columns as one matrix) shows the comparison can fail.
+
+Then the same recipes through ``Trainer(strategy="nd")`` (TP 2, FSDP 2 x TP 2, meta-device builds,
+loss parallel off) and ``train.py``, each against one process over 15 steps (tolerance below).
 """
 
 from __future__ import annotations
@@ -250,6 +253,16 @@ def test_nd_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     check_same_training(result, reference)
 
 
+def test_nd_tp2_without_loss_parallel_trains_the_recipe_as_one_process(one_process, tmp_path):
+    # strategy.loss_parallel=false: the plan's head gathers the logits into a plain tensor.
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(tp=2, loss_parallel=False), devices=2,
+                        batch_size=GLOBAL_BATCH)
+    check_same_training(result, reference)
+
+
 @pytest.mark.slow
 def test_nd_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     from trainer.strategies.nd import NDStrategy
@@ -258,3 +271,45 @@ def test_nd_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
     result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(dp_shard=2, tp=2), devices=4,
                         batch_size=GLOBAL_BATCH // 2)
     check_same_training(result, reference)
+
+
+@pytest.mark.slow
+def test_nd_meta_init_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, tmp_path):
+    """Built on the meta device, each block materialised with the recipe's own initialisation, then
+    split and sharded: the same weights, the same training."""
+    from trainer.strategies.nd import NDStrategy
+
+    recipe, reference = one_process
+    result = fit_recipe(tmp_path, recipe, strategy=NDStrategy(dp_shard=2, tp=2, meta_init=True), devices=4,
+                        batch_size=GLOBAL_BATCH // 2)
+    check_same_training(result, reference)
+
+
+# ----- through train.py ------------------------------------------------------------------------------
+def test_train_py_runs_llama_with_tensor_parallel(tmp_path):
+    from tests.support.command_line import TRAIN
+    from tests.support.command_line import run as run_command
+    from tests.support.helpers import read_metrics
+
+    result = run_command(TRAIN + ["recipe=llama", "strategy=nd", "strategy.tp=2", "trainer.devices=2",
+                                  "trainer.max_steps=10", "trainer.log_every_n_steps=5", "trainer.val_every_n_steps=10",
+                                  "trainer.progress_bar=false", "module.max_bytes=100000", "checkpoint.save_last=false",
+                                  "logger=[jsonl]", f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 0, result.describe()
+    rows = read_metrics(str(tmp_path))
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert len(losses) == 2 and losses[-1] < 0.9 * losses[0], losses
+    assert [r["val/bits_per_byte"] for r in rows if "val/bits_per_byte" in r]
+    assert "strategy nd: tp 2 = 2 ranks" in result.output
+
+
+def test_train_py_refuses_a_degree_the_heads_cannot_take_in_one_line(tmp_path):
+    from tests.support.command_line import TRAIN
+    from tests.support.command_line import run as run_command
+
+    result = run_command(TRAIN + ["recipe=llama", "strategy=nd", "strategy.tp=4", "trainer.devices=4",
+                                  f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 1, result.describe()
+    assert result.stderr.strip() == ("error: strategy.tp=4 must divide module.heads=4, module.kv_heads=2 and "
+                                     "module.block_size=64 (tensor parallel splits the attention heads, sequence "
+                                     "parallel the sequence); allowed tp: 1, 2"), result.describe()

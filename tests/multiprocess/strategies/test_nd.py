@@ -39,9 +39,19 @@ def local_shapes(run_dir, rank):
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    return fit(tmp_path_factory.mktemp("single"), TokenClassifier(), strategy="single", devices=1,
-               batch_size=GLOBAL_BATCH, max_steps=STEPS)
+def one_process_dir(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("single")
+    fit(run_dir, TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def one_process(one_process_dir):
+    return fit_result(one_process_dir)
+
+
+def fit_result(run_dir):
+    return [r["train/loss"] for r in read_metrics(str(run_dir)) if "train/loss" in r], torch.load(run_dir / "params.pt")
 
 
 def test_reference_trains(one_process):
@@ -50,10 +60,14 @@ def test_reference_trains(one_process):
     assert {"inp.weight", "blocks.1.up.weight", "norm.weight", "out.bias"} <= params.keys()
 
 
-def test_tp2_equals_one_process(one_process, tmp_path):
+def test_tp2_equals_one_process(one_process, one_process_dir, tmp_path):
     strategy, batch_size = nd(2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=2, batch_size=batch_size, max_steps=STEPS)
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    # A metric computed from the vocabulary-sharded logits (a DTensor), counted once per data-parallel rank.
+    means = {name: [r["train/logit_mean"] for r in read_metrics(str(path))]
+             for name, path in (("nd", tmp_path), ("single", one_process_dir))}
+    torch.testing.assert_close(torch.tensor(means["nd"]), torch.tensor(means["single"]), **TOL)
     # The model was split: rank 1 holds half of each up projection's rows, a quarter under FSDP 2 x TP 2.
     assert local_shapes(tmp_path, 1)["blocks.0.up.weight"] == [16, 16]
 
@@ -115,10 +129,11 @@ def test_partial_plan_with_replicated_layers_equals_one_process(one_process, tmp
 
 
 def test_clipping_tp2_equals_one_process(tmp_path):
-    # The global norm over every mesh dimension, clipping every step.
+    # The global norm over every mesh dimension, clipping every step; the blocks' activations recomputed
+    # in backward (activation checkpointing applied after tensor parallel).
     strategy, batch_size = nd(2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=2, batch_size=batch_size, max_steps=STEPS,
-                 gradient_clip_val=0.5)
+                 gradient_clip_val=0.5, activation_checkpointing=True)
     reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
                     max_steps=STEPS, gradient_clip_val=0.5)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
@@ -155,11 +170,43 @@ def test_tp_without_a_plan_is_refused(tmp_path):
         fit(tmp_path, TokenClassifier(plan="none"), strategy=strategy, devices=2, batch_size=batch_size, max_steps=2)
 
 
+def test_replicas_x_tp2_equals_one_process(one_process, tmp_path):
+    # dp_replicate alone: FSDP2 over a (replicate 2, shard 1) mesh, whole copies per replica.
+    strategy, batch_size = nd(4, dp_replicate=2, dp_shard=1, tp=2)
+    result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size, max_steps=STEPS)
+    assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+    assert local_shapes(tmp_path, 3)["blocks.0.up.weight"] == [16, 16]
+
+
+def test_without_tp_it_is_strategy_fsdp(tmp_path):
+    # tp = 1: the same FSDP2 units and mesh as strategy=fsdp, hence the same training, bit for bit.
+    from tests.support.helpers import BlockRegressor
+    from trainer.strategies.fsdp import FSDPStrategy
+
+    fsdp = fit(tmp_path / "fsdp", BlockRegressor(), strategy=FSDPStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    same = fit(tmp_path / "nd", BlockRegressor(), strategy=NDStrategy(), devices=2, batch_size=8, max_steps=STEPS)
+    assert_same_training(same, fsdp, steps=STEPS, tol=dict(rtol=0, atol=0))
+
+
 @pytest.mark.slow
 def test_hsdp2_x_fsdp2_x_tp2_on_8_ranks_equals_one_process(one_process, tmp_path):
     strategy, batch_size = nd(8, dp_replicate=2, dp_shard=2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=8, batch_size=batch_size, max_steps=STEPS)
     assert_same_training(result, one_process, steps=STEPS, tol=TOL)
+
+
+def test_sharded_checkpoint_resumes_bitwise_on_the_same_layout(tmp_path):
+    # FSDP 2 x TP 2: parameters and AdamW state are 2-D DTensors; the resumed steps equal the uninterrupted ones.
+    strategy, batch_size = nd(4, dp_shard=2, tp=2)
+    whole, _ = fit(tmp_path / "whole", TokenClassifier(), strategy=strategy, devices=4, batch_size=batch_size,
+                   max_steps=STEPS, checkpoint=dict(every_n_steps=5, keep_last=None))
+    resumed_dir = tmp_path / "resumed"
+    fit(resumed_dir, TokenClassifier(), strategy=NDStrategy(dp_shard=2, tp=2), devices=4, batch_size=batch_size,
+        max_steps=STEPS, resume=str(tmp_path / "whole" / "checkpoints" / "step-000000010"),
+        checkpoint=dict(save_last=False))
+    losses = {r["step"]: r["train/loss"] for r in read_metrics(str(resumed_dir)) if "train/loss" in r}
+    assert sorted(losses) == list(range(11, STEPS + 1))
+    assert [losses[step] for step in range(11, STEPS + 1)] == whole[10:]
 
 
 def _fit_then_evaluate(run_dir, strategy, devices, batch_size, checkpoint_format="sharded"):
@@ -180,11 +227,14 @@ def evaluated_one_process(tmp_path_factory):
     return _fit_then_evaluate(tmp_path_factory.mktemp("evaluated_single"), "single", 1, GLOBAL_BATCH)
 
 
-@pytest.mark.parametrize("checkpoint_format", ["sharded", "full"])
-def test_validate_test_predict_tp2_equal_one_process(evaluated_one_process, tmp_path, checkpoint_format):
+@pytest.mark.parametrize("devices, degrees, checkpoint_format", [
+    (2, dict(tp=2), "sharded"), (2, dict(tp=2), "full"),
+    (4, dict(dp_shard=2, tp=2), "sharded"),  # (20 samples in batches of 4 over 2 data-parallel ranks: lockstep padding)
+])
+def test_validate_test_predict_equal_one_process(evaluated_one_process, tmp_path, devices, degrees, checkpoint_format):
     single = evaluated_one_process
-    strategy, batch_size = nd(2, tp=2)
-    split = _fit_then_evaluate(tmp_path, strategy, 2, batch_size, checkpoint_format)
+    strategy, batch_size = nd(devices, **degrees)
+    split = _fit_then_evaluate(tmp_path, strategy, devices, batch_size, checkpoint_format)
     assert len(single["val_in_fit"]) == 1
     torch.testing.assert_close(split["val_in_fit"], single["val_in_fit"], **TOL)
     assert split["returned"].keys() == single["returned"].keys()

@@ -40,7 +40,7 @@ def test_help_lists_every_command_in_a_few_lines(capsys):
     assert command.main(["--help"]) == 0
     printed = capsys.readouterr().out
     assert len(printed.splitlines()) <= 20
-    for name in ("estimate", "autotune", "consolidate", "prepare-text", "init"):
+    for name in ("estimate", "dry-run", "autotune", "consolidate", "prepare-text", "init"):
         assert f"\n  {name} " in printed
 
 
