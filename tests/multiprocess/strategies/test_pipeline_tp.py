@@ -132,12 +132,15 @@ def test_two_stages_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_p
             assert shape == expected, (rank, name)
 
 
-def test_interleaved_schedule_and_eager_build_equal_one_process(single, tmp_path):
+def test_interleaved_schedule_eager_build_and_accumulation_equal_one_process(single, tmp_path):
     # 2 virtual stages per rank (rank pp 0 holds stages 0 and 2), each split over 2 tp ranks;
-    # built eagerly (meta_init=false), then split: the same weights as the meta build's.
+    # built eagerly (meta_init=false), then split: the same weights as the meta build's; each
+    # optimizer step accumulates 2 of the loop's micro-batches of 8.
     strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, schedule="interleaved_1f1b", partition="uniform",
                                 meta_init=False)
-    assert_same_training(run(tmp_path, strategy, devices=4, gradient_clip_val=CLIP), single[0], steps=STEPS, tol=TOL)
+    piped = run(tmp_path, strategy, devices=4, batch_size=GLOBAL_BATCH // 2, accumulate_grad_batches=2,
+                gradient_clip_val=CLIP)
+    assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
 
 
 @pytest.mark.slow
