@@ -53,6 +53,7 @@ from trainer.strategies.base import OwnedStep
 from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
 from trainer.strategies.pipeline_build import SCHEDULES, build_stages
 from trainer.strategies.pipeline_gradients import average_over_replicas, pipeline_grad_norm, scale_gradients
+from trainer.strategies.parallel_dims import ParallelDims
 from trainer.strategies.pipeline_groups import build_pipeline_mesh, pipeline_dims
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
@@ -152,6 +153,7 @@ class PipelineStrategy(OwnedStep):
         self.partition = partition if isinstance(partition, str) else list(partition)
         self.pp_size, self._data_parallel_size, self.pp_rank, self.dp_rank, self.tp_rank = 1, 1, 0, 0, 0
         self.pp_group = self.dp_group = None
+        self._degrees: dict[str, int] | None = None  # (from_degrees)
         self._metric_names: list[str] | None = None
         self._counts_tokens: bool | None = None
         self._by_tokens = False
@@ -161,6 +163,8 @@ class PipelineStrategy(OwnedStep):
         return self.stages if self.stages is not None else max(1, world_size // self.tp)
 
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
+        if self._degrees is not None:  # (from_degrees) the degrees, resolved for this world
+            self._apply_dims(ParallelDims.resolve(world_size, **self._degrees))
         divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
         if self.tp > 1 and world_size % self.tp:
             raise ValueError(f"strategy.tp={self.tp} does not divide the world size {world_size}; "
@@ -260,10 +264,43 @@ class PipelineStrategy(OwnedStep):
         ...)``): ``stages=pp``, ``tp``, the replicas' ``data_parallel`` (:meth:`data_parallel_of`);
         ``options``: the other arguments (schedule, microbatches, meta_init, loss_parallel ...). The
         mesh it builds is ``dims``' own, rank for rank."""
+        strategy = cls(**cls._other_options(options))
+        strategy._apply_dims(dims)
+        return strategy
+
+    @classmethod
+    def from_degrees(cls, pp: int = 1, dp_replicate: int = 1, dp_shard: int = -1, cp: int = 1, tp: int = 1,
+                     **options: Any) -> PipelineStrategy:
+        """The pipeline for strategy=nd's degrees as given (one may be ``-1``, the rest of the world):
+        resolved by ``ParallelDims.resolve`` when the world size is known (``check_world_size``, before
+        any worker starts), then as :meth:`from_dims`. ``options``: the other arguments."""
+        for name, value in (("pp", pp), ("dp_replicate", dp_replicate), ("dp_shard", dp_shard), ("cp", cp), ("tp", tp)):
+            if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+                raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
+        if cp != 1:
+            cls._refuse_cp(cp)
+        strategy = cls(**cls._other_options(options))
+        strategy._degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+        return strategy
+
+    @staticmethod
+    def _other_options(options: dict[str, Any]) -> dict[str, Any]:
+        given = sorted({"stages", "tp", "data_parallel", "dp_replicate"} & set(options))
+        if given:
+            raise ValueError(f"strategy.{given[0]} comes from the parallel degrees here (stages = pp, tp, the replicas "
+                             "from dp_replicate / dp_shard); leave it out")
+        return options
+
+    @staticmethod
+    def _refuse_cp(cp: int) -> None:
+        raise ValueError(f"strategy.cp={cp}: context parallel is not supported with pipeline stages; set strategy.cp=1")
+
+    def _apply_dims(self, dims: ParallelDims) -> None:
         if dims.cp != 1:
-            raise ValueError(f"strategy.cp={dims.cp}: context parallel is not supported with pipeline stages; "
-                             "set strategy.cp=1")
-        return cls(stages=dims.pp, tp=dims.tp, **cls.data_parallel_of(dims.dp_replicate, dims.dp_shard), **options)
+            self._refuse_cp(dims.cp)
+        self.stages, self.tp = dims.pp, dims.tp
+        options = self.data_parallel_of(dims.dp_replicate, dims.dp_shard)
+        self.data_parallel, self.dp_replicate = options["data_parallel"], options.get("dp_replicate")
 
     def check_module(self, module: nn.Module) -> None:
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks

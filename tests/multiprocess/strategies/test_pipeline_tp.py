@@ -215,6 +215,17 @@ def test_bad_layouts_are_refused_before_any_worker(tmp_path):
     assert (built.stages, built.tp, built.data_parallel, built.dp_replicate, built.microbatches, built.loss_parallel) == \
         (2, 2, "hsdp", 2, 4, False)
     assert built.data_parallel_size(16) == dims.dp == 4
+    # ... or its degrees as given (-1: the rest), resolved when the Trainer knows the world size
+    given = PipelineStrategy.from_degrees(pp=2, dp_replicate=2, dp_shard=-1, tp=2, microbatches=4)
+    Trainer(strategy=given, devices=16, run_dir=str(tmp_path))
+    assert (given.stages, given.tp, given.data_parallel, given.dp_replicate, given.data_parallel_size(16)) == \
+        (2, 2, "hsdp", 2, 4)
+    with pytest.raises(ValueError, match=r"the parallel degrees \(pp 3 x dp_shard -1 x tp 2\) do not divide the world size 8"):
+        Trainer(strategy=PipelineStrategy.from_degrees(pp=3, tp=2), devices=8, run_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"strategy.cp=2: context parallel is not supported with pipeline stages"):
+        PipelineStrategy.from_degrees(pp=2, cp=2)
+    with pytest.raises(ValueError, match=r"strategy.stages comes from the parallel degrees here"):
+        PipelineStrategy.from_degrees(pp=2, stages=2)
     # stages=null: the world / tp stages, no replicas
     assert PipelineStrategy(tp=2).data_parallel_size(8) == 1
     assert PipelineStrategy(stages=2, tp=2).data_parallel_size(8) == 2
@@ -249,8 +260,10 @@ def test_bad_plans_are_refused_before_any_worker():
 def test_two_stages_by_two_shards_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_path):
     # 8 ranks: 2 stages x 2 replicas sharding each stage (FSDP2 over "dp") x 2 tensor-parallel
     # ranks (the blocks' parameters are 2-D DTensors: Shard over dp, and over tp where the plan splits).
-    strategy = PipelineStrategy(stages=2, tp=2, microbatches=2, partition="uniform", data_parallel="fsdp")
+    # Built as strategy=nd's pp 2 x dp_shard -1 x tp 2 maps to the pipeline.
+    strategy = PipelineStrategy.from_degrees(pp=2, dp_shard=-1, tp=2, microbatches=2, partition="uniform")
     piped = run(tmp_path, strategy, devices=8, batch_size=GLOBAL_BATCH // 2, gradient_clip_val=CLIP)
+    assert (strategy.stages, strategy.tp, strategy.data_parallel) == (2, 2, "fsdp")
     assert_same_training(piped, single[0], steps=STEPS, tol=TOL)
     torch.testing.assert_close(torch.tensor(logged(tmp_path, "train/grad_norm")),
                                torch.tensor(logged(single[1], "train/grad_norm")), rtol=1e-5, atol=0)
