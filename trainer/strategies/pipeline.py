@@ -95,7 +95,8 @@ class PipelineStrategy(OwnedStep):
     Under ``strategy=nd`` with ``pp > 1`` the degrees map to ``stages=pp``, ``tp=tp`` and
     (:meth:`data_parallel_of`) ``data_parallel="fsdp"`` for ``dp_shard`` replicas, ``"ddp"`` for
     ``dp_replicate`` ones, ``"hsdp"`` with ``dp_replicate=dp_replicate`` for both; the mesh is then
-    ParallelDims(pp, dp_replicate, dp_shard, 1, tp)'s, rank for rank.
+    ParallelDims(pp, dp_replicate, dp_shard, 1, tp)'s, rank for rank. :meth:`from_degrees` takes the
+    degrees as given (``-1`` included), :meth:`from_dims` resolved ones.
     """
 
     name = "pipeline"
