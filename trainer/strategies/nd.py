@@ -28,8 +28,10 @@ The other strategies stay as they are, not special cases of this one: DDP bucket
 all-reduce with the backward and has ZeRO-1, which FSDP2 over a replicate-only mesh does not; FSDP's
 sharding modes (grad_op, no_shard, hybrid by shard size), CPU offload and manual-optimization units,
 and the pipeline's schedules, are tested as they are. ``strategy=nd`` covers the compositions; with
-``tp = 1`` it builds the same FSDP2 as ``strategy=fsdp`` (it shares FSDPStrategy's code). Pipeline
-stages (``pp > 1``) and context parallel (``cp > 1``, CUDA ring attention) are refused here.
+``tp = 1`` it builds the same FSDP2 as ``strategy=fsdp`` (it shares FSDPStrategy's code). With pipeline
+stages (``pp > 1``) ``NDStrategy(...)`` builds :class:`NDPipelineStrategy`: the pipeline strategy on the
+same mesh (its stages x replicas x tp, rank for rank). Context parallel (``cp > 1``, CUDA ring
+attention) is refused.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from trainer.strategies.fsdp import _ROOT_KEY, FSDPStrategy, _sharded_root
 from trainer.strategies.nd_probe import check_plan_before_launch
 from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, scale_gradients
 from trainer.strategies.parallel_dims import ParallelDims
+from trainer.strategies.pipeline import PipelineStrategy
 from trainer.strategies.tensor_parallel import apply_plan, expand_plan, module_plan, plan_under
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
 from trainer.strategies.wrap_policy import select_units
@@ -80,7 +83,8 @@ class NDStrategy(FSDPStrategy):
     """Tensor parallel x FSDP / HSDP on one device mesh (see the module docstring).
 
     Args:
-        pp: pipeline stages; only 1 here.
+        pp: pipeline stages; > 1 builds an :class:`NDPipelineStrategy` instead (the pipeline's settings
+            ``schedule``, ``microbatches``, ``partition``, ``virtual_stages`` apply then, and only then).
         dp_replicate: data-parallel replicas (HSDP's outer dimension; DDP-like when alone).
         dp_shard: data-parallel ranks sharding parameters, gradients and optimizer state (FSDP); -1: the rest.
         cp: context parallel; only 1 (it needs CUDA ring attention).
@@ -95,6 +99,12 @@ class NDStrategy(FSDPStrategy):
     sync_batchnorm_refusal = ("the nd strategy does not synchronise batch norm statistics over its "
                               "data-parallel ranks; use a LayerNorm / RMSNorm, or strategy=ddp / fsdp")
     group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh")
+
+    def __new__(cls, accelerator: str = "auto", pp: int = 1, **options: Any) -> Any:
+        # pp > 1: the pipeline strategy on the same mesh (stages x replicas x tp), named nd.
+        if cls is NDStrategy and pp != 1:
+            return NDPipelineStrategy.of_nd(accelerator, pp, **options)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -112,7 +122,17 @@ class NDStrategy(FSDPStrategy):
         output_dtype: str | None = None,
         meta_init: bool = False,
         sync_every_microbatch: bool = False,
+        schedule: str = "1f1b",
+        microbatches: int | None = None,
+        partition: str | Sequence[int] = "parameters",
+        virtual_stages: int | None = None,
     ):
+        pipeline_settings = {"schedule": (schedule, "1f1b"), "microbatches": (microbatches, None),
+                             "partition": (partition, "parameters"), "virtual_stages": (virtual_stages, None)}
+        for name, (value, default) in pipeline_settings.items():
+            if value != default:
+                raise ValueError(f"strategy.{name}={value!r} is a pipeline setting: it applies with strategy.pp > 1, "
+                                 f"and this run has strategy.pp={pp}; leave it out or set strategy.pp")
         super().__init__(accelerator, sharding="full", wrap=wrap, min_num_params=min_num_params,
                          param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=output_dtype,
                          meta_init=meta_init, sync_every_microbatch=sync_every_microbatch)
@@ -120,9 +140,6 @@ class NDStrategy(FSDPStrategy):
         for name, value in self.degrees.items():  # the product is checked against the world size later
             if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
                 raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
-        if pp != 1:
-            raise ValueError(f"strategy.pp={pp}: pp > 1 (pipeline stages) under strategy=nd is not yet supported; "
-                             "set strategy.pp=1, or use strategy=pipeline for pipeline x data parallel")
         if cp != 1:
             raise ValueError(f"strategy.cp={cp}: context parallel needs CUDA ring attention (torch's "
                              "context_parallel over SDPA), which this trainer does not run; set strategy.cp=1")
@@ -306,3 +323,29 @@ class NDStrategy(FSDPStrategy):
                 tensor.zero_()
             torch.distributed.all_reduce(tensor)
         return tensor
+
+
+#: settings of strategy=nd that only its FSDP path (pp = 1) reads, with their defaults
+_FSDP_ONLY = {"wrap": "auto", "min_num_params": None, "param_dtype": None, "reduce_dtype": None,
+              "output_dtype": None, "sync_every_microbatch": False}
+
+
+class NDPipelineStrategy(PipelineStrategy):
+    """strategy=nd with ``pp > 1``: the pipeline strategy (trainer/strategies/pipeline.py) on the nd
+    mesh, rank for rank: ``pp`` stages, the replicas from ``dp_replicate`` / ``dp_shard`` (ddp, fsdp or
+    hsdp over them), the module's tensor-parallel plan over ``tp`` inside each stage. The pipeline's
+    settings (``schedule``, ``microbatches``, ``partition``, ``virtual_stages``) apply; FSDP's own
+    (``wrap``, the dtypes, ``sync_every_microbatch``) do not, and are refused when given."""
+
+    name = "nd"
+
+    @classmethod
+    def of_nd(cls, accelerator: str, pp: int, **options: Any) -> NDPipelineStrategy:
+        degrees = {name: options.pop(name) for name in ("dp_replicate", "dp_shard", "cp", "tp") if name in options}
+        for name, default in _FSDP_ONLY.items():
+            value = options.pop(name, default)
+            if value != default:
+                raise ValueError(f"strategy.{name}={value!r} applies to strategy=nd without pipeline stages (pp = 1); "
+                                 f"with strategy.pp={pp} the stages are sharded by the pipeline: leave it out")
+        degrees.setdefault("dp_shard", -1)  # nd's default: the rest of the world shards
+        return cls.from_degrees(pp=pp, **degrees, accelerator=accelerator, **options)

@@ -132,6 +132,18 @@ def test_two_stages_by_two_tensor_parallel_ranks_equal_one_process(single, tmp_p
             assert shape == expected, (rank, name)
 
 
+def test_nd_with_pipeline_stages_is_the_pipeline_on_the_nd_mesh(single, tmp_path):
+    # strategy=nd strategy.pp=2 strategy.tp=2 (dp_shard -1 = 1 on 4 ranks) builds this pipeline, named nd,
+    # and trains as one process; FSDP-only settings are refused with pp > 1, pipeline ones with pp = 1.
+    strategy = resolve_strategy("nd", pp=2, tp=2, microbatches=2, partition="uniform")
+    assert isinstance(strategy, PipelineStrategy) and strategy.name == "nd"
+    assert_same_training(run(tmp_path, strategy, devices=4, gradient_clip_val=CLIP), single[0], steps=STEPS, tol=TOL)
+    with pytest.raises(ValueError, match=r"strategy.wrap='none' applies to strategy=nd without pipeline stages"):
+        resolve_strategy("nd", pp=2, tp=2, wrap="none")
+    with pytest.raises(ValueError, match=r"strategy.schedule='gpipe' is a pipeline setting"):
+        resolve_strategy("nd", tp=2, schedule="gpipe")
+
+
 def test_interleaved_schedule_eager_build_and_accumulation_equal_one_process(single, tmp_path):
     # 2 virtual stages per rank (rank pp 0 holds stages 0 and 2), each split over 2 tp ranks;
     # built eagerly (meta_init=false), then split: the same weights as the meta build's; each

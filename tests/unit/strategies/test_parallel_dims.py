@@ -56,8 +56,9 @@ def test_nd_strategy_sizes_and_refusals():
     assert strategy.data_parallel_size(8) == 4 and strategy.dims.dp_shard == 4
     with pytest.raises(ValueError, match=r"do not divide the world size 6"):
         NDStrategy(tp=4).check_world_size(6, 6)
-    with pytest.raises(ValueError, match=r"strategy.pp=2: pp > 1 .* not yet"):
-        NDStrategy(pp=2)
+    piped = NDStrategy(pp=2, tp=2)  # the pipeline on the nd mesh (tests/multiprocess/strategies/test_pipeline_tp.py)
+    piped.check_world_size(8, 8)
+    assert piped.name == "nd" and piped.owns_step and piped.data_parallel_size(8) == 2
     with pytest.raises(ValueError, match=r"strategy.cp=2: context parallel needs CUDA"):
         NDStrategy(cp=2)
     with pytest.raises(ValueError, match=r"strategy.loss_parallel='yes'"):
