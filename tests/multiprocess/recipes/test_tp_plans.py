@@ -285,6 +285,18 @@ def test_nd_meta_init_fsdp2_x_tp2_trains_the_recipe_as_one_process(one_process, 
     check_same_training(result, reference)
 
 
+@pytest.mark.slow
+def test_nd_hsdp2x2_x_tp2_on_eight_ranks_trains_llama_as_one_process(tmp_path):
+    """8 ranks: 2 replicas x 2 shards (HSDP) x 2 tensor-parallel ranks, the llama recipe (grouped-query
+    attention, rotary embeddings) against one process on the same global batch of 8."""
+    from trainer.strategies.nd import NDStrategy
+
+    reference = fit_recipe(tmp_path / "single", "llama", batch_size=GLOBAL_BATCH)
+    result = fit_recipe(tmp_path / "hsdp_tp", "llama", strategy=NDStrategy(dp_replicate=2, dp_shard=2, tp=2), devices=8,
+                        batch_size=GLOBAL_BATCH // 4)
+    check_same_training(result, reference)
+
+
 # ----- through train.py ------------------------------------------------------------------------------
 def test_train_py_runs_llama_with_tensor_parallel(tmp_path):
     from tests.support.command_line import TRAIN
