@@ -169,3 +169,36 @@ class LightningWayClassifier(TokenClassifier):
             for block in self.blocks:
                 fully_shard(block, mesh=mesh["dp_shard"])
             fully_shard(self, mesh=mesh["dp_shard"])
+
+
+class DropoutClassifier(TokenClassifier):
+    """The "mlp" plan (the blocks' outputs are replicated plain tensors on every tensor-parallel rank)
+    with dropout on those replicated activations. Each rank writes its training losses and its
+    replicated (plain-tensor) parameters to ``<run_dir>/rank<r>.pt`` at the end of fit."""
+
+    def __init__(self, p: float = 0.3, **kwargs):
+        super().__init__(plan="mlp", **kwargs)
+        self.p = p
+        self.losses: list[float] = []
+
+    def configure_model(self):
+        super().configure_model()
+        self.dropout = nn.Dropout(self.p)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = self.dropout(block(h))  # a replicated activation: every tp rank must draw the same mask
+        return self.out(self.norm(h))
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)[1]
+        self.losses.append(float(loss.detach()))
+        return loss
+
+    def on_fit_end(self):
+        from torch.distributed.tensor import DTensor
+
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        plain = {name: p.detach().clone() for name, p in self.named_parameters() if not isinstance(p, DTensor)}
+        torch.save({"losses": self.losses, "replicated": plain}, os.path.join(self.trainer.run_dir, f"rank{rank}.pt"))

@@ -162,6 +162,13 @@ class NDStrategy(FSDPStrategy):
     def data_parallel_rank(self) -> int:
         return self.dims.data_parallel_rank(distributed.rank()) if self.dims is not None else distributed.rank()
 
+    @property
+    def random_stream_rank(self) -> int:
+        """The first rank of this rank's tensor-parallel group: its ranks draw the same dropout masks
+        on the activations they hold replicated."""
+        rank = distributed.rank()
+        return self.dims.tp_group_first_rank(rank) if self.dims is not None else rank
+
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
         Strategy.setup_environment(self, env, timeout)  # alone: a group of one (needs_process_group)
         self.dims = self.resolve(distributed.world_size())
