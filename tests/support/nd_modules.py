@@ -202,3 +202,14 @@ class DropoutClassifier(TokenClassifier):
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         plain = {name: p.detach().clone() for name, p in self.named_parameters() if not isinstance(p, DTensor)}
         torch.save({"losses": self.losses, "replicated": plain}, os.path.join(self.trainer.run_dir, f"rank{rank}.pt"))
+
+
+class LoggingClassifier(TokenClassifier):
+    """Logs, with ``self.log``, metrics of the logits: under strategy=nd's "sequence" plan with loss
+    parallel they are DTensors sharded on the vocabulary (``logits.mean()`` a partial one)."""
+
+    def training_step(self, batch, batch_idx):
+        logits, loss = self._loss(batch)
+        self.log("logged_logit_mean", logits.mean())
+        self.log("logged_logit_max", logits.max(), reduce_fx="max", on_epoch=True)
+        return loss

@@ -1,0 +1,32 @@
+"""strategy=nd with the trainer's other options, each compared with one process (tolerances as
+test_nd.py's: CPU fp32, rtol=1e-5 / atol=1e-6): ``self.log`` of DTensor values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.support.helpers import read_metrics, run_trainer
+from tests.support.nd_modules import LoggingClassifier
+from trainer.strategies.nd import NDStrategy
+
+pytestmark = pytest.mark.timeout(300)
+TOL = dict(rtol=1e-5, atol=1e-6)
+STEPS = 4
+
+
+def _logged(run_dir, name):
+    return torch.tensor([r[name] for r in read_metrics(str(run_dir)) if name in r])
+
+
+def test_self_log_of_a_dtensor_logs_its_whole_value(tmp_path):
+    # Under loss parallel the logits are sharded on the vocabulary: their mean and max are DTensors,
+    # logged as the whole value (the mean over all classes, not over this rank's half).
+    run_trainer(tmp_path / "nd", LoggingClassifier(), strategy=NDStrategy(tp=2), devices=2, batch_size=8,
+                max_steps=STEPS, limit_train_batches=STEPS)
+    run_trainer(tmp_path / "single", LoggingClassifier(), strategy="single", devices=1, batch_size=8,
+                max_steps=STEPS, limit_train_batches=STEPS)
+    for name in ("logged_logit_mean", "logged_logit_max_step", "logged_logit_max_epoch"):
+        single = _logged(tmp_path / "single", name)
+        assert len(single) == (1 if name.endswith("epoch") else STEPS), name
+        torch.testing.assert_close(_logged(tmp_path / "nd", name), single, **TOL, msg=name)
