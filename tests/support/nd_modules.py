@@ -213,3 +213,26 @@ class LoggingClassifier(TokenClassifier):
         self.log("logged_logit_mean", logits.mean())
         self.log("logged_logit_max", logits.max(), reduce_fx="max", on_epoch=True)
         return loss
+
+
+class ManualClassifier(TokenClassifier):
+    """Manual optimization: two halves of the batch accumulated by hand (the first inside
+    ``no_backward_sync()``), clipping by the global norm, the optimizer's step."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        x, y = batch
+        half = len(x) // 2
+        with self.no_backward_sync():
+            first = self._loss((x[:half], y[:half]))[1]
+            self.manual_backward(first / 2)
+        second = self._loss((x[half:], y[half:]))[1]
+        self.manual_backward(second / 2)
+        self.clip_gradients(optimizer, gradient_clip_val=0.5)
+        optimizer.step()
+        optimizer.zero_grad()
+        return (first.detach() + second.detach()) / 2

@@ -47,7 +47,7 @@ from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.base import Strategy
 from trainer.strategies.fsdp import _ROOT_KEY, FSDPStrategy, _sharded_root
 from trainer.strategies.nd_probe import check_plan_before_launch
-from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, scale_gradients
+from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, loss_parallel_once, scale_gradients
 from trainer.strategies.parallel_dims import ParallelDims
 from trainer.strategies.tensor_parallel import apply_plan, expand_plan, module_plan, plan_under
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
@@ -283,9 +283,7 @@ class NDStrategy(FSDPStrategy):
                 for unit in self._user_units(wrapped):
                     unit.set_requires_gradient_sync(sync, recurse=False)
         if self.loss_parallel and self.dims.tp > 1:
-            from torch.distributed.tensor.parallel import loss_parallel
-
-            return loss_parallel()
+            return loss_parallel_once()
         return contextlib.nullcontext()
 
     def _user_units(self, wrapped: nn.Module) -> list[nn.Module]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.helpers import read_metrics, run_trainer
-from tests.support.nd_modules import LoggingClassifier
+from tests.support.helpers import fit, read_metrics, run_trainer
+from tests.support.nd_modules import LoggingClassifier, ManualClassifier
+from tests.support.same_training import assert_same_training
 from trainer.strategies.nd import NDStrategy
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,3 +31,13 @@ def test_self_log_of_a_dtensor_logs_its_whole_value(tmp_path):
         single = _logged(tmp_path / "single", name)
         assert len(single) == (1 if name.endswith("epoch") else STEPS), name
         torch.testing.assert_close(_logged(tmp_path / "nd", name), single, **TOL, msg=name)
+
+
+def test_manual_optimization_tp2_equals_one_process(tmp_path):
+    # manual_backward under loss parallel (the logits sharded on the vocabulary), clip_gradients by the
+    # norm over the tensor-parallel shards, the optimizer's step on DTensor parameters.
+    result = fit(tmp_path / "nd", ManualClassifier(), strategy=NDStrategy(tp=2), devices=2, batch_size=8,
+                 max_steps=STEPS)
+    reference = fit(tmp_path / "single", ManualClassifier(), strategy="single", devices=1, batch_size=8,
+                    max_steps=STEPS)
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
