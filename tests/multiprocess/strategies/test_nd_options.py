@@ -59,3 +59,14 @@ def test_fp16_mixed_tp2_runs_near_one_process(tmp_path):
     for name in params:
         torch.testing.assert_close(params[name], reference_params[name], rtol=0, atol=1e-3, msg=name)
     assert losses[-1] < 0.8 * losses[0]
+
+
+@pytest.mark.slow
+def test_compile_tp2_equals_one_process(tmp_path):
+    # Each block compiled after tensor parallel split it (torchtitan's order): its DTensor matmuls and
+    # sequence-parallel norm traced by dynamo. The reference compiles its blocks too.
+    result = fit(tmp_path / "nd", TokenClassifier(), strategy=NDStrategy(tp=2), devices=2, batch_size=8,
+                 max_steps=STEPS, compile=True)
+    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=8,
+                    max_steps=STEPS, compile=True)
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
