@@ -45,7 +45,7 @@ from torch import nn
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.base import Strategy
-from trainer.strategies.fsdp import _ROOT_KEY, FSDPStrategy, _sharded_root
+from trainer.strategies.fsdp import FSDPStrategy, _sharded_root, remember_root
 from trainer.strategies.nd_probe import check_plan_before_launch
 from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, loss_parallel_once, scale_gradients
 from trainer.strategies.parallel_dims import ParallelDims
@@ -94,7 +94,7 @@ class NDStrategy(FSDPStrategy):
     name = "nd"
     sync_batchnorm_refusal = ("the nd strategy does not synchronise batch norm statistics over its "
                               "data-parallel ranks; use a LayerNorm / RMSNorm, or strategy=ddp / fsdp")
-    group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh")
+    group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh", "_meshed_module")
 
     def __init__(
         self,
@@ -138,6 +138,7 @@ class NDStrategy(FSDPStrategy):
         self._pending: dict[str, Any] = {}  # the expanded plan not applied yet (meta-device builds)
         self._names: dict[int, str] = {}  # id(submodule) -> its name (meta-device builds)
         self._tp_mesh: Any = None
+        self._meshed_module: nn.Module | None = None  # the module given the mesh (taken back at teardown)
 
     # ----- processes and devices ------------------------------------------------------------------------
     def resolve(self, world_size: int) -> ParallelDims:
@@ -194,6 +195,15 @@ class NDStrategy(FSDPStrategy):
     # ----- building ------------------------------------------------------------------------------------
     def before_configure_model(self, module: nn.Module) -> None:
         module.__dict__["_device_mesh"] = self.world_mesh
+        self._meshed_module = module  # its mesh is taken back at teardown
+
+    def teardown(self, clean: bool = True) -> None:
+        # The module the caller keeps must not hold the mesh, hence its groups, past the run (a later
+        # run gives it the mesh of that run).
+        module = getattr(self, "_meshed_module", None)
+        if module is not None:
+            module.__dict__.pop("_device_mesh", None)
+        super().teardown(clean)
 
     def parallelize(self, module: nn.Module) -> None:
         """Tensor parallel: the whole plan on an eager build; a meta-device build keeps it for ``wrap``."""
@@ -269,7 +279,7 @@ class NDStrategy(FSDPStrategy):
             else:
                 self._make_ranks_equal(module)
             root = self._root_forward(module)
-        module.__dict__[_ROOT_KEY] = (root, torch.distributed.group.WORLD)
+        remember_root(module, root)
         return root
 
     # ----- the step -------------------------------------------------------------------------------------

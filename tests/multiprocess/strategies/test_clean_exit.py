@@ -41,3 +41,24 @@ def test_nd_ranks_end_cleanly(tmp_path, layout):
     trainer = dict(ND_LAYOUTS[layout], max_steps=2, log_every_n_steps=1, checkpoint=dict(every_n_steps=2))
     _assert_clean_fit(tmp_path, {"module_class": "tests.support.nd_modules.TokenClassifier", "module": {},
                                  "trainer": trainer})
+
+
+def test_nd_in_this_process_leaves_no_group_alive(tmp_path):
+    # One device: the run is in this process and the caller keeps its module and strategy. The mesh the
+    # module was given (its device_mesh) must not keep the destroyed group, and its gloo threads, alive.
+    from tests.support.helpers import run_trainer
+    from tests.support.nd_modules import TokenClassifier
+    from trainer.runtime import distributed
+    from trainer.strategies.nd import NDStrategy
+
+    module, strategy, alive = TokenClassifier(), NDStrategy(), distributed.destroyed_groups_alive()
+    run_trainer(tmp_path, module, strategy=strategy, devices=1, batch_size=8, max_steps=2)
+    assert (tmp_path / "params.pt").is_file()
+    assert distributed.destroyed_groups_alive() <= alive
+    assert module.device_mesh is None
+    # The run's root is kept (a later run in a live group reuses it) without its group: a run after the group
+    # ended is told so, as before.
+    from trainer.strategies.fsdp import _sharded_root
+
+    with pytest.raises(RuntimeError, match="earlier run whose process group has ended"):
+        _sharded_root(module)
