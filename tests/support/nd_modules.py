@@ -169,3 +169,70 @@ class LightningWayClassifier(TokenClassifier):
             for block in self.blocks:
                 fully_shard(block, mesh=mesh["dp_shard"])
             fully_shard(self, mesh=mesh["dp_shard"])
+
+
+class DropoutClassifier(TokenClassifier):
+    """The "mlp" plan (the blocks' outputs are replicated plain tensors on every tensor-parallel rank)
+    with dropout on those replicated activations. Each rank writes its training losses and its
+    replicated (plain-tensor) parameters to ``<run_dir>/rank<r>.pt`` at the end of fit."""
+
+    def __init__(self, p: float = 0.3, **kwargs):
+        super().__init__(plan="mlp", **kwargs)
+        self.p = p
+        self.losses: list[float] = []
+
+    def configure_model(self):
+        super().configure_model()
+        self.dropout = nn.Dropout(self.p)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = self.dropout(block(h))  # a replicated activation: every tp rank must draw the same mask
+        return self.out(self.norm(h))
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)[1]
+        self.losses.append(float(loss.detach()))
+        return loss
+
+    def on_fit_end(self):
+        from torch.distributed.tensor import DTensor
+
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        plain = {name: p.detach().clone() for name, p in self.named_parameters() if not isinstance(p, DTensor)}
+        torch.save({"losses": self.losses, "replicated": plain}, os.path.join(self.trainer.run_dir, f"rank{rank}.pt"))
+
+
+class LoggingClassifier(TokenClassifier):
+    """Logs, with ``self.log``, metrics of the logits: under strategy=nd's "sequence" plan with loss
+    parallel they are DTensors sharded on the vocabulary (``logits.mean()`` a partial one)."""
+
+    def training_step(self, batch, batch_idx):
+        logits, loss = self._loss(batch)
+        self.log("logged_logit_mean", logits.mean())
+        self.log("logged_logit_max", logits.max(), reduce_fx="max", on_epoch=True)
+        return loss
+
+
+class ManualClassifier(TokenClassifier):
+    """Manual optimization: two halves of the batch accumulated by hand (the first inside
+    ``no_backward_sync()``), clipping by the global norm, the optimizer's step."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        x, y = batch
+        half = len(x) // 2
+        with self.no_backward_sync():
+            first = self._loss((x[:half], y[:half]))[1]
+            self.manual_backward(first / 2)
+        second = self._loss((x[half:], y[half:]))[1]
+        self.manual_backward(second / 2)
+        self.clip_gradients(optimizer, gradient_clip_val=0.5)
+        optimizer.step()
+        optimizer.zero_grad()
+        return (first.detach() + second.detach()) / 2

@@ -58,7 +58,11 @@ class ModuleLogMethods:
             raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "
                                "validated or tested")
         from trainer.runtime import distributed
+        from trainer.runtime.tensors import full_value
 
+        # A DTensor is logged as its whole value, as the step hooks' returned ones are; on every rank of its
+        # mesh (a collective), before rank_zero_only leaves the others out.
+        value = full_value(value)
         if rank_zero_only and distributed.rank() != 0:
             return
         collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,

@@ -355,7 +355,8 @@ class CheckpointManager:
             return
         from trainer.runtime.seeding import derive_seed, seed_everything
 
-        seed_everything(derive_seed(states.seed, "resume", step, distributed.rank()))
+        # (one stream per tensor-parallel group, as at the start: strategy.random_stream_rank)
+        seed_everything(derive_seed(states.seed, "resume", step, self.strategy.random_stream_rank))
         if marker["world_size"] != world:
             log.info("resuming a %d-rank checkpoint on %d ranks: random generators re-seeded from (seed %d, step %d, "
                      "rank), not restored", marker["world_size"], world, states.seed, step)

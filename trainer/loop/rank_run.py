@@ -169,9 +169,10 @@ class _Run(RunCounters):
         if trainer.enable_model_summary:
             self.summary = summarize(module)
         self.wrapped = strategy.wrap(module, init)  # materialises a meta-device build, unit by unit
-        # Different random streams per rank from here on (dropout; also each pipeline stage's own).
-        # Loading draws from its own per-batch seeds, keyed by the data-parallel rank (self.loader).
-        seed_everything(derive_seed(trainer.seed, "rank", self.rank))
+        # Different random streams per rank from here on (dropout; also each pipeline stage's own), one per
+        # tensor-parallel group (strategy.random_stream_rank). Loading draws from its own per-batch seeds,
+        # keyed by the data-parallel rank (self.loader).
+        seed_everything(derive_seed(trainer.seed, "rank", strategy.random_stream_rank))
         trainer.model = self.wrapped
         if trainer.init_from is not None:
             load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages

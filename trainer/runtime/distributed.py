@@ -167,6 +167,30 @@ def _clear_dtensor_caches() -> None:
                    getattr(_redistribute, "_gen_transform_infos", None)):
         if hasattr(cached, "cache_clear"):
             cached.cache_clear()
+    _clear_module_caches("torch.distributed.tensor")
+
+
+def _clear_module_caches(package: str) -> None:
+    """Clear every ``functools`` cache of the loaded modules of ``package``: module-level, on a class
+    (``ShardingPropagator._propagate_tensor_meta_cached``, an ``lru_cache`` on a method whose keys are
+    op schemas, hence DTensor specs and their meshes: tensor parallel's ops fill it) or one a function
+    closes over. The ones named above, and any a later torch adds."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for value in list(vars(module).values()):
+            members = list(vars(value).values()) if isinstance(value, type) else [value]
+            for member in members:
+                if hasattr(member, "cache_clear"):
+                    member.cache_clear()
+                cells = getattr(member, "__closure__", None) if type(member) is types.FunctionType else None
+                for cell in cells or ():
+                    try:
+                        inner = cell.cell_contents
+                    except ValueError:  # an empty cell
+                        continue
+                    if hasattr(inner, "cache_clear"):
+                        inner.cache_clear()
 
 
 def _clear_group_defaults() -> None:
@@ -195,8 +219,12 @@ def destroyed_groups_alive() -> int:
     until the interpreter finalizes, where they can abort the process (see the import of
     ``torch.distributed.nn.functional`` above); 0 once a run's objects are gone."""
     _destroyed[:] = [ref for ref in _destroyed if ref() is not None]
-    if _destroyed:  # a full collection costs 0.1-1 s with torch loaded: only when something is left
-        gc.collect()
+    # A full collection costs 0.1-1 s with torch loaded: only when something is left. Another one
+    # while the last found garbage: objects a collection finalizes (with ``__del__``) are freed only
+    # by the next one, and what they held (tensor-parallel parameters' meshes, their groups) with them.
+    for _ in range(3):
+        if not _destroyed or not gc.collect():
+            break
         _destroyed[:] = [ref for ref in _destroyed if ref() is not None]
     return len(_destroyed)
 

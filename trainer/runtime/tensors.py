@@ -19,6 +19,20 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     return batch
 
 
+def full_value(value: Any) -> Any:
+    """``value`` as a plain tensor where it is a DTensor (a metric of tensor-parallel activations,
+    logits sharded on the vocabulary under loss parallel): its whole value, detached. A collective over
+    the DTensor's mesh where it is sharded or partial: every rank of that mesh calls it alike. Anything
+    else is returned as it is."""
+    import sys
+
+    if "torch.distributed.tensor" not in sys.modules:  # nothing made DTensors (and no import for it)
+        return value
+    from torch.distributed.tensor import DTensor
+
+    return value.detach().full_tensor() if isinstance(value, DTensor) else value
+
+
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's part of a sharded (DTensor) tensor, the tensor itself otherwise (a view: writing
     to it writes to the DTensor)."""

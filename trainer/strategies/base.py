@@ -132,6 +132,14 @@ class Strategy(OptimizerStateIO):
         """This rank's index among the data-parallel ranks (which samples it loads)."""
         return distributed.rank()
 
+    @property
+    def random_stream_rank(self) -> int:
+        """Which rank's random stream this rank draws from once the model is built (dropout, the
+        module's own draws): its own, unless ranks must draw alike. The ranks of one tensor-parallel
+        group compute the same replicated activations, so they share their group's first rank's
+        stream; else their dropout masks differ and the replicas drift apart silently."""
+        return distributed.rank()
+
     # ----- wrapping ------------------------------------------------------------------------------
     #: why ``trainer.sync_batchnorm=true`` is refused with this strategy (None: it is supported)
     sync_batchnorm_refusal: str | None = None

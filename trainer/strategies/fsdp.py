@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from datetime import timedelta
 from typing import Any, ContextManager, Sequence
 
@@ -232,7 +233,7 @@ class FSDPStrategy(Strategy):
             root._get_fsdp_state()._lazy_init()
         # Kept in the module's __dict__ (not as a submodule): a later run of this module in this process
         # (Trainer.validate after fit under torchrun) reuses the sharding instead of sharding it twice.
-        module.__dict__[_ROOT_KEY] = (root, torch.distributed.group.WORLD)
+        remember_root(module, root)
         return root
 
     def _make_ranks_equal(self, module: nn.Module) -> None:
@@ -345,12 +346,20 @@ def _gather_when_called_outside_a_step(root: nn.Module, owners: list[nn.Module])
 _ROOT_KEY = "_fsdp_root_and_group"
 
 
+def remember_root(module: nn.Module, root: nn.Module) -> None:
+    """Keep ``root`` in the module's __dict__ (not as a submodule) with the process group it runs on,
+    weakly: a module the caller keeps after its run must not keep the ended group (and its gloo
+    threads) alive (trainer/runtime/distributed.py); a later run sees that the group has ended."""
+    module.__dict__[_ROOT_KEY] = (root, weakref.ref(torch.distributed.group.WORLD))
+
+
 def _sharded_root(module: nn.Module) -> nn.Module | None:
     """The FSDP root of an earlier run of ``module`` in this process, if its process group still runs."""
     root, group = module.__dict__.get(_ROOT_KEY, (None, None))
     if root is None:
         return None
-    if group is not torch.distributed.group.WORLD:
+    group = group()
+    if group is None or group is not torch.distributed.group.WORLD:
         raise RuntimeError(
             f"{type(module).__name__} was sharded by FSDP in an earlier run whose process group has ended (its "
             "parameters are shards of that run): run validate / test / predict with ckpt_path= (the weights of a "

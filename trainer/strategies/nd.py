@@ -47,9 +47,9 @@ from torch import nn
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.strategies.base import Strategy
-from trainer.strategies.fsdp import _ROOT_KEY, FSDPStrategy, _sharded_root
+from trainer.strategies.fsdp import FSDPStrategy, _sharded_root, remember_root
 from trainer.strategies.nd_probe import check_plan_before_launch
-from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, scale_gradients
+from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, loss_parallel_once, scale_gradients
 from trainer.strategies.parallel_dims import ParallelDims
 from trainer.strategies.pipeline import PipelineStrategy
 from trainer.strategies.tensor_parallel import apply_plan, expand_plan, module_plan, plan_under
@@ -98,7 +98,7 @@ class NDStrategy(FSDPStrategy):
     name = "nd"
     sync_batchnorm_refusal = ("the nd strategy does not synchronise batch norm statistics over its "
                               "data-parallel ranks; use a LayerNorm / RMSNorm, or strategy=ddp / fsdp")
-    group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh")
+    group_holders = ("mesh", "world_mesh", "dp_mesh", "_tp_mesh", "_meshed_module")
 
     def __new__(cls, accelerator: str = "auto", pp: int = 1, **options: Any) -> Any:
         # pp > 1: the pipeline strategy on the same mesh (stages x replicas x tp), named nd.
@@ -155,6 +155,7 @@ class NDStrategy(FSDPStrategy):
         self._pending: dict[str, Any] = {}  # the expanded plan not applied yet (meta-device builds)
         self._names: dict[int, str] = {}  # id(submodule) -> its name (meta-device builds)
         self._tp_mesh: Any = None
+        self._meshed_module: nn.Module | None = None  # the module given the mesh (taken back at teardown)
 
     # ----- processes and devices ------------------------------------------------------------------------
     def resolve(self, world_size: int) -> ParallelDims:
@@ -178,6 +179,13 @@ class NDStrategy(FSDPStrategy):
     @property
     def data_parallel_rank(self) -> int:
         return self.dims.data_parallel_rank(distributed.rank()) if self.dims is not None else distributed.rank()
+
+    @property
+    def random_stream_rank(self) -> int:
+        """The first rank of this rank's tensor-parallel group: its ranks draw the same dropout masks
+        on the activations they hold replicated."""
+        rank = distributed.rank()
+        return self.dims.tp_group_first_rank(rank) if self.dims is not None else rank
 
     def setup_environment(self, env: ClusterEnvironment, timeout: timedelta) -> None:
         Strategy.setup_environment(self, env, timeout)  # alone: a group of one (needs_process_group)
@@ -204,6 +212,15 @@ class NDStrategy(FSDPStrategy):
     # ----- building ------------------------------------------------------------------------------------
     def before_configure_model(self, module: nn.Module) -> None:
         module.__dict__["_device_mesh"] = self.world_mesh
+        self._meshed_module = module  # its mesh is taken back at teardown
+
+    def teardown(self, clean: bool = True) -> None:
+        # The module the caller keeps must not hold the mesh, hence its groups, past the run (a later
+        # run gives it the mesh of that run).
+        module = getattr(self, "_meshed_module", None)
+        if module is not None:
+            module.__dict__.pop("_device_mesh", None)
+        super().teardown(clean)
 
     def parallelize(self, module: nn.Module) -> None:
         """Tensor parallel: the whole plan on an eager build; a meta-device build keeps it for ``wrap``."""
@@ -279,7 +296,7 @@ class NDStrategy(FSDPStrategy):
             else:
                 self._make_ranks_equal(module)
             root = self._root_forward(module)
-        module.__dict__[_ROOT_KEY] = (root, torch.distributed.group.WORLD)
+        remember_root(module, root)
         return root
 
     # ----- the step -------------------------------------------------------------------------------------
@@ -293,9 +310,7 @@ class NDStrategy(FSDPStrategy):
                 for unit in self._user_units(wrapped):
                     unit.set_requires_gradient_sync(sync, recurse=False)
         if self.loss_parallel and self.dims.tp > 1:
-            from torch.distributed.tensor.parallel import loss_parallel
-
-            return loss_parallel()
+            return loss_parallel_once()
         return contextlib.nullcontext()
 
     def _user_units(self, wrapped: nn.Module) -> list[nn.Module]:

@@ -4,7 +4,7 @@ loss parallel in evaluation), the gradient norm over every mesh dimension, clipp
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from torch import nn
@@ -29,23 +29,33 @@ def plain_outputs(output: Any) -> Any:
     return output
 
 
+def loss_parallel_once() -> ContextManager:
+    """torch's ``loss_parallel()``, or nothing where it is active already: it cannot nest (its exit
+    removes the loss ops it added, and a second exit fails), and a manual-optimization step enters it
+    around the hook while ``no_backward_sync()`` inside enters it again through ``sync_context``."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import loss, loss_parallel
+
+    handlers = getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", {})
+    ops = getattr(loss, "customized_loss_ops", {})
+    if ops and all(op in handlers for op in ops):
+        return contextlib.nullcontext()
+    return loss_parallel()
+
+
 class NDStepForward(TrainingStepForward):
     """The step the loop calls under strategy=nd: the hook's outputs as plain tensors. With
-    ``loss_parallel``, evaluation hooks run inside torch's ``loss_parallel()`` (the training step's
-    forward and backward run inside it through ``sync_context``), so a cross-entropy over logits
-    sharded on the vocabulary works there too."""
+    ``loss_parallel``, every hook runs inside torch's ``loss_parallel()`` (an automatic training
+    step's forward and backward are inside it already, through ``sync_context``; a manual one's
+    ``manual_backward`` runs inside the hook), so a cross-entropy over logits sharded on the
+    vocabulary works in each."""
 
     def __init__(self, module: nn.Module, loss_parallel: bool = False):
         super().__init__(module)
         self.loss_parallel = loss_parallel
 
     def forward(self, batch: Any, batch_idx: int, hook: str = "training_step") -> Any:
-        context = contextlib.nullcontext()
-        if self.loss_parallel and hook != "training_step":
-            from torch.distributed.tensor.parallel import loss_parallel
-
-            context = loss_parallel()
-        with context:
+        with loss_parallel_once() if self.loss_parallel else contextlib.nullcontext():
             return plain_outputs(call_step(self.module, hook, batch, batch_idx))
 
 

@@ -103,6 +103,11 @@ class ParallelDims:
         c = self.coordinates(rank)
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
+    def tp_group_first_rank(self, rank: int) -> int:
+        """The global rank at tensor-parallel coordinate 0 of ``rank``'s tensor-parallel group (tp is
+        the fastest dimension: the group is ``tp`` neighbouring ranks)."""
+        return rank - self.coordinates(rank)["tp"]
+
     # ----- the mesh --------------------------------------------------------------------------------------
     def build_mesh(self, device_type: str) -> tuple[Any, Any]:
         """``(mesh, dp_mesh)``: the world's DeviceMesh with every dimension named (size-1 ones included,

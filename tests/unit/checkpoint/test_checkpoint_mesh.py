@@ -100,3 +100,19 @@ def test_sharded_stream_position_follows_the_data_parallel_rank(tmp_path, monkey
         plan = _stream_plan(data_rank)
         stream_position.restore_stream_state(plan, str(tmp_path), 0, STEP)
         assert plan.resume == (0, STEP, f"shards of data rank {data_rank}"), rank
+
+
+def test_reseed_follows_the_strategys_random_stream(saved, caplog):
+    # Re-seeded on another layout: from the strategy's random_stream_rank (strategy=nd: its
+    # tensor-parallel group's first rank), so the ranks of one group draw alike after the resume too.
+    from trainer.strategies.base import Strategy
+
+    class SharedStream(Strategy):
+        random_stream_rank = 2  # (this process is rank 0)
+
+    path, _ = saved
+    torch.manual_seed(99)
+    CheckpointManager(CheckpointConfig(save_on_signal=False), str(path), SharedStream()).load(path, _states(FOUR_BY_ONE))
+    drawn = torch.rand(3)
+    torch.manual_seed(derive_seed(0, "resume", STEP, 2))
+    assert torch.equal(drawn, torch.rand(3))

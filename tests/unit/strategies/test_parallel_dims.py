@@ -44,6 +44,13 @@ def test_coordinates_are_row_major_tp_innermost():
     assert dims.coordinates(6) == dict(pp=0, dp_replicate=1, dp_shard=1, cp=0, tp=0)
 
 
+def test_tp_group_first_rank():
+    # The rank whose random stream a tensor-parallel group shares (strategy.random_stream_rank).
+    dims = ParallelDims.resolve(8, dp_shard=2, tp=4)
+    assert [dims.tp_group_first_rank(rank) for rank in range(8)] == [0, 0, 0, 0, 4, 4, 4, 4]
+    assert [ParallelDims.resolve(4, dp_shard=4).tp_group_first_rank(rank) for rank in range(4)] == [0, 1, 2, 3]
+
+
 def test_tensor_parallel_ranks_load_the_same_samples():
     dims = ParallelDims.resolve(8, dp_replicate=2, dp_shard=2, tp=2)
     assert [dims.data_parallel_rank(rank) for rank in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
