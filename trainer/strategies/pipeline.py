@@ -246,6 +246,12 @@ class PipelineStrategy(OwnedStep):
         return self._data_parallel_size * self.tp
 
     @property
+    def random_stream_rank(self) -> int:
+        """One random stream per tensor-parallel group (tp is the mesh's innermost dimension): its
+        first rank's, so the tp ranks of a stage draw the same dropout masks on replicated activations."""
+        return distributed.rank() - self.tp_rank
+
+    @property
     def _reports(self) -> bool:
         """Whether this rank's loss and metrics count: the tensor-parallel ranks of the last stage
         compute the same values, and the first of them reports them (the others add zeros)."""

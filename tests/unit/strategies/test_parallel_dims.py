@@ -72,3 +72,16 @@ def test_nd_strategy_sizes_and_refusals():
         NDStrategy(loss_parallel="yes")
     with pytest.raises(ValueError, match=r"strategy.param_dtype='bf16' sets FSDP's mixed-precision policy"):
         NDStrategy(tp=2, param_dtype="bf16").check_world_size(2, 2)
+
+
+def test_pipeline_tp_ranks_share_their_groups_random_stream(monkeypatch):
+    # rank 7 of pp 2 x dp 2 x tp 2 is tp rank 1 of the group {6, 7}: it draws rank 6's stream.
+    from trainer.runtime import distributed
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    strategy = PipelineStrategy(stages=2, tp=2)
+    monkeypatch.setattr(distributed, "rank", lambda: 7)
+    strategy.tp_rank = 1
+    assert strategy.random_stream_rank == 6
+    strategy.tp_rank = 0
+    assert strategy.random_stream_rank == 7
