@@ -19,18 +19,7 @@ from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from tests.support.helpers import BlockRegressor
-from tests.support.nd_modules import TokenClassifier
-
-
-class MLPBlock(nn.Module):
-    def __init__(self, width: int, hidden: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, hidden)
-        self.down = nn.Linear(hidden, width)
-
-    def forward(self, x):
-        return x + self.down(torch.tanh(self.up(self.norm(x))))
+from tests.support.nd_modules import MLPBlock, TokenClassifier
 
 
 class TPRegressor(BlockRegressor):

@@ -9,20 +9,20 @@ comparison of every strategy. Nothing is trained and no process group is made.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from trainer.cli.hydra_errors import describe
 from trainer.estimate import estimate_config
 from trainer.runtime.config_dir import builtin_config_dir
 
 
-def compose(overrides: Sequence[str]):
-    """The composed config (conf/estimate.yaml with ``overrides``), as Hydra composes train.py's."""
+def compose(overrides: Sequence[str], config_name: str = "estimate"):
+    """The composed config (conf/<config_name>.yaml with ``overrides``), as Hydra composes train.py's."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(builtin_config_dir()), version_base="1.3"):
         try:
-            return hydra_compose(config_name="estimate", overrides=list(overrides))
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
         except Exception as error:  # a mistyped key or option: train.py's one line (the groups are known here)
             message = describe(error)
             if message is None:
@@ -30,18 +30,23 @@ def compose(overrides: Sequence[str]):
             raise ValueError(message) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def run_tool(argv: Sequence[str], doc: str | None, report: Callable[[Sequence[str]], str]) -> int:
+    """A planning command's main: ``--help`` prints ``doc``; the report, or its error in one line
+    (exit status 2), as train.py's config errors."""
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+        print(doc)
         return 0
     try:
-        report = estimate_config(compose(argv))
-    except Exception as error:  # a bad override or value: one line, as train.py's config errors
+        text = report(argv)
+    except Exception as error:  # a bad override or value
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
-    print(report)
+    print(text)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_tool(sys.argv[1:] if argv is None else argv, __doc__, lambda args: estimate_config(compose(args)))
 
 
 if __name__ == "__main__":

@@ -20,24 +20,14 @@ import time
 from functools import partial
 from typing import Any, Sequence
 
-from trainer.cli.hydra_errors import describe
-from trainer.runtime.config_dir import builtin_config_dir
+from trainer.estimate.__main__ import compose as compose_config, run_tool
 
 OPTIONS = ("rank", "device_memory_gb", "activations")
 
 
 def compose(overrides: Sequence[str]) -> Any:
     """conf/dry_run.yaml with ``overrides``, as Hydra composes train.py's config."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(builtin_config_dir()), version_base="1.3"):
-        try:
-            return hydra_compose(config_name="dry_run", overrides=list(overrides))
-        except Exception as error:  # a mistyped key or option: train.py's one line
-            message = describe(error)
-            if message is None:
-                raise
-            raise ValueError(message) from None
+    return compose_config(overrides, "dry_run")
 
 
 def check_options(options: dict) -> None:
@@ -169,17 +159,7 @@ def dry_run(cfg: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    try:
-        report = dry_run(compose(argv))
-    except Exception as error:  # bad degrees, a bad override or value: one line, as train.py's config errors
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
-    print(report)
-    return 0
+    return run_tool(sys.argv[1:] if argv is None else argv, __doc__, lambda args: dry_run(compose(args)))
 
 
 if __name__ == "__main__":
