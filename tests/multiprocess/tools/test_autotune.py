@@ -9,33 +9,23 @@ import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.support.helpers import REPO
+from tests.support.autotune_jobs import job_for
 from trainer.autotune import candidates as cands
 from trainer.autotune import trial as trial_module
 from trainer.autotune.best_config import check_same_config, compose_file, config_document, write_best_config
 from trainer.autotune.budget import Budget, process_age_s
 from trainer.autotune.runner import plan, run_candidates
-from trainer.autotune.settings import AutotuneError, Job, check_settings, compose, load_job, split_overrides
+from trainer.autotune.settings import AutotuneError, check_settings, load_job, split_overrides
 from trainer.autotune.table import best, format_table
 from trainer.autotune.trial import TrialResult, read_throughput
 
 DEFAULT_BLOCK = {"budget_s": 300, "steps": 20, "warmup_steps": 5, "micro_batch_sizes": None,
                  "strategies": ["ddp", "ddp_zero1", "fsdp_grad_op", "fsdp_full"], "activation_checkpointing": None,
                  "out_dir": None}
-
-
-def job_for(argv: list[str], tmp_path: Path) -> Job:
-    run, tune = split_overrides(argv)
-    config = compose(run + tune)
-    from omegaconf import OmegaConf
-
-    block = OmegaConf.to_container(config.autotune)
-    block["out_dir"] = str(tmp_path)
-    return Job(run, config, check_settings(block))
 
 
 # ----- candidates ------------------------------------------------------------------------------------

@@ -1,23 +1,13 @@
 """The autotuner's tensor-parallel candidates (trainer/autotune/candidates.py): strategy=nd with each TP
 degree that divides the world and that the module accepts, keeping the global batch."""
 
-from pathlib import Path
 
 import pytest
 
+from tests.support.autotune_jobs import job_for
 from trainer.autotune import candidates as cands
 from trainer.autotune.runner import describe, plan
-from trainer.autotune.settings import AutotuneError, Job, check_settings, compose, split_overrides
-
-
-def job_for(argv: list[str], tmp_path: Path) -> Job:
-    from omegaconf import OmegaConf
-
-    run, tune = split_overrides(argv)
-    config = compose(run + tune)
-    block = OmegaConf.to_container(config.autotune)
-    block["out_dir"] = str(tmp_path)
-    return Job(run, config, check_settings(block))
+from trainer.autotune.settings import AutotuneError, check_settings
 
 
 def test_llama_on_4_ranks_gets_the_tp_degrees_its_kv_heads_allow(tmp_path):
