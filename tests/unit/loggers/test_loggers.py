@@ -104,8 +104,8 @@ def wandb_records(path) -> list:
             position += block - position % block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[position:position + 7])
-        if kind == 0 and length == 0:
-            break
+        if (kind == 0 and length == 0) or position + 7 + length > len(data):
+            break  # the end, or a chunk W&B's service is still writing (the caller reads again)
         pending += data[position + 7:position + 7 + length]
         position += 7 + length
         if kind in (1, 4):
