@@ -50,7 +50,7 @@ from trainer.strategies.base import Strategy
 from trainer.strategies.fsdp import FSDPStrategy, _sharded_root, remember_root
 from trainer.strategies.nd_probe import check_plan_before_launch
 from trainer.strategies.nd_step import NDStepForward, grad_norm_over_meshes, loss_parallel_once, scale_gradients
-from trainer.strategies.parallel_dims import ParallelDims
+from trainer.strategies.parallel_dims import ParallelDims, check_degrees
 from trainer.strategies.pipeline import PipelineStrategy
 from trainer.strategies.tensor_parallel import apply_plan, expand_plan, module_plan, plan_under
 from trainer.strategies.weight_init import WeightInit, has_meta_tensors
@@ -137,9 +137,7 @@ class NDStrategy(FSDPStrategy):
                          param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=output_dtype,
                          meta_init=meta_init, sync_every_microbatch=sync_every_microbatch)
         self.degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
-        for name, value in self.degrees.items():  # the product is checked against the world size later
-            if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-                raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
+        check_degrees(self.degrees)
         if cp != 1:
             raise ValueError(f"strategy.cp={cp}: context parallel needs CUDA ring attention (torch's "
                              "context_parallel over SDPA), which this trainer does not run; set strategy.cp=1")

@@ -30,6 +30,14 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def check_degrees(degrees: dict[str, Any]) -> None:
+    """Each degree a positive integer or -1 (the rest of the world): one line naming the first that is not.
+    (Their product is checked against the world size by :meth:`ParallelDims.resolve`, once it is known.)"""
+    for name, value in degrees.items():
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+            raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
+
+
 @dataclass(frozen=True)
 class ParallelDims:
     """Concrete degrees (no ``-1``) whose product is the world size: build with :meth:`resolve`."""
@@ -50,9 +58,7 @@ class ParallelDims:
         if unknown:
             raise ValueError(f"strategy.{unknown[0]} is not a parallel degree; the degrees are {', '.join(DIM_NAMES)}")
         values = {name: degrees.get(name, 1) for name in DIM_NAMES}
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-                raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
+        check_degrees(values)
         rest = [name for name, value in values.items() if value == -1]
         if len(rest) > 1:
             raise ValueError(f"strategy.{rest[0]} and strategy.{rest[1]} are both -1; at most one degree may be -1 (the rest)")

@@ -53,7 +53,7 @@ from trainer.strategies.base import OwnedStep
 from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
 from trainer.strategies.pipeline_build import SCHEDULES, build_stages
 from trainer.strategies.pipeline_gradients import average_over_replicas, pipeline_grad_norm, scale_gradients
-from trainer.strategies.parallel_dims import ParallelDims
+from trainer.strategies.parallel_dims import ParallelDims, check_degrees
 from trainer.strategies.pipeline_groups import build_pipeline_mesh, pipeline_dims
 from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
 from trainer.strategies.pipeline_state import gather_full_state_dict
@@ -281,13 +281,12 @@ class PipelineStrategy(OwnedStep):
         """The pipeline for strategy=nd's degrees as given (one may be ``-1``, the rest of the world):
         resolved by ``ParallelDims.resolve`` when the world size is known (``check_world_size``, before
         any worker starts), then as :meth:`from_dims`. ``options``: the other arguments."""
-        for name, value in (("pp", pp), ("dp_replicate", dp_replicate), ("dp_shard", dp_shard), ("cp", cp), ("tp", tp)):
-            if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-                raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
+        degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+        check_degrees(degrees)
         if cp != 1:
             cls._refuse_cp(cp)
         strategy = cls(**cls._other_options(options))
-        strategy._degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+        strategy._degrees = degrees
         return strategy
 
     @staticmethod
