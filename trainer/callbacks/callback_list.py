@@ -88,7 +88,7 @@ class CallbackList:
         every rank. Makes a collective only on steps where a callback's decision may differ
         between ranks (``Callback.stop_needs_agreement``), none otherwise."""
         requested = self.stop is not None
-        if any(callback.stop_needs_agreement(step) for callback in self.callbacks):
+        if self.callbacks and any(callback.stop_needs_agreement(step) for callback in self.callbacks):
             if not distributed.any_rank(requested):
                 return False
             # Once per run: learn who asked, also on the ranks that did not.

@@ -233,8 +233,17 @@ class LogCollector:
         """An optimizer step starts (training); ``log_now``: it is a logging step."""
         self._in_step, self._log_step = True, log_now
         self._reduced.discard("train")
-        self._trainer_wrote = set()
-        self._step, self._pending = (self._pending if log_now else _Scope()), _Scope()
+        if self._trainer_wrote:
+            self._trainer_wrote = set()
+        # A quiet step drops what was logged for it before it began; empty scopes are kept (no new
+        # objects on the steps that log nothing).
+        if log_now:
+            self._step, self._pending = self._pending, _Scope()
+        else:
+            if self._step.values:
+                self._step = _Scope()
+            if self._pending.values:
+                self._pending = _Scope()
 
     def end_step(self, strategy: Any) -> dict[str, float] | None:
         """The step's ``on_step`` values, reduced (logging steps; on every rank), or None."""

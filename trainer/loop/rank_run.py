@@ -290,6 +290,7 @@ class _Run(RunCounters):
         self.module_logs.begin("train")
         validated_at = saved_at = -1
         counts_check = FirstBatchCheck(manual=self.manual is not None)  # ranks' opt.step() counts (manual)
+        observing = self.trace.steps is not None or self.comms.enabled  # a profiler or comms-log window is set
         try:
             while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
@@ -305,16 +306,19 @@ class _Run(RunCounters):
                         break
                     last = limits.before_batch(self)  # (also notes global_step before the batch)
                     log_now = (self.step + 1) % trainer.log_every_n_steps == 0 or last
-                    self.trace.before_step(self.step + 1)
-                    self.comms.before_step(self.step + 1)
+                    if observing:
+                        self.trace.before_step(self.step + 1)
+                        self.comms.before_step(self.step + 1)
                     # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's place)
                     self.ends_epoch = self.epoch_step + 1 == steps_per_epoch
                     metrics = self.train_step(step_plan, batches, log_now)
                     self.step_done()
                     stepped_from = limits.after_batch(self)  # global_step before this batch
-                    counts_check.after_batch(self.global_step, self.step, logging_step=metrics is not None)
-                    self.comms.after_step(self.step)
-                    self.trace.after_step(self.step)
+                    if counts_check.pending:
+                        counts_check.after_batch(self.global_step, self.step, logging_step=metrics is not None)
+                    if observing:
+                        self.comms.after_step(self.step)
+                        self.trace.after_step(self.step)
                     if metrics is not None:
                         metrics["epoch"] = self.epoch
                         self.log(metrics)
@@ -324,7 +328,8 @@ class _Run(RunCounters):
                         self.hooks.call("on_train_step_end", self.step, metrics)
                     if metrics is not None:  # trainer.should_stop: agreed on logging steps only
                         self.stop_flag.agree(self.callbacks, self.global_step if self.manual is not None else None, self.step)
-                    progress.update(metrics, limits.advance(self))
+                    if progress.shown:
+                        progress.update(metrics, limits.advance(self))
                     if trainer.val_every_n_steps and self.step % trainer.val_every_n_steps == 0:
                         progress.note(self.validate())
                         validated_at = self.step

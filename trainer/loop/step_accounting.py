@@ -100,7 +100,7 @@ class NonfiniteLossWatch:
         losses, self._losses = self._losses[:upto], self._losses[upto:]
         first_step, epoch, per_step, _ = self._window
         self._window = None
-        values = torch.stack([loss.reshape(()) for loss in losses])
+        values = torch.stack([loss if loss.dim() == 0 else loss.reshape(()) for loss in losses])  # (reshape: ~1 us each)
         # (0 * inf is NaN: a non-finite loss gives NaN, a finite one 0)
         bad = values.isnan() if self.nan_only else values.mul(0).isnan()
         first = bad.to(torch.uint8).argmax()  # the first bad loss, where there is one

@@ -34,8 +34,10 @@ from trainer.runtime.metric_sums import WeightedSums, split_step_output
 from trainer.loop.log_collector import merge_logged
 from trainer.loop.pipeline_micro_batches import pipeline_micro_batches
 from trainer.loop.step_accounting import TokenCount, counted
+from trainer.strategies.base import TrainingStepForward
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
+from trainer.api.hook_calls import call_step
 from trainer.loop.optimizer_step import (OptimizerStep, batch_end_outputs, refuse_skip_request, skip_requested,
                                          transfer_batch)
 from trainer.observe.throughput import write_flops_by_module
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer.loop.rank_run")
 _NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
+#: the hooks called inside an optimizer step (any of them overridden: every step takes the whole way)
+_STEP_HOOKS = frozenset({"on_train_batch_start", "on_train_batch_end", "on_before_zero_grad", "on_before_backward",
+                         "on_after_backward", "on_before_optimizer_step"})
 
 
 class TrainStep:
@@ -63,10 +68,24 @@ class TrainStep:
         self.custom_zero_grad = hooks.module_overrides("optimizer_zero_grad")
         self.custom_clipping = hooks.module_overrides("configure_gradient_clipping")
         self.step_lr: float = 0.0  # the learning rate after the step's own schedule (logged as train/lr)
+        # A quiet step of one micro-batch takes the short way (quiet_step) where nothing would run on the
+        # whole way that the short one leaves out: no step hook or override, fp32, no clipping, no token
+        # normalisation, no timed phases, a strategy that does not own the step.
+        self.plain = not (run.strategy.owns_step or self.custom_step or self.custom_backward or self.custom_zero_grad
+                          or self.custom_clipping or hooks.active & _STEP_HOOKS or run.precision.name != "fp32"
+                          or run.trainer.gradient_clip_val is not None or self.normalization.by_tokens
+                          or run.breakdown.enabled)
 
     def __call__(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         """Train on one global batch; the metrics on a logging step (``log_now``), else None."""
         run = self.run
+        if (not log_now and self.plain and len(plan.micro_batches) == 1 and plan.micro_batches[0].num_real
+                and run.throughput.flops_per_step is not None):
+            run.module_logs.begin_step(False)
+            self.quiet_step(plan, batches)
+            run.throughput.step(plan.global_count)
+            run.module_logs.end_step(run.strategy)
+            return None
         sums = WeightedSums(run.device) if log_now else None
         run.module_logs.begin_step(log_now)
         local_tokens = self.normalization.begin_step()
@@ -86,6 +105,45 @@ class TrainStep:
         if sums is None:
             return None
         return merge_logged(self.metrics(sums, grad_norm), logged, run.module_logs)
+
+    def quiet_step(self, plan: StepPlan, batches: Iterator[Any]) -> None:
+        """The short way of a quiet step of one real micro-batch (see ``plain``): the same calls in the same
+        order as the whole way (``module_step``) takes for it, without what is off."""
+        run, micro_batch = self.run, plan.micro_batches[0]
+        batch = transfer_batch(run, next(batches), non_blocking=run.trainer.pin_memory)
+        with run.strategy.sync_context(run.wrapped, sync=True):
+            with run.module_logs.micro_batch(micro_batch.num_real):
+                output = self.forward(batch, run.batch_idx)
+            loss, _, weight = self.step_loss(output, micro_batch)
+            run.optimizer.zero_grad(set_to_none=True)
+            self.normalization.loss_to_backward(loss, weight, plan.global_count, None).backward()
+        if run.nonfinite is not None:
+            run.nonfinite.end_step(run.step + 1, run.epoch)
+        self.step_optimizer(True, None)
+
+    def forward(self, batch: Any, batch_idx: int) -> Any:
+        """``training_step`` through the strategy's wrapper; called directly where the wrapper is the plain
+        one and no hook would see it called (what ``nn.Module.__call__`` would do, without its ~1.5 us)."""
+        wrapped = self.run.wrapped
+        if type(wrapped) is TrainingStepForward and _unhooked(wrapped):
+            return call_step(wrapped.module, "training_step", batch, batch_idx)
+        return wrapped(batch, batch_idx)
+
+    def step_loss(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor, dict[str, Any], Any]:
+        """A micro-batch's loss, metrics and weight from ``training_step``'s output; counts the micro-batch,
+        notes the loss for the non-finite check and the tokens for tokens/s."""
+        run = self.run
+        loss, metrics = split_step_output(output, "training_step")
+        run.micro_batch_done()
+        if loss is None:
+            raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+        if run.nonfinite is not None:
+            run.nonfinite.observe(loss)  # tensor ops; read when settled
+        num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
+        if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
+            num_tokens = counted(num_tokens, micro_batch.num_real > 0)
+            self.note_tokens(num_tokens)
+        return loss, metrics, self.normalization.weight(num_tokens, micro_batch.num_real)
 
     # ----- 1. the micro-batches ----------------------------------------------------------------------------
     def next_batch(self, batches: Iterator[Any]) -> Any:
@@ -159,18 +217,8 @@ class TrainStep:
         with strategy.sync_context(run.wrapped, sync=last), counter, padding:
             with timer.phase("forward"):  # the step's forward and its bookkeeping
                 with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
-                    output = run.wrapped(batch, run.batch_idx)
-                loss, metrics = split_step_output(output, "training_step")
-                run.micro_batch_done()
-                if loss is None:
-                    raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
-                if nonfinite is not None:
-                    nonfinite.observe(loss)  # tensor ops; read when settled
-                num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
-                if num_tokens is not None:  # a Python int stays one: no copy to the device per micro-batch
-                    num_tokens = counted(num_tokens, micro_batch.num_real > 0)
-                    self.note_tokens(num_tokens)
-                weight = normalization.weight(num_tokens, micro_batch.num_real)
+                    output = self.forward(batch, run.batch_idx)
+                loss, metrics, weight = self.step_loss(output, micro_batch)
                 if sums is not None:
                     sums.add({"loss": loss, **metrics}, weight)
             if index == 0:
@@ -292,3 +340,20 @@ class TrainStep:
         metrics.update(run.throughput.metrics(tokens))
         metrics.update(run.breakdown.metrics())
         return metrics
+
+
+# torch's registries of global module hooks (torch.nn.modules.module.register_module_*_hook: FlopCounterMode's
+# module tracker, a user's), private dicts changed in place; one missing (another torch): always counted as hooked.
+_GLOBAL_HOOKS = tuple(getattr(torch.nn.modules.module, name, None) for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
+    "_global_backward_pre_hooks", "_global_backward_hooks"))
+_GLOBAL_HOOKS_UNKNOWN = any(registry is None for registry in _GLOBAL_HOOKS)
+
+
+def _unhooked(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` runs its ``forward`` and nothing else: no hook of its own or global one,
+    not compiled in place (``nn.Module.compile``)."""
+    own = module.__dict__
+    return not (_GLOBAL_HOOKS_UNKNOWN or any(_GLOBAL_HOOKS) or own.get("_compiled_call_impl") is not None
+                or own.get("_forward_pre_hooks") or own.get("_forward_hooks") or own.get("_backward_pre_hooks")
+                or own.get("_backward_hooks"))

@@ -27,6 +27,11 @@ class ProgressBar:
 
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave)
 
+    @property
+    def shown(self) -> bool:
+        """Whether there is a bar (off: updating it is skipped)."""
+        return self._bar is not None
+
     def update(self, metrics: Mapping[str, float] | None = None, steps: int = 1) -> None:
         """Advance by ``steps`` (optimizer steps of a manual run's batch), showing ``metrics``."""
         if self._bar is None:

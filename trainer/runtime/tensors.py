@@ -10,7 +10,8 @@ import torch
 def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
     """Tensors anywhere in nested lists / tuples / dicts moved to ``device``."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        # (a CPU tensor on a CPU run is already there: ``.to`` would return it too, in ~0.3 us)
+        return batch if batch.is_cpu and device.type == "cpu" else batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, dict):
         return {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):

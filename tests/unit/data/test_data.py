@@ -61,6 +61,25 @@ def test_every_rank_runs_the_same_number_of_micro_batches():
         assert len(counts) == 1
 
 
+@pytest.mark.parametrize("num_samples, batch, accumulate, world_size", [(70, 2, 2, 4), (64, 8, 1, 1), (64, 4, 2, 1),
+                                                                         (96, 4, 3, 2), (10, 1, 1, 3)])
+def test_full_global_batches_take_the_short_deal_with_the_same_result(num_samples, batch, accumulate, world_size):
+    """step_plan deals a full global batch by slicing (the per-step short way); it must give what
+    layout() deals, cell for cell, on every rank and step (the last, short one goes through layout)."""
+    plan = GlobalBatchPlan(num_samples, batch, accumulate, world_size, seed=2)
+    short_steps = 0
+    for step in range(plan.steps_per_epoch):
+        samples = plan.global_batch(0, step)
+        short_steps += len(samples) != plan.global_batch_size
+        rows = plan.layout(samples)
+        for rank in range(world_size):
+            dealt = plan.step_plan(0, step, rank)
+            assert [m.indices for m in dealt.micro_batches] == [tuple(row[rank]) or (samples[0],) for row in rows]
+            assert [m.num_real for m in dealt.micro_batches] == [len(row[rank]) for row in rows]
+            assert dealt.global_count == len(samples)
+    assert plan.steps_per_epoch - short_steps >= 1
+
+
 def test_fewer_samples_than_ranks_pads_with_zero_weight():
     plan = GlobalBatchPlan(3, 1, 1, 4, seed=0)
     steps = [plan.step_plan(0, 0, r) for r in range(4)]
