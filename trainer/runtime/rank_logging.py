@@ -40,10 +40,13 @@ class RedactFilter(logging.Filter):
     """Secrets out of a record's message (the rules of :func:`redact_secrets`), on a handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_redacted", False):  # (cleaned by another handler's filter already)
+            return True
         message = record.getMessage()
         clean = redact_secrets(message)
         if clean != message:
             record.msg, record.args = clean, ()
+        record._redacted = True
         return True
 
 

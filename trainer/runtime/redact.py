@@ -29,6 +29,7 @@ Five rules, applied to a copy of the config:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Iterable, Mapping
@@ -51,8 +52,11 @@ _ASSIGNMENT = re.compile(r"""(?P<name>(?<![\w.-])[A-Za-z_][\w.-]*(?=\s*=)|(?P<q>
 
 def is_secret_key(key: Any) -> bool:
     """Whether a config key or environment variable name names a secret (rule 1 above)."""
-    if not isinstance(key, str):
-        return False
+    return isinstance(key, str) and _is_secret_name(key)
+
+
+@functools.lru_cache(maxsize=4096)  # (every log line checks every environment variable's name)
+def _is_secret_name(key: str) -> bool:
     words = [word.lower() for word in _WORD.findall(key)]
     if not words:
         return False
