@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader
 
 from trainer.api.datamodule import DataModule, check_datamodule
+from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
+from trainer.loop.resume import resolve_ckpt_path
+from trainer.loop.weights_return import refuse_stale_module
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -63,9 +66,26 @@ def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], 
     return model, by_stage, datamodule
 
 
+def prepare_call(trainer: Trainer, mode: str, model: Any, module: Any, loaders: dict[str, Any], datamodule: Any,
+                 ckpt_path: Any, verbose: Any = True) -> TrainModule:
+    """Everything checked before any worker starts, for one call of ``mode``: Lightning's arguments
+    (``call_arguments``), which module and datamodule run (``resolve_call``), the hooks, the strategy's
+    view of the module, what ``ckpt_path`` loads. Returns the module the call runs, with this call's
+    ``trainer.datamodule`` / ``stage`` / ``given_loaders`` / ``ckpt_path`` set (the last writes before
+    the run; the Trainer is read-only while it is live)."""
+    model, loaders_by_stage, datamodule = call_arguments(mode, model, module, loaders, datamodule, ckpt_path, verbose)
+    module = resolve_call(trainer, model, datamodule, mode, loaders_by_stage)
+    check_hooks(module, trainer.callbacks, trainer.datamodule, trainer.strategy)
+    trainer.strategy.check_module(module)  # (nd: the tensor-parallel degree and plan)
+    trainer.ckpt_path = resolve_ckpt_path(ckpt_path, trainer.resume, trainer.checkpoint)
+    if mode != "fit" and trainer.ckpt_path is None:
+        refuse_stale_module(module, mode)
+    return module
+
+
 def resolve_call(trainer: Trainer, module: TrainModule | None, datamodule: DataModule | None,
                  mode: str, loaders: dict[str, Any] | None = None) -> TrainModule:
-    """The module ``mode`` runs, with ``trainer.api.datamodule`` and ``trainer.stage`` set for the call.
+    """The module ``mode`` runs, with ``trainer.datamodule`` and ``trainer.stage`` set for the call.
 
     ``module=None`` (validate / test / predict) reuses the module of this trainer's last ``fit``,
     and then ``datamodule=None`` reuses that fit's datamodule too (unless loaders are given); a module
@@ -108,28 +128,3 @@ def _check_evaluation(trainer: Trainer, module: TrainModule, mode: str) -> None:
     if mode == "test" and type(module).test_step is TrainModule.test_step:
         raise ValueError(f"Trainer.test: {type(module).__name__} does not override test_step(); return the loss or "
                          "a dict of metrics from it (they are logged as test/<name>)")
-
-
-def remember_fitted(trainer: Trainer, module: TrainModule, mode: str) -> None:
-    """After a ``fit``: its module and datamodule, reused by ``validate()`` / ``test()`` / ``predict()``."""
-    if mode == "fit":
-        trainer._fitted = (module, trainer.datamodule)
-
-
-def launch_result(mode: str, results: Any, received: Any) -> Any:
-    """What the caller of spawned workers gets: ``predict``'s outputs come through the result file
-    (``received``; never the pipe, which would block on large outputs), the metrics through the pipe."""
-    return received if mode == "predict" else results
-
-
-def show_results(results: Any, mode: str, verbose: bool) -> Any:
-    """``verbose=True`` (Lightning's default): print ``validate`` / ``test``'s metrics as a table
-    where they are returned (rank 0 / the caller of spawned workers). Returns ``results``."""
-    if verbose and results:
-        width = max(len(name) for name in results)
-        rule = "-" * (width + 18)
-        lines = [rule, f"{mode + ' metric':<{width}}  value", rule]
-        lines += [f"{name:<{width}}  {value:.6g}" if isinstance(value, float) else f"{name:<{width}}  {value}"
-                  for name, value in sorted(results.items())]
-        print("\n".join(lines + [rule]))
-    return results

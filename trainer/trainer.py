@@ -11,7 +11,6 @@ from typing import Any, Mapping, Sequence
 from trainer.loop.batch_size_finder import AutoBatchSize
 from trainer.callbacks import Callback, Timer, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
-from trainer.loop.resume import resolve_ckpt_path
 from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
 from trainer.api.lightning_names import accelerator_name, check_precision, precision_name, resolve_devices
 from trainer.api.lightning_names import resolve_strategy_name
@@ -19,23 +18,25 @@ from trainer.api.lightning_names import unknown_argument_error
 from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs, settle_versions
 from trainer.loggers.trainer_loggers import TrainerLoggers
 from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
-from trainer.entry_points import call_arguments, launch_result, remember_fitted, resolve_call, show_results
-from trainer.api.lightning_hooks import check_hooks
+from trainer.entry_points import prepare_call
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.api.run_state import TrainerRunState
+from trainer.api.trainer_resolved import TrainerResolvedSettings
+from trainer.api.batch_settings import BatchArguments, resolve_batch
 from trainer.loop import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.data.streaming.protocol import MODES as STREAM_MODES
 from trainer.api.trainer_arguments import check_arguments, check_lightning_flags, profile_options
 from trainer.api.trainer_arguments import is_int as _is_int, require as _require
 from trainer.data.user_loader import DEFAULT_BATCH_SIZE
-from trainer.loop.weights_return import receive_result, refuse_stale_module
+from trainer.loop.run_result import RunResult, print_metrics_table, read_result_file
+from trainer.loop.weights_return import deliver_weights
 
 log = logging.getLogger(__name__)
 
-class Trainer(TrainerRunState, TrainerLoggers):
+class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
 
     Args:
@@ -297,12 +298,15 @@ class Trainer(TrainerRunState, TrainerLoggers):
         _require(not (sync_batchnorm and self.strategy.sync_batchnorm_refusal),
                  f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
                  f"{self.strategy.sync_batchnorm_refusal}")
-        #: data.batch_size / drop_last / num_workers / pin_memory as given (None: unset), resolved at fit
-        #: against train_dataloader() (trainer/data/user_loader.py)
-        self.data_args = {"batch_size": batch_size, "drop_last": drop_last, "num_workers": num_workers, "pin_memory": pin_memory}
-        self._global_batch_arg, self._accumulate_arg = global_batch_size, accumulate_grad_batches
-        # Until fit reads the module's loader, the defaults (checked now when the batch size is given).
-        self.resolve_batch(batch_size or DEFAULT_BATCH_SIZE, bool(drop_last), final=batch_size is not None)
+        #: data.batch_size / drop_last / num_workers / pin_memory ... as given (None: unset); a run resolves them
+        #: against train_dataloader() (trainer/data/user_loader.py) into its own BatchSettings
+        self.batch_arguments = BatchArguments(batch_size, drop_last, num_workers, pin_memory, global_batch_size,
+                                              accumulate_grad_batches)
+        # Until a run reads the module's loader, the defaults (checked now when the batch size is given).
+        self._configured_batch = resolve_batch(
+            self.batch_arguments, batch_size or DEFAULT_BATCH_SIZE, bool(drop_last),
+            self.strategy.data_parallel_size(self.world_size), self.world_size, num_workers or 0, bool(pin_memory),
+            final=batch_size is not None)
         if _is_int(batch_size):  # checked now, not in every worker (a null one: once fit reads the loader)
             self.strategy.check_batch_size(batch_size, self.world_size)
         self.max_steps = max_steps
@@ -313,8 +317,6 @@ class Trainer(TrainerRunState, TrainerLoggers):
         _require(_is_int(seed), f"trainer.seed={seed!r} must be an integer")
         self.seed = seed
         self.loss_normalization = loss_normalization
-        self.num_workers = num_workers or 0
-        self.pin_memory = bool(pin_memory)
         _require(stream_mode in STREAM_MODES, f"data.stream_mode={stream_mode!r}: give one of {', '.join(STREAM_MODES)} "
                  "(invariant: every rank reads the whole stream; sharded: each rank its own shards)")
         self.stream_mode = stream_mode
@@ -324,8 +326,6 @@ class Trainer(TrainerRunState, TrainerLoggers):
         self.progress_bar = progress_bar
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
-        #: the module as the strategy wrapped it for training (e.g. DistributedDataParallel); set by fit
-        self.model: Any = None
         run_limits.apply(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
                          check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
         #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
@@ -334,31 +334,6 @@ class Trainer(TrainerRunState, TrainerLoggers):
         #: this call's DataLoaders given as train_dataloaders= / val_dataloaders= / dataloaders=, by stage
         self.given_loaders: dict[str, Any] = {}
         self.return_predictions = True  # predict(return_predictions=False): nothing gathered
-
-    def resolve_batch(self, batch_size: int, drop_last: bool, final: bool = True) -> None:
-        """Set the per-rank micro-batch, ``drop_last``, and the accumulation and global batch that follow."""
-        self.batch_size, self.drop_last = batch_size, drop_last
-        known = final or self._global_batch_arg is None
-        self.accumulate_grad_batches = (self._resolve_accumulation(self._global_batch_arg, self._accumulate_arg)
-                                        if known else self._accumulate_arg)
-        self.global_batch_size = batch_size * self.accumulate_grad_batches * self.strategy.data_parallel_size(self.world_size)
-
-    def _resolve_accumulation(self, global_batch_size: int | None, accumulate: int) -> int:
-        if global_batch_size is None:
-            return accumulate
-        per_micro_step = self.batch_size * self.strategy.data_parallel_size(self.world_size)
-        derived, rest = divmod(global_batch_size, per_micro_step)
-        _require(
-            _is_int(global_batch_size) and rest == 0 and derived >= 1,
-            f"data.global_batch_size={global_batch_size} is not a multiple of data.batch_size {self.batch_size} x "
-            f"world size {self.world_size} = {per_micro_step}; use a multiple of {per_micro_step}",
-        )
-        _require(
-            accumulate in (1, derived),
-            f"data.global_batch_size={global_batch_size} needs trainer.accumulate_grad_batches={derived} "
-            f"(batch_size {self.batch_size} x world size {self.world_size} x {derived}), but it is {accumulate}",
-        )
-        return derived
 
     # ----- entry points ----------------------------------------------------------------------------
     def fit(self, model: TrainModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -377,10 +352,8 @@ class Trainer(TrainerRunState, TrainerLoggers):
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
         """
-        model, loaders, datamodule = call_arguments(
-            "fit", model, module, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders},
-            datamodule, ckpt_path)
-        return self._launch(model, "fit", ckpt_path, datamodule, loaders)
+        loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}
+        return self._launch("fit", prepare_call(self, "fit", model, module, loaders, datamodule, ckpt_path))
 
     def validate(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
@@ -394,9 +367,8 @@ class Trainer(TrainerRunState, TrainerLoggers):
                 checkpoint path (``trainer.resume`` means the same); None: ``model``'s own weights.
             verbose: print the metrics as a table (rank 0).
         """
-        model, loaders, datamodule = call_arguments("validate", model, module, {"dataloaders": dataloaders},
-                                                    datamodule, ckpt_path, verbose)
-        return show_results(self._launch(model, "validate", ckpt_path, datamodule, loaders), "validate", verbose)
+        module = prepare_call(self, "validate", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path, verbose)
+        return self._launch("validate", module, verbose)
 
     def test(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
              verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
@@ -405,9 +377,8 @@ class Trainer(TrainerRunState, TrainerLoggers):
         ``test_dataloader()``, the datamodule's first); returns the ``test/`` metrics, exact means
         over the set (rank 0; a dict, not Lightning's one-dict list). The other arguments as for
         ``validate``."""
-        model, loaders, datamodule = call_arguments("test", model, module, {"dataloaders": dataloaders},
-                                                    datamodule, ckpt_path, verbose)
-        return show_results(self._launch(model, "test", ckpt_path, datamodule, loaders), "test", verbose)
+        module = prepare_call(self, "test", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path, verbose)
+        return self._launch("test", module, verbose)
 
     def predict(self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: Any = None,
                 return_predictions: bool | None = None, ckpt_path: str | None = None, *,
@@ -417,33 +388,39 @@ class Trainer(TrainerRunState, TrainerLoggers):
         CPU, in dataset order: batch b holds samples ``b*B .. b*B+B-1`` whatever the world size, each
         sample once. ``return_predictions=False``: nothing is gathered or kept, None is returned
         (for ``predict_step`` s that write their outputs themselves)."""
-        model, loaders, datamodule = call_arguments("predict", model, module, {"dataloaders": dataloaders},
-                                                    datamodule, ckpt_path)
         if return_predictions not in (None, True, False):
             raise ValueError(f"Trainer.predict: return_predictions={return_predictions!r}; give True, False or None")
+        module = prepare_call(self, "predict", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path)
         self.return_predictions = return_predictions is not False
-        return self._launch(model, "predict", ckpt_path, datamodule, loaders)
+        return self._launch("predict", module)
 
-    def _launch(self, module: TrainModule | None, mode: str, ckpt_path: str | None = None, datamodule: Any = None,
-                loaders: dict[str, Any] | None = None) -> Any:
-        module = resolve_call(self, module, datamodule, mode, loaders)
-        check_hooks(module, self.callbacks, self.datamodule, self.strategy)  # before any worker starts
-        self.strategy.check_module(module)  # (nd: the tensor-parallel degree and plan)
-        self._run_view = None  # the previous call's run: the properties read stored values until this one starts
-        self.ckpt_path = resolve_ckpt_path(ckpt_path, self.resume, self.checkpoint)
-        if mode != "fit" and self.ckpt_path is None:
-            refuse_stale_module(module, mode)
+    def _launch(self, mode: str, module: TrainModule, verbose: bool = False) -> Any:
+        """Run the checked call here or in spawned workers, store its result, return what the entry point
+        returns (validate / test: the metrics, printed as a table with ``verbose``)."""
         env = detect_environment()
         self._check_environment(env)
         if env.launcher == "none" and self.world_size > 1:
             settle_versions(self.logger_specs)  # the caller's logger objects name the folders the workers write
-            results = spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
-            results = launch_result(mode, results, receive_result(self, module, mode))
+            spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
+            result = read_result_file(self.run_dir)
+            if mode == "fit":
+                deliver_weights(module, result.state_dict, self.run_dir)
             module._trainer = self  # as after an in-process run: module.global_step ... read this trainer
         else:
-            results = self._run_here(module, mode, env)
-        remember_fitted(self, module, mode)
-        return results
+            result = self._run_here(module, mode, env)
+        self._store_result(result, module, mode)
+        if mode in ("validate", "test"):
+            print_metrics_table(result.returned, mode, verbose)
+        return result.returned
+
+    def _store_result(self, result: RunResult, module: TrainModule, mode: str) -> None:
+        """What a finished call leaves on the Trainer: progress, metrics, the resolved settings; after a
+        ``fit`` its module and datamodule, reused by ``validate()`` / ``test()`` / ``predict()``."""
+        self.global_step, self.current_epoch, self._batches = result.global_step, result.current_epoch, result.batches
+        self.callback_metrics, self.logged_metrics = dict(result.shown), result.logged_metrics
+        self._last_batch, self.run_dir, self._model = result.batch, result.run_dir, result.model
+        if mode == "fit":
+            self._fitted = (module, self.datamodule)
 
     def _check_environment(self, env: ClusterEnvironment) -> None:
         if env.launcher == "none":
@@ -460,7 +437,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
         )
         self.strategy.check_world_size(env.world_size, env.local_world_size)
 
-    def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
+    def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> RunResult:
         # Imported when a run starts (not a cycle: the loop never imports this module at run time), so
         # `import trainer` and the launcher's checks do not pay for the loop's imports.
         from trainer.loop.entry import run_on_rank
@@ -468,6 +445,5 @@ class Trainer(TrainerRunState, TrainerLoggers):
         return run_on_rank(self, module, mode, env)
 
 
-def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> dict[str, float] | None:
-    result = trainer._run_here(module, mode, detect_environment())
-    return None if mode == "predict" else result  # predictions go through the result file
+def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> None:
+    trainer._run_here(module, mode, detect_environment())  # rank 0 writes the result file (run_result.py)

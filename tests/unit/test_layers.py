@@ -17,7 +17,7 @@ import pytest
 import trainer
 from trainer.api.callback import Callback
 from trainer.api.run_view import RunView
-from trainer.loop.rank_run import _Run
+from trainer.loop.rank_run import RankRun
 from trainer.old_import_paths import MOVED
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(trainer.__file__)))
@@ -135,7 +135,7 @@ def test_no_function_outside_the_loop_receives_the_run(tmp_path):
         calls[0] += 1
         code = frame.f_code
         for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
-            if isinstance(frame.f_locals.get(name), _Run):
+            if isinstance(frame.f_locals.get(name), RankRun):
                 leaks.append(f"{os.path.relpath(filename, package_dir)}:{code.co_name}({name})")
 
     watch = _Watch()

@@ -34,6 +34,9 @@ RECEIVERS: dict[str, tuple[str, ...]] = {
     "on_validation_model_eval": (MODULE,), "on_validation_model_train": (MODULE,),
     "on_test_model_eval": (MODULE,), "on_test_model_train": (MODULE,),
     "on_predict_model_eval": (MODULE,),
+    # a checkpoint's own dict: filled on save (rank 0), given back on resume (every rank; the module
+    # first, then the datamodule's state, then the callbacks: Lightning's restore order)
+    "on_save_checkpoint": _SHARED, "on_load_checkpoint": (MODULE, CALLBACKS),
 }
 for _stage in ("validation", "test", "predict"):
     for _when in ("start", "end"):

@@ -3,8 +3,10 @@
 The whole loop, with every hook where it fires (``Trainer.fit``). Hooks that callbacks share run on
 the callbacks first, then on the module (Lightning's order; the table: ``trainer/api/hook_table.py``)::
 
-    launcher process:  Trainer(...) validates the config; module.__init__ ran already
-    every rank:
+    launcher process:  Trainer(...) validates the config; module.__init__ ran already;
+        fit(...) checks the call (trainer/entry_points.py), then runs it here or in spawned workers
+    every rank, build_run (trainer/loop/run_build.py):
+        process group, device, run directory
         module.configure_callbacks()          # callbacks it brings (replacing the Trainer's of their class)
         datamodule.prepare_data(); module.prepare_data()   # local rank 0 of each node only; the others wait
         seed_everything(seed)
@@ -12,13 +14,19 @@ the callbacks first, then on the module (Lightning's order; the table: ``trainer
         module.configure_model()              # build layers here (or in __init__); on the meta device
                                               # with strategy.meta_init=true
         module.init_weights(submodule)        # per submodule, if overridden (or on a meta build)
+        precision, tensor parallel, activation checkpointing, compile, SyncBatchNorm
         module.train_dataloader(); module.val_dataloader() or module.val_dataset()   # the data hooks run
                                               # here, under one seed on every rank (derived from seed)
         strategy wraps the module (DDP, FSDP units from module.block_classes() ...)
         seed_everything(per-rank seed)        # dropout, augmentation: a stream per rank from here on
+        loggers (rank 0), the hyperparameters logged
+    build_fit (trainer/loop/fit_build.py):
+        the global-batch plan and limits (trainer.estimated_stepping_batches known from here)
         optimizer, schedulers = module.configure_optimizers()     # the shapes: see configure_optimizers
         restore a checkpoint (ckpt_path= or trainer.resume): module.on_load_checkpoint(checkpoint),
             datamodule.load_state_dict, callbacks' on_load_checkpoint and load_state_dict
+        the batch-size finder (trainer.auto_batch_size); the training step
+    fit (trainer/loop/rank_run.py):
         on_fit_start
         sanity check (trainer.num_sanity_val_steps batches): on_sanity_check_start, the validation
             hooks below (nothing logged, RNG kept), on_sanity_check_end
@@ -40,9 +48,11 @@ the callbacks first, then on the module (Lightning's order; the table: ``trainer
                     on_train_batch_end(out, micro_batch, index)
                 # (automatic_optimization = False: training_step alone, once per step, steps the
                 #  optimizers itself; manual_backward calls the backward hooks, opt.step() on_before_optimizer_step)
-                on logging steps: ReduceLROnPlateau schedulers monitoring "train/..." metrics
+                after_step:
+                on logging steps: the metrics logged; ReduceLROnPlateau schedulers monitoring "train/..." metrics
                 on_train_step_end(step, metrics_or_None)     # ours: the reduced metrics on logging steps
-                every val_every_n_steps (and at epoch ends with check_val_every_n_epoch):
+                on logging steps: trainer.should_stop agreed by every rank
+                every val_every_n_steps:
                     module.on_validation_model_zero_grad(); module.on_validation_model_eval()
                     on_validation_start; on_validation_epoch_start
                     per batch: transfer hooks, on_validation_batch_start, module.validation_step(batch, index)
@@ -50,18 +60,23 @@ the callbacks first, then on the module (Lightning's order; the table: ``trainer
                     on_validation_epoch_end; the metrics reduced; ReduceLROnPlateau schedulers on "val/..."
                     on_validation_end(metrics); module.on_validation_model_train() (default: modes put back)
                 checkpoint if due (on rank 0: callbacks' state_dict and on_save_checkpoint, the module's)
+                a preemption signal: checkpoint and stop
                 stop here, on every rank, if a callback called run.request_stop(reason)
-                    (or trainer.should_stop = True was set: on every rank at the next logging step)
-            on_train_epoch_end: callbacks, module (epoch), [self.log's on_epoch values logged],
-                then the callbacks that watch metrics (EarlyStopping) # finished epochs only:
-                                              # not after a stop or max_steps mid-epoch (a resume goes on inside it)
-            interval="epoch" schedulers (every frequency finished epochs)
-        final validation (unless the last step validated); save_last checkpoint
-        on_train_end; on_fit_end
+            end_epoch:                        # finished epochs only: not after a stop or max_steps
+                                              # mid-epoch (a resume goes on inside it)
+                validation every check_val_every_n_epoch epochs (the hooks above)
+                on_train_epoch_end: callbacks, module (epoch), [self.log's on_epoch values logged],
+                    then the callbacks that watch metrics (EarlyStopping)
+                interval="epoch" schedulers (every frequency finished epochs)
+                checkpoint if due after the epoch
+        end_fit:
+            final validation (unless the last step validated); save_last checkpoint
+            on_train_end; on_fit_end
         teardown(stage): datamodule, callbacks, module       # (an error instead: callbacks' and the
                                                              #  datamodule's on_exception, then raised)
     launcher process (spawned workers): the trained full weights are loaded into the caller's module
-        (configure_model() first if it builds layers), unless trainer.return_weights=false
+        (configure_model() first if it builds layers), unless trainer.return_weights=false; the
+        Trainer stores the call's result (global_step, metrics, the resolved batch size ...)
 
 ``Trainer.validate`` / ``test`` / ``predict`` run the same set-up (``setup(stage)``) without the optimizer,
 then one pass of ``validation_step`` / ``test_step`` / ``predict_step`` over the set with their

@@ -49,6 +49,7 @@ class TrainerRunState(RankProperties):
         # A spawned worker gets a copy of the trainer: never the caller's finished run.
         state = dict(self.__dict__)
         state["_run_view"] = None
+        state.pop("_model", None)  # the last in-process call's wrapped module stays with the caller
         return state
 
     # progress: live during a run, stored after it (set by trainer/loop/weights_return.py)

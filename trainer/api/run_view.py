@@ -126,6 +126,11 @@ class RunView:
         return list(getattr(scheduling, "configs", []))
 
     @property
+    def batch(self) -> Any:
+        """The run's resolved batch settings (``BatchSettings``; None before the data is read)."""
+        return getattr(self._run, "batch", None)
+
+    @property
     def has_validation(self) -> bool:
         """Whether this run validates (the module or datamodule gives validation data)."""
         return self._run.val_set is not None

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from trainer.runtime import distributed
 from trainer.api.callback import Callback
+from trainer.api.hook_table import CALLBACKS, MODULE
 from trainer.api.run_view import RunView
 from trainer.callbacks.hook_shapes import check_hook_shapes
 from trainer.api.lightning_hooks import refuse_unknown_hooks
@@ -52,6 +53,12 @@ class CallbackList:
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
+        self._hooks: Any = None  # the run's hook dispatcher (dispatch_with): calls the checkpoint hooks
+
+    def dispatch_with(self, hooks: Any) -> None:
+        """The run's hook dispatcher (``trainer/loop/hooks.py``): the checkpoint hooks are called
+        through it, like every other hook, in the order of its table."""
+        self._hooks = hooks
 
     def add_configured(self, configured: Any) -> None:
         """Add what the module's ``configure_callbacks()`` returned (a Callback or a list): each replaces
@@ -63,14 +70,6 @@ class CallbackList:
         kept = [callback for callback in self.callbacks if type(callback) not in types]
         combined = kept + added
         self.callbacks = ([c for c in combined if not c.watches_metrics] + [c for c in combined if c.watches_metrics])
-
-    def _call(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks:
-            self._calling = callback
-            try:
-                getattr(callback, hook)(*args)
-            finally:
-                self._calling = None
 
     # ----- stopping --------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -120,10 +119,9 @@ class CallbackList:
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and (datamodule_state := datamodule.state_dict()):  # (kept when not empty)
             states[DATAMODULE_KEY] = datamodule_state
-        if self.view is not None:
+        if self._hooks is not None and self.view is not None:
             checkpoint = {"step": self.view.step, "epoch": self.view.epoch}
-            self._call("on_save_checkpoint", self.trainer, self.module, checkpoint)
-            self.module.on_save_checkpoint(checkpoint)
+            self._hooks.call("on_save_checkpoint", checkpoint)  # the callbacks', then the module's
             states[CHECKPOINT_KEY] = checkpoint
         return states
 
@@ -133,13 +131,13 @@ class CallbackList:
         states = dict(states)
         checkpoint = states.pop(CHECKPOINT_KEY, None)
         datamodule_state = states.pop(DATAMODULE_KEY, None)
-        if self.view is not None:
-            self.module.on_load_checkpoint(checkpoint or {})
+        if self._hooks is not None:
+            self._hooks.call_receiver("on_load_checkpoint", MODULE, checkpoint or {})
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and datamodule_state is not None:
             datamodule.load_state_dict(datamodule_state)
-        if self.view is not None:
-            self._call("on_load_checkpoint", self.trainer, self.module, checkpoint or {})
+        if self._hooks is not None:
+            self._hooks.call_receiver("on_load_checkpoint", CALLBACKS, checkpoint or {})
         keys = self._keys()
         for key, callback in zip(keys, self.callbacks):
             if states.get(key):  # an empty state is not given back (as Lightning)

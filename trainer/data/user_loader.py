@@ -43,6 +43,7 @@ from torch.utils.data import (
 )
 from torch.utils.data.distributed import DistributedSampler
 
+from trainer.api.batch_settings import BatchSettings, resolve_batch
 from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
 from trainer.data.batch_sampler import BatchSamplerStream
 from trainer.data.loaders import LoaderOptions, build_loader
@@ -215,8 +216,8 @@ def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool
 
 class RunData:
     """The data of one run on one rank, read from the module's hooks once (before the model is wrapped:
-    the strategies may need the resolved ``trainer.batch_size``). Sets the trainer's resolved
-    ``batch_size``, ``drop_last``, ``num_workers``, ``pin_memory`` and global batch."""
+    the strategies may need the resolved batch). ``batch``: the resolved ``batch_size``, ``drop_last``,
+    ``num_workers``, ``pin_memory``, accumulation and global batch (the Trainer is not written)."""
 
     def __init__(self, module: TrainModule, trainer: Trainer):
         from trainer.api.datamodule import DataHooks
@@ -231,23 +232,25 @@ class RunData:
             loader = None if self.evaluating else hooks.train_dataloader()
         where = hooks.where["train"]
         self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True) if loader is not None else None
-        given = trainer.data_args  # as the user gave them, None = unset
+        given = trainer.batch_arguments  # as the user gave them, None = unset
         train = self.train
+        data_parallel_size = trainer.strategy.data_parallel_size(trainer.world_size)
         self._batch_stream: BatchSamplerStream | None = None
         if train is not None and train.batch_sampler is not None:  # its batches set the global batch
             self._batch_stream = BatchSamplerStream(train.batch_sampler, len(train.dataset), seed, "train", where)
-            if trainer._global_batch_arg not in (None, self._batch_stream.batch_length):
-                raise ValueError(f"data.global_batch_size={trainer._global_batch_arg} but {where}'s batch_sampler gives "
+            if given.global_batch_size not in (None, self._batch_stream.batch_length):
+                raise ValueError(f"data.global_batch_size={given.global_batch_size} but {where}'s batch_sampler gives "
                                  f"batches of {self._batch_stream.batch_length}, the global batches; leave it unset")
-            train.batch_size = self._batch_stream.micro_batch(trainer.strategy.data_parallel_size(trainer.world_size),
-                                                              trainer._accumulate_arg)
-        trainer.resolve_batch(
-            _agree("batch_size", given["batch_size"], train and train.batch_size, where, DEFAULT_BATCH_SIZE),
-            _agree("drop_last", given["drop_last"], train and train.drop_last, where, False),
+            train.batch_size = self._batch_stream.micro_batch(data_parallel_size, given.accumulate_grad_batches)
+        num_workers = _agree("num_workers", given.num_workers, train and train.options.num_workers, where, 0)
+        pin_memory = _agree("pin_memory", given.pin_memory, train and train.options.pin_memory, where, False)
+        #: the run's resolved batch settings (the Trainer keeps the ones it was given)
+        self.batch = resolve_batch(
+            given,
+            _agree("batch_size", given.batch_size, train and train.batch_size, where, DEFAULT_BATCH_SIZE),
+            _agree("drop_last", given.drop_last, train and train.drop_last, where, False),
+            data_parallel_size, trainer.world_size, num_workers, pin_memory,
         )
-        num_workers = _agree("num_workers", given["num_workers"], train and train.options.num_workers, where, 0)
-        pin_memory = _agree("pin_memory", given["pin_memory"], train and train.options.pin_memory, where, False)
-        trainer.num_workers, trainer.pin_memory = num_workers, pin_memory
         base = train.options if train is not None else LoaderOptions()
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
@@ -273,7 +276,7 @@ class RunData:
         elif self.val_set is not None:
             check_map_style(self.val_set, "val_dataset()", stream_ok=True)
             # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
-            self.val_batch_size, self.val_options, self.val_collate = trainer.batch_size, self.train_options, self.train_collate
+            self.val_batch_size, self.val_options, self.val_collate = self.batch.batch_size, self.train_options, self.train_collate
             if isinstance(self.val_set, IterableDataset) and self.train_options.persistent_workers:
                 # A stream's loader is built again each pass; the setting still holds for the training loader.
                 rank_zero_warn(log, "persistent_workers=True (%s) does not apply to the validation stream of "
@@ -292,21 +295,23 @@ class RunData:
             check_map_style(self._train_set, "train_dataset()", stream_ok=True)
         return self._train_set
 
-    def plan(self, data_parallel_size: int) -> GlobalBatchPlan:
+    def plan(self, data_parallel_size: int, batch: BatchSettings | None = None) -> GlobalBatchPlan:
+        """The training set's global-batch plan for ``batch`` (default: the resolved ``self.batch``)."""
         trainer, train = self.trainer, self.train
+        batch = batch or self.batch
         dataset = self.train_set()
         if isinstance(dataset, IterableDataset):  # a stream: its own plan (trainer/data/streaming/plan.py)
             from trainer.data.streaming.plan import StreamPlan
 
-            self.stream_plan = StreamPlan(dataset, trainer, data_parallel_size, trainer.strategy.data_parallel_rank,
+            self.stream_plan = StreamPlan(dataset, trainer, batch, data_parallel_size, trainer.strategy.data_parallel_rank,
                                           self.train_collate, self.train_options)
             return self.stream_plan  # type: ignore[return-value]
         stream = self._batch_stream
         if train is not None and train.sampler is not None:
             stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", self.hooks.where["train"])
         return GlobalBatchPlan(
-            len(stream) if stream is not None else len(dataset), trainer.batch_size, trainer.accumulate_grad_batches,
-            data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=trainer.drop_last,
+            len(stream) if stream is not None else len(dataset), batch.batch_size, batch.accumulate_grad_batches,
+            data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=batch.drop_last,
             order=stream,
         )
 

@@ -44,6 +44,8 @@ class TrainerLoggers:
         cached = self.__dict__.get("_logger_objects")
         if cached is None or cached[0] != key:
             cached = (key, build_loggers(self.logger_specs, run_dir))
-            self._logger_objects = cached
+            # A memo of objects that follow from the configuration (the same before, during and after a
+            # run: ``trainer.logger`` is the run's logger), not run state: kept past the live-run guard.
+            self.__dict__["_logger_objects"] = cached
         return cached[1]
 

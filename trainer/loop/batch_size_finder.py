@@ -27,17 +27,18 @@ Rules:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from trainer.loop.step_limits import FitPlan, plan_fit
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.api.trainer_arguments import is_int, require
 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import GlobalBatchPlan
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")
 GIB = 2**30
@@ -132,7 +133,7 @@ def search(start: int, largest: int, allowed: list[int] | None, fits: Callable[[
 class _Trials:
     """The trials of one search: each size's agreed (peak, over the budget), measured once."""
 
-    def __init__(self, run: _Run, budget: float):
+    def __init__(self, run: RankRun, budget: float):
         self.run, self.budget = run, budget
         self.results: dict[int, tuple[float, bool]] = {}
 
@@ -168,25 +169,28 @@ def _limit_bytes(settings: AutoBatchSize, device: torch.device) -> float:
     return float(torch.cuda.get_device_properties(device).total_memory)
 
 
-def find_batch_size(run: _Run, plan: GlobalBatchPlan, steps_per_epoch: int, limits: Any, total_steps: Any) -> tuple:
+def find_batch_size(run: RankRun, fitting: FitPlan) -> FitPlan:
     """At fit start, after the optimizer exists and any resume: with ``trainer.auto_batch_size``, pick
-    the micro-batch, set it on the trainer and return the plan and what follows from it
-    ``(plan, steps_per_epoch, limits, total_steps)`` (as given when the finder is off)."""
-    trainer = run.trainer
+    the micro-batch and return the fit's plan for it (``fitting`` itself when the finder is off or the
+    split of the global batch stays as it was). The Trainer is not written: ``trainer.batch_size``
+    reads the run's plan."""
+    trainer, batch = run.trainer, fitting.batch
     settings = getattr(trainer, "auto_batch_size", None)
     if settings is None or not settings.enabled:
-        return plan, steps_per_epoch, limits, total_steps
+        return fitting
     if run.manual is not None:
         raise ValueError("trainer.auto_batch_size=true with manual optimization (automatic_optimization = False): "
                          "a trial step cannot call your training_step's own optimizer steps; set data.batch_size by hand")
+    plan = fitting.plan
     if getattr(plan, "is_stream", False):
         raise ValueError("trainer.auto_batch_size=true with a streaming (iterable) training set: a trial reads samples by "
                          "index, which a stream has not; set data.batch_size by hand (or find it on a map-style copy)")
-    data_parallel, fixed_global = run.data_parallel_size, getattr(trainer, "_global_batch_arg", None) is not None
-    start = trainer.batch_size
+    data_parallel = run.data_parallel_size
+    fixed_global = trainer.batch_arguments.global_batch_size is not None
+    start = batch.batch_size
     largest = settings.max_size or (1 << 62)
     if fixed_global:
-        allowed = candidates_dividing(trainer.global_batch_size // data_parallel, largest)
+        allowed = candidates_dividing(batch.global_batch_size // data_parallel, largest)
     else:
         largest = min(largest, -(-plan.num_samples // data_parallel))  # one micro-batch holds a rank's whole epoch
         allowed = None
@@ -200,42 +204,36 @@ def find_batch_size(run: _Run, plan: GlobalBatchPlan, steps_per_epoch: int, limi
     if chosen is None:
         raise ValueError(f"trainer.auto_batch_size: no micro-batch fits the budget ({budget}); tried {trials.describe()}; "
                          "raise trainer.auto_batch_size_limit_gb, lower the margin, or shrink the model")
-    changed = _apply(run, chosen, fixed_global, f"{trials.describe()}; fits when {budget}")
-    return changed if changed is not None else (plan, steps_per_epoch, limits, total_steps)
+    return _apply(run, fitting, chosen, fixed_global, f"{trials.describe()}; fits when {budget}")
 
 
-def _apply(run: _Run, chosen: int, fixed_global: bool, tried: str) -> tuple | None:
-    """Set ``chosen`` on the trainer and log it; the new ``(plan, steps_per_epoch, limits, total_steps)``,
-    or None when the micro-batch and accumulation stay as they were."""
-    from trainer.loop.step_limits import plan_limits
-
-    trainer, data_parallel = run.trainer, run.data_parallel_size
-    before = (trainer.batch_size, trainer.accumulate_grad_batches, trainer.global_batch_size)
+def _apply(run: RankRun, fitting: FitPlan, chosen: int, fixed_global: bool, tried: str) -> FitPlan:
+    """The fit's plan for micro-batch ``chosen``, logged (``fitting`` when the split stays as it was)."""
+    before = fitting.batch
+    data_parallel = before.data_parallel_size
     if fixed_global:  # the global batch is kept: accumulation follows from the chosen micro-batch
-        trainer.accumulate_grad_batches = trainer.global_batch_size // (chosen * data_parallel)
-        rule = (f"data.global_batch_size={trainer.global_batch_size} kept: accumulate_grad_batches {before[1]} -> "
-                f"{trainer.accumulate_grad_batches}")
+        batch = before.with_micro_batch(chosen, before.global_batch_size // (chosen * data_parallel))
+        rule = (f"data.global_batch_size={before.global_batch_size} kept: accumulate_grad_batches "
+                f"{before.accumulate_grad_batches} -> {batch.accumulate_grad_batches}")
     else:
-        trainer.global_batch_size = chosen * trainer.accumulate_grad_batches * data_parallel
-        rule = (f"data.global_batch_size unset: the global batch follows the micro-batch, {before[2]} -> "
-                f"{trainer.global_batch_size} (batch x accumulate {trainer.accumulate_grad_batches} x {data_parallel} ranks)")
-    trainer.batch_size = chosen
-    changed = (chosen, trainer.accumulate_grad_batches) != before[:2]
-    planned_steps = run.total_steps
-    new = (plan := run.data.plan(data_parallel), *plan_limits(run, plan)) if changed else None
+        batch = before.with_micro_batch(chosen, before.accumulate_grad_batches)
+        rule = (f"data.global_batch_size unset: the global batch follows the micro-batch, {before.global_batch_size} -> "
+                f"{batch.global_batch_size} (batch x accumulate {batch.accumulate_grad_batches} x {data_parallel} ranks)")
+    changed = (batch.batch_size, batch.accumulate_grad_batches) != (before.batch_size, before.accumulate_grad_batches)
+    new = plan_fit(run.trainer, run.module, run.data.plan(data_parallel, batch), batch) if changed else None
     if run.rank == 0:
-        per_epoch = f", {new[1]} steps per epoch" if new is not None else ""
+        per_epoch = f", {new.steps_per_epoch} steps per epoch" if new is not None else ""
         log.info("auto_batch_size: micro-batch %d per rank (was %d); tried (size, agreed peak): %s; %s%s", chosen,
-                 before[0], tried, rule, per_epoch)
+                 before.batch_size, tried, rule, per_epoch)
     if new is None:
-        return None
-    if run.epoch_step > plan.steps_per_epoch:
+        return replace(fitting, batch=batch)
+    if run.epoch_step > new.plan.steps_per_epoch:
         raise ValueError(f"trainer.auto_batch_size: the resumed epoch position {run.epoch_step} is beyond the "
-                         f"{plan.steps_per_epoch} steps per epoch of the global batch {trainer.global_batch_size}; "
+                         f"{new.plan.steps_per_epoch} steps per epoch of the global batch {batch.global_batch_size}; "
                          "set data.global_batch_size to the checkpoint's global batch")
-    if run.rank == 0 and planned_steps != run.total_steps and run.lr_scheduling.configs:
+    if run.rank == 0 and fitting.total_steps != new.total_steps and run.lr_scheduling.configs:
         log.warning("auto_batch_size changed the run's length from %s to %s optimizer steps after configure_optimizers "
                     "built the learning-rate schedulers: a schedule sized from trainer.estimated_stepping_batches "
                     "keeps the old length; set data.global_batch_size (or trainer.max_steps) for a fixed length",
-                    planned_steps, run.total_steps)
+                    fitting.total_steps, new.total_steps)
     return new

@@ -23,7 +23,7 @@ from trainer.runtime.peak_memory import CudaPeak, TensorMemoryPeak
 from trainer.runtime.tensors import local_tensor, move_to_device
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 # Two steps per trial: an optimizer creates its state lazily in its first step (after that step's
 # backward), so only from the second step on do forward and backward run with it resident, as
@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 TRIAL_STEPS = 2
 
 
-def _optimizers(run: _Run) -> list[torch.optim.Optimizer]:
+def _optimizers(run: RankRun) -> list[torch.optim.Optimizer]:
     """The optimizers whose ``state`` holds the tensors (ZeRO-1: the local one over this rank's shard)."""
     return [run.strategy.stepping_optimizer(run.optimizer)]
 
 
-def _resident(run: _Run) -> list[torch.Tensor]:
+def _resident(run: RankRun) -> list[torch.Tensor]:
     """Tensors alive before a trial that its memory includes: the model and the optimizer state."""
     tensors = [*run.module.parameters(), *run.module.buffers()]
     for optimizer in _optimizers(run):
@@ -48,7 +48,7 @@ def _resident(run: _Run) -> list[torch.Tensor]:
 class TrainingSnapshot:
     """A copy (on the CPU) of what a trial step changes, put back in place by :meth:`restore`."""
 
-    def __init__(self, run: _Run):
+    def __init__(self, run: RankRun):
         self.run = run
         self.training = run.module.training
         self.tensors = [(t, local_tensor(t).detach().to("cpu", copy=True))
@@ -81,7 +81,7 @@ class TrainingSnapshot:
         self.run.module.train(self.training)
 
 
-def trial_batch(run: _Run, size: int) -> Any:
+def trial_batch(run: RankRun, size: int) -> Any:
     """``size`` samples of the training set (indices 0, 1, ... cycling), collated, on the device."""
     dataset = run.data.train_set()
     samples = [dataset[i % len(dataset)] for i in range(size)]
@@ -89,7 +89,7 @@ def trial_batch(run: _Run, size: int) -> Any:
     return run.precision.convert_input(batch)
 
 
-def trial_step(run: _Run, size: int) -> None:
+def trial_step(run: RankRun, size: int) -> None:
     """One training step at micro-batch ``size``: ``training_step``, backward, optimizer step, zero_grad."""
     strategy, precision, logs = run.strategy, run.precision, run.module_logs
     run.module.train()
@@ -111,7 +111,7 @@ def trial_step(run: _Run, size: int) -> None:
             logs.end_step(strategy)  # not a logging step: no reduction, no collective
 
 
-def measure_trial(run: _Run, size: int) -> tuple[float, bool]:
+def measure_trial(run: RankRun, size: int) -> tuple[float, bool]:
     """``(peak bytes, out of memory)`` of ``TRIAL_STEPS`` training steps at ``size``; the run's state put back after them.
     CUDA's out-of-memory error is caught (and the cache freed): it counts as over the limit."""
     snapshot = TrainingSnapshot(run)

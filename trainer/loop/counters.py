@@ -16,7 +16,9 @@ from __future__ import annotations
 
 class RunCounters:
     """The run's counters (read freely; changed only by these methods). The loop's run is one
-    (``_Run`` subclasses it), so reading a counter costs an attribute lookup, not a call."""
+    (``RankRun`` subclasses it), so reading a counter costs an attribute lookup, not a call. The
+    methods the step loop calls write the instance's ``__dict__`` directly: the run refuses writes to
+    its parts in ``__setattr__``, which the counters need not pay for on every step."""
 
     def __init__(self) -> None:
         self.step = 0
@@ -36,7 +38,7 @@ class RunCounters:
         self.batch_idx = self.epoch_step * accumulate_grad_batches
 
     def micro_batch_done(self) -> None:
-        self.batch_idx += 1
+        self.__dict__["batch_idx"] += 1
 
     def count_optimizer_calls(self) -> None:
         """Manual optimization: from now on ``global_step`` counts the module's ``opt.step()`` calls."""
@@ -44,18 +46,19 @@ class RunCounters:
 
     def optimizer_called(self) -> None:
         """The module called ``opt.step()`` (manual optimization; an fp16-skipped step counts too)."""
-        self.optimizer_steps += 1
+        self.__dict__["optimizer_steps"] += 1
 
     def optimizer_stepped(self) -> None:
         """The optimizer of the current global batch stepped (automatic optimization; an fp16-skipped
         step too): ``global_step`` counts it from here, as Lightning's does in ``on_train_batch_end``."""
-        self._stepped = 1
+        self.__dict__["_stepped"] = 1
 
     def step_done(self) -> None:
         """A global batch (one optimizer step under automatic optimization) was trained."""
-        self._stepped = 0
-        self.step += 1
-        self.epoch_step += 1
+        counters = self.__dict__
+        counters["_stepped"] = 0
+        counters["step"] += 1
+        counters["epoch_step"] += 1
 
     def epoch_done(self) -> None:
         self.epoch += 1

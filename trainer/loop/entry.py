@@ -1,15 +1,19 @@
 """The facade's one call into the loop: run ``fit`` / ``validate`` / ``test`` / ``predict`` on this
-rank, with the rank's logging set up and the run torn down however it ends."""
+rank, with the rank's logging set up, the Trainer read-only while the run is live, and the run torn
+down however it ends. Returns the call's ``RunResult``; the facade stores it on the Trainer."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
 
 from trainer.checkpoint import CheckpointError
 from trainer.loop.evaluation import run_evaluation
-from trainer.loop.rank_run import _Run
-from trainer.loop.weights_return import record_result
+from trainer.loop.fit_build import build_fit
+from trainer.loop.rank_run import RankRun
+from trainer.loop.run_build import build_run
+from trainer.loop.run_result import RunResult, collect_result
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import configure_rank_logging
 from trainer.runtime.torch_flags import torch_flags
@@ -18,38 +22,59 @@ if TYPE_CHECKING:
     from trainer.api.module import TrainModule
     from trainer.trainer import Trainer
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 
-def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> dict[str, float] | None:
-    """Fit or validate on this rank; rank 0 returns the last logged metrics."""
+def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEnvironment) -> RunResult:
+    """Run ``mode`` on this rank: build the run, fit or evaluate, hand back the result."""
     # Hydra's process has root handlers (console + train.log); workers we spawned or torchrun
     # ranks that did not run Hydra get their own stderr handler.
     own_log_handler = not logging.getLogger().handlers
     configure_rank_logging(env.rank, own_handler=own_log_handler)
-    run = _Run(trainer, module, env, own_log_handler)
-    trainer._run_view = run.view  # for callbacks: trainer.callbacks.run_of(trainer)
+    run = RankRun(trainer, module, env, own_log_handler)
     clean = False
+    with live(trainer, run):
+        try:
+            with torch_flags(trainer.deterministic, trainer.benchmark):  # deterministic= / benchmark=, on every rank
+                build_run(run)
+                if mode == "fit":
+                    build_fit(run)
+                    returned = run.fit()
+                else:
+                    returned = run_evaluation(run, mode)  # validate / test / predict
+            result = collect_result(run, mode, returned)  # the weights for the caller of a spawned fit
+            run.hooks.call("teardown", trainer.stage)  # datamodule, callbacks, module
+            clean = True
+        except BaseException as error:
+            _report(run, env, error)
+            raise
+        finally:
+            run.teardown(clean)
+    return result
+
+
+@contextmanager
+def live(trainer: Trainer, run: RankRun) -> Iterator[None]:
+    """While the run is live: the Trainer's run properties read it (``trainer._run_view``), and the
+    Trainer refuses writes (it holds configuration: trainer/api/trainer_resolved.py)."""
+    object.__setattr__(trainer, "_run_view", run.view)
+    object.__setattr__(trainer, "_live", True)
     try:
-        with torch_flags(trainer.deterministic, trainer.benchmark):  # deterministic= / benchmark=, on every rank
-            run.setup()
-            results = run.fit() if mode == "fit" else run_evaluation(run, mode)  # validate / test / predict
-        record_result(run, mode)  # trainer.global_step ...; the weights for the caller of a spawned fit
-        run.hooks.call("teardown", trainer.stage)  # datamodule, callbacks, module
-        clean = True
-    except BaseException as error:
-        hooks = getattr(run, "hooks", None)  # (none yet if the set-up failed before building them)
-        if hooks is not None and isinstance(error, (Exception, KeyboardInterrupt)):
-            try:
-                hooks.call("on_exception", error)
-            except Exception:  # the run's own error is the one to report
-                log.exception("rank %d: an on_exception hook failed", env.rank)
-        if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
-            log.error("rank %d failed: %s", env.rank, error)
-        elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
-            log.exception("rank %d failed", env.rank)
-        raise
+        yield
     finally:
-        trainer._run_view = None
-        run.teardown(clean)
-    return results if run.rank == 0 else None
+        object.__setattr__(trainer, "_live", False)
+        object.__setattr__(trainer, "_run_view", None)
+
+
+def _report(run: RankRun, env: ClusterEnvironment, error: BaseException) -> None:
+    """The on_exception hooks, then the failure in this rank's log (once per job when spawned)."""
+    hooks = run.__dict__.get("hooks")  # (none yet if the build failed before the dispatcher)
+    if hooks is not None and isinstance(error, (Exception, KeyboardInterrupt)):
+        try:
+            hooks.call("on_exception", error)
+        except Exception:  # the run's own error is the one to report
+            log.exception("rank %d: an on_exception hook failed", env.rank)
+    if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
+        log.error("rank %d failed: %s", env.rank, error)
+    elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
+        log.exception("rank %d failed", env.rank)

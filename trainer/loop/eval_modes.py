@@ -13,18 +13,18 @@ from trainer.api.lightning_hooks import overrides
 class EvalModes:
     """``enter()`` before a pass of ``stage`` ("validation", "test", "predict"), ``exit()`` after it."""
 
-    def __init__(self, module: Any, stage: str):
-        self.module, self.stage = module, stage
+    def __init__(self, hooks: Any, stage: str):
+        self.hooks, self.module, self.stage = hooks, hooks.module, stage  # hooks: the run's dispatcher
         self.modes: list[tuple[Any, bool]] = []
 
     def enter(self) -> None:
         self.modes = [(submodule, submodule.training) for submodule in self.module.modules()]
-        getattr(self.module, f"on_{self.stage}_model_eval")()
+        self.hooks.call_module(f"on_{self.stage}_model_eval")
 
     def exit(self) -> None:
         hook = f"on_{self.stage}_model_train"
         if hasattr(TrainModule, hook) and overrides(self.module, TrainModule, hook):
-            getattr(self.module, hook)()
+            self.hooks.call_module(hook)
             return
         for submodule, training in self.modes:
             submodule.training = training

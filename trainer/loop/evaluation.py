@@ -32,17 +32,17 @@ from trainer.data.user_loader import _collate, check_map_style, kept_samples, re
 from trainer.loop.validation import require_validation_data
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
 
 
-def run_evaluation(run: _Run, mode: str) -> Any:
+def run_evaluation(run: RankRun, mode: str) -> Any:
     """``validate`` / ``test`` / ``predict`` on this rank, after the run's set-up: the weights of
     ``ckpt_path`` if given (its step too), then the pass."""
     if mode == "validate":
         require_validation_data(run)
-    run.running_stage = mode  # (validate: the validation pass sets it again)
+    run.enter_stage(mode)  # (validate: the validation pass sets it again)
     # The trainer keeps its progress (as Lightning: metrics are logged at the fitted step); the step
     # of a ckpt_path's checkpoint replaces it.
     step, global_step, epoch = run.trainer.stored_progress()
@@ -63,7 +63,7 @@ class EvalData:
     """The test or predict data of a run, read from the data hooks (the datamodule's where it has
     them) under the seed every rank shares for that stage."""
 
-    def __init__(self, run: _Run, stage: str):
+    def __init__(self, run: RankRun, stage: str):
         hooks, module, trainer = run.data.hooks, run.module, run.trainer
         source = type(hooks.source[stage]).__name__
         where = hooks.where[stage]
@@ -92,7 +92,7 @@ class EvalData:
         self.collate = _collate(module, user.collate_fn, where)
 
 
-def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
+def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:
     """Run ``<stage>_step`` over this rank's batches with Lightning's hooks up to ``on_<stage>_epoch_end``;
     ``on_output(batch_index, weight, output)`` for each (weight 0: a lockstep filler whose output
     counts for nothing, and that no batch hook sees). The caller ends the pass: ``on_<stage>_end``,
@@ -114,7 +114,7 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
             return call_step(module, f"{stage}_step", batch, index)
     seed = derive_seed(run.trainer.seed, stage, run.data_rank)
     loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
-    modes = EvalModes(module, stage)
+    modes = EvalModes(run.hooks, stage)
     modes.enter()
     hooks.call(f"on_{stage}_start")
     hooks.call(f"on_{stage}_epoch_start")
@@ -137,13 +137,13 @@ def _pass(run: _Run, stage: str, on_output: Any) -> EvalModes:
     return modes
 
 
-def run_test(run: _Run) -> dict[str, float]:
+def run_test(run: RankRun) -> dict[str, float]:
     """``Trainer.test`` on this rank: the ``test/`` metrics, exact means over the test set (logged)."""
     with evaluation_grad_mode(run):  # the whole pass, its hooks included (as Lightning)
         return _run_test_pass(run)
 
 
-def _run_test_pass(run: _Run) -> Any:
+def _run_test_pass(run: RankRun) -> Any:
     sums = WeightedSums(run.device)
 
     def add(index: int, weight: int, output: Any) -> None:
@@ -164,16 +164,15 @@ def _run_test_pass(run: _Run) -> Any:
     modes.exit()
     return metrics
 
-def run_predict(run: _Run) -> list[Any] | None:
+def run_predict(run: RankRun) -> list[Any] | None:
     """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
     (on the CPU) in batch order; None on the other ranks. Also kept as ``run.predictions``."""
     with evaluation_grad_mode(run):  # the whole pass, its hooks included (as Lightning)
         return _run_predict_pass(run)
 
 
-def _run_predict_pass(run: _Run) -> Any:
+def _run_predict_pass(run: RankRun) -> Any:
     outputs: list[tuple[int, Any]] = []
-    run.predictions = None
     if not getattr(run.trainer, "return_predictions", True):  # predict(return_predictions=False): nothing kept
         _pass(run, "predict", lambda index, weight, output: None)
         return None
@@ -189,5 +188,5 @@ def _run_predict_pass(run: _Run) -> Any:
     if gathered is not None:
         # Keyed by batch index: the ranks of one tensor-parallel group (strategy=nd) predict the same batches.
         merged = {index: output for part in gathered for index, output in part}
-        run.predictions = [merged[index] for index in sorted(merged)]
-    return run.predictions
+        return [merged[index] for index in sorted(merged)]
+    return None

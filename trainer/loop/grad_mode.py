@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, ContextManager
 import torch
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 
-def uses_inference_mode(run: _Run) -> bool:
+def uses_inference_mode(run: RankRun) -> bool:
     """Whether this run's evaluation passes run under ``torch.inference_mode()``."""
     strategy = run.strategy
     return bool(run.trainer.inference_mode) and not (strategy.lockstep_forward or strategy.owns_step)
 
 
-def evaluation_grad_mode(run: _Run) -> ContextManager:
+def evaluation_grad_mode(run: RankRun) -> ContextManager:
     """The context of an evaluation pass's forwards."""
     return torch.inference_mode() if uses_inference_mode(run) else torch.no_grad()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from trainer.api.callback import Callback
 from trainer.api.datamodule import DataModule, setup_datamodule
+from trainer.api.hook_calls import call_module_hook
 from trainer.api.hook_table import BEHAVIOUR_HOOKS, CALLBACKS, DATAMODULE, MODULE, OPTIONAL_LAST_ARGUMENT, RECEIVERS
 from trainer.api.lightning_hooks import overrides
 from trainer.api.module import TrainModule
@@ -67,6 +68,19 @@ class RunHooks:
             result = call(*args)
         return result
 
+    def call_receiver(self, name: str, receiver: str, *args: Any) -> None:
+        """Hook ``name`` on one of its receivers only (``MODULE`` or ``CALLBACKS``: where another step
+        comes between the two, as the datamodule's state between the ``on_load_checkpoint`` hooks)."""
+        if receiver not in RECEIVERS[name]:
+            raise ValueError(f"{receiver} does not receive {name} (trainer/api/hook_table.py)")
+        for call in self._build(name, len(args), only=receiver):
+            call(*args)
+
+    def call_module(self, name: str, *args: Any) -> Any:
+        """A module hook whose default does the work (the model-mode hooks: ``on_validation_model_eval``
+        puts the module in eval mode): called on the module whether it overrides it or not."""
+        return call_module_hook(self.module, name, *args)
+
     def any(self, name: str) -> bool:
         """Whether anybody overrides hook ``name`` (to skip work done only for it)."""
         return name in self.active
@@ -78,9 +92,9 @@ class RunHooks:
             if bool(callback.watches_metrics) == watching and overrides(callback, Callback, name):
                 self._callback_call(callback, name, len(args))(*args)
 
-    def _build(self, name: str, count: int | None) -> list[Callable[..., Any]]:
+    def _build(self, name: str, count: int | None, only: str | None = None) -> list[Callable[..., Any]]:
         calls: list[Callable[..., Any]] = []
-        for receiver in RECEIVERS[name]:
+        for receiver in RECEIVERS[name] if only is None else (only,):
             if receiver == CALLBACKS:
                 calls += [self._callback_call(callback, name, count) for callback in self.callbacks.callbacks
                           if overrides(callback, Callback, name)]

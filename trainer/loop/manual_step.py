@@ -99,24 +99,23 @@ def check_manual_setup(trainer: Any, strategy: Any, optimizers: list) -> None:
                          "set strategy.zero1=false or return one optimizer")
 
 
-def setup_optimizers(run: Any, schedulers: list) -> ManualStep | None:
-    """At fit start, after ``configure_optimizers`` (``run.optimizer``: one, or a list under manual
-    optimization): set the optimizers up with the strategy. Manual optimization: check the settings and
-    return the step, attached to the module (``self.optimizers()`` ...); ``run.optimizer`` becomes the
-    optimizer, or the list of them, that checkpoints save. Automatic: ``self.optimizers()`` and
+def setup_optimizers(run: Any, optimizer: Any, schedulers: list) -> tuple[Any, ManualStep | None]:
+    """At fit start, after ``configure_optimizers`` (``optimizer``: one, or a list under manual
+    optimization): set the optimizers up with the strategy. Returns ``(the optimizer, or the list of
+    them, that checkpoints save; the ManualStep under manual optimization, else None)``; the step is
+    attached to the module (``self.optimizers()`` ...). Automatic: ``self.optimizers()`` and
     ``self.lr_schedulers()`` give the optimizer and schedulers to read (the trainer steps them)."""
     names = {id(p): name for name, p in run.module.named_parameters()}  # the optimizers' (sharded) parameters
-    if not isinstance(run.optimizer, list):
-        run.optimizer = run.strategy.setup_optimizer(run.optimizer)
-        run.module.__dict__["_manual_step"] = _Configured([run.optimizer], schedulers, names)
-        return None
-    check_manual_setup(run.trainer, run.strategy, run.optimizer)
-    optimizers = [run.strategy.setup_optimizer(o) for o in run.optimizer]
-    run.optimizer = optimizers[0] if len(optimizers) == 1 else optimizers
+    if not isinstance(optimizer, list):
+        optimizer = run.strategy.setup_optimizer(optimizer)
+        run.module.__dict__["_manual_step"] = _Configured([optimizer], schedulers, names)
+        return optimizer, None
+    check_manual_setup(run.trainer, run.strategy, optimizer)
+    optimizers = [run.strategy.setup_optimizer(o) for o in optimizer]
     step = ManualStep(run, optimizers, schedulers, names)
     run.count_optimizer_calls()  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
     run.module.__dict__["_manual_step"] = step  # not a submodule nor a parameter: a plain attribute
-    return step
+    return (optimizers[0] if len(optimizers) == 1 else optimizers), step
 
 
 class _Configured:
@@ -296,7 +295,7 @@ class ManualStep:
         (micro_batch,) = plan.micro_batches  # accumulate_grad_batches=1 (check_manual_setup)
         timer.step_started()
         with timer.phase("data"):
-            batch = precision.convert_input(transfer_batch(run, next(batches), non_blocking=trainer.pin_memory))
+            batch = precision.convert_input(transfer_batch(run, next(batches), non_blocking=run.batch.pin_memory))
         # The automatic path's factor (trainer/loop/rank_run.py): the micro-batch's share of the global-batch mean.
         self._factor = micro_batch.num_real * run.data_parallel_size / plan.global_count
         self._unscaled.clear()

@@ -10,7 +10,7 @@ import torch
 from trainer.runtime.tensors import move_to_device
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 
 class OptimizerStep:
@@ -40,7 +40,7 @@ def skip_requested(result: Any) -> bool:
     return isinstance(result, int) and not isinstance(result, bool) and result == -1
 
 
-def refuse_skip_request(run: _Run, batch_idx: int) -> None:
+def refuse_skip_request(run: RankRun, batch_idx: int) -> None:
     """``on_train_batch_start`` returned something: Lightning's -1 skips the rest of the epoch, which
     would leave ranks at different batches here; refused with what to use instead."""
     raise ValueError(f"{type(run.module).__name__}.on_train_batch_start returned a value at batch {batch_idx}; "
@@ -48,7 +48,7 @@ def refuse_skip_request(run: _Run, batch_idx: int) -> None:
                      "global batches): use trainer.should_stop = True or limit_train_batches, and return None")
 
 
-def transfer_batch(run: _Run, batch: Any, non_blocking: bool = False, dataloader_idx: int = 0) -> Any:
+def transfer_batch(run: RankRun, batch: Any, non_blocking: bool = False, dataloader_idx: int = 0) -> Any:
     """``batch`` on the run's device, through ``on_before_batch_transfer``, ``transfer_batch_to_device``
     and ``on_after_batch_transfer`` where the datamodule or module overrides them (the datamodule's win)."""
     hooks = run.hooks
@@ -66,7 +66,7 @@ def transfer_batch(run: _Run, batch: Any, non_blocking: bool = False, dataloader
     return batch
 
 
-def gradient_clipper(run: _Run) -> Callable[..., Any]:
+def gradient_clipper(run: RankRun) -> Callable[..., Any]:
     """``self.clip_gradients(optimizer, val, algorithm)`` under automatic optimization (called from an
     overridden ``configure_gradient_clipping``): "norm" clips the global norm over every rank's
     shards and returns the norm before clipping, "value" clamps each element to ``[-val, val]``."""

@@ -26,7 +26,7 @@ from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.checkpoint.stream_position import restore_stream_state
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")
 
@@ -66,7 +66,7 @@ def resolve_ckpt_path(ckpt_path: str | None, resume: str | None, checkpoint: Che
     return requested if requested is not None else configured
 
 
-def checkpoint_root(run: _Run) -> str:
+def checkpoint_root(run: RankRun) -> str:
     """The directory the run's checkpoints go to (``checkpoint.dir`` or ``<run_dir>/checkpoints``)."""
     if run.checkpoints is not None:
         return run.checkpoints.root
@@ -91,7 +91,7 @@ def checkpoint_path(source: str, root: str, checkpoint: CheckpointConfig | None)
     return resolve_checkpoint(source, root)
 
 
-def agree_on_checkpoint(run: _Run, source: str, root: str) -> str | None:
+def agree_on_checkpoint(run: RankRun, source: str, root: str) -> str | None:
     """``checkpoint_path`` decided by rank 0, so every rank loads the same one; a checkpoint that
     cannot be found fails on every rank (not on rank 0 alone while the others wait). A collective."""
     found = None
@@ -110,7 +110,7 @@ def agree_on_checkpoint(run: _Run, source: str, root: str) -> str | None:
     return path
 
 
-def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
+def restore_run(run: RankRun, plan: GlobalBatchPlan) -> None:
     """Load the checkpoint of ``run.trainer.ckpt_path`` (if any) into ``run``: a collective."""
     trainer = run.trainer
     # A torchrun elastic restart continues from the latest checkpoint unless told otherwise.
@@ -149,7 +149,7 @@ def restore_run(run: _Run, plan: GlobalBatchPlan) -> None:
     log.info("resumed from %s: step %d, epoch %d (+%d steps)", path, run.step, run.epoch, run.epoch_step)
 
 
-def _check_schedule_length(run: _Run, progress: dict[str, Any]) -> None:
+def _check_schedule_length(run: RankRun, progress: dict[str, Any]) -> None:
     """One warning (rank 0) when the learning-rate schedule now spans another number of steps than
     in the checkpoint's run (a schedule tied to ``trainer.max_steps``, extended with a larger one)."""
     old, new = progress.get("schedule_steps"), run.lr_scheduling.schedule_steps() if getattr(run, "lr_scheduling", None) is not None else None
@@ -164,7 +164,7 @@ def _check_schedule_length(run: _Run, progress: dict[str, Any]) -> None:
     )
 
 
-def load_for_evaluation(run: _Run) -> None:
+def load_for_evaluation(run: RankRun) -> None:
     """``validate`` with a checkpoint (``ckpt_path=`` or ``trainer.resume``): load its model weights
     (not the optimizer) into ``run.module``; the metrics are logged at its step. A collective."""
     source = getattr(run.trainer, "ckpt_path", None)

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.loop.validation import run_validation
 from trainer.runtime.metric_objects import MetricStates, module_metrics
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")
 
@@ -52,16 +53,19 @@ def restore_random_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def run_sanity_check(run: _Run) -> None:
+def run_sanity_check(run: RankRun) -> None:
     """Run ``num_sanity_val_steps`` validation batches (-1: all), leaving every random state as it was.
     Skipped without validation data; a resumed run has one too (as Lightning)."""
     batches = run.trainer.num_sanity_val_steps
     if batches == 0 or run.val_set is None:
         return
-    from trainer.loop.validation import run_validation
+    with run.stage("sanity_check", sanity=True):  # (for its hooks too)
+        _sanity_pass(run, batches)
+    log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)
 
+
+def _sanity_pass(run: RankRun, batches: int) -> None:
     states = random_states()
-    stage, run.running_stage, run.sanity_checking = run.running_stage, "sanity_check", True  # (for its hooks too)
     run.hooks.call("on_sanity_check_start")
     # The module's metric objects too: what the pass fed them, logged or not, must not count in the
     # first validation.
@@ -77,8 +81,4 @@ def run_sanity_check(run: _Run) -> None:
         run.last_metrics.update(shown)
         run.module_logs.bare.clear()
         run.module_logs.bare.update(bare)
-    try:
-        run.hooks.call("on_sanity_check_end")
-    finally:
-        run.running_stage, run.sanity_checking = stage, False
-    log.info("sanity check: %s validation batch(es) ran", "all" if batches == -1 else batches)
+    run.hooks.call("on_sanity_check_end")

@@ -32,30 +32,42 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.api.batch_settings import BatchSettings
+from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.optim.schedules import schedule_length
+from trainer.runtime.rank_logging import rank_zero_warn
 
 if TYPE_CHECKING:
-    from trainer.data.batch_plan import GlobalBatchPlan
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")
 
 
-def plan_limits(run: _Run, plan: GlobalBatchPlan) -> tuple[int, StepLimits, int | None]:
-    """What follows from fit's plan: ``(optimizer steps per epoch, the StepLimits, the progress bar's
-    total)``; also sets ``trainer.val_every_n_steps`` and ``run.total_steps`` (again after auto_batch_size)."""
+@dataclass(frozen=True)
+class FitPlan:
+    """What fit's global-batch plan and the run's limits make: read by the loop, replaced only when the
+    batch-size finder picks another micro-batch (``RankRun.replan``)."""
+
+    plan: GlobalBatchPlan  # the training set's global batches (or a stream's plan)
+    batch: BatchSettings  # the micro-batch, accumulation and global batch the plan is made of
+    steps_per_epoch: int | float  # optimizer steps per epoch at most (limit_train_batches; inf: a stream)
+    val_every_n_steps: int | None  # validate every this many steps (a float val_check_interval resolved)
+    limits: StepLimits  # the stop rule
+    total_steps: int | str  # trainer.estimated_stepping_batches (a str: why it is unknown)
+
+
+def plan_fit(trainer: Any, module: Any, plan: GlobalBatchPlan, batch: BatchSettings) -> FitPlan:
+    """What follows from fit's plan: the epoch length, when to validate, the stop rule and the steps."""
     from trainer.loop.stream_limits import epoch_length, step_limits  # (it builds on StepLimits)
 
-    trainer = run.trainer
     # limit_train_batches, a float val_check_interval (a stream: epochs end where it does, trainer/data/streaming/)
-    steps_per_epoch, trainer.val_every_n_steps = epoch_length(trainer, plan)
+    steps_per_epoch, val_every_n_steps = epoch_length(trainer, plan)
     # max_steps counts optimizer steps: under manual optimization not batches
-    limits = step_limits(trainer, plan, steps_per_epoch, manual=not getattr(run.module, "automatic_optimization", True))
-    run.total_steps = limits.estimated_stepping_batches(trainer)  # (a str: why it is unknown)
-    return steps_per_epoch, limits, limits.progress_total()
+    limits = step_limits(trainer, plan, steps_per_epoch, manual=not getattr(module, "automatic_optimization", True))
+    return FitPlan(plan, batch, steps_per_epoch, val_every_n_steps, limits, limits.estimated_stepping_batches(trainer))
 
 
 class StepLimits:
@@ -93,7 +105,7 @@ class StepLimits:
             return None if self.max_steps == math.inf else int(self.max_steps)
         return None if self.batches == math.inf else int(self.batches)
 
-    def progress_position(self, run: _Run) -> int:
+    def progress_position(self, run: RankRun) -> int:
         self._shown = run.global_step if self.manual and not self.epoch_bound else run.step
         return self._shown
 
@@ -106,7 +118,7 @@ class StepLimits:
             parts.append(f"until global_step (the module's optimizer steps) reaches {int(self.max_steps)}")
         return " or ".join(parts)
 
-    def describe(self, run: _Run) -> str:
+    def describe(self, run: RankRun) -> str:
         """For a logging step's line: ``step/total``; a manual run adds its global_step."""
         total = "" if self.batches == math.inf else f"/{int(self.batches)}"
         if not self.manual:
@@ -115,11 +127,11 @@ class StepLimits:
         return f"{run.step}{total} (global_step {run.global_step}{bound})"
 
     # ----- per batch ----------------------------------------------------------------------------------------
-    def done(self, run: _Run) -> bool:
+    def done(self, run: RankRun) -> bool:
         """Whether the run has reached its end (checked before each batch)."""
         return run.step >= self.batches or (self.manual and run.global_step >= self.max_steps)
 
-    def before_batch(self, run: _Run) -> bool:
+    def before_batch(self, run: RankRun) -> bool:
         """Before a batch: whether it is the last one (a logging step). Automatic: known exactly."""
         self._before = run.global_step
         if run.step + 1 >= self.batches:
@@ -130,7 +142,7 @@ class StepLimits:
             self._per_batch = max(1, len(run.manual.optimizers))
         return run.global_step + self._per_batch >= self.max_steps
 
-    def after_batch(self, run: _Run) -> int:
+    def after_batch(self, run: RankRun) -> int:
         """After a batch: the global_step before it (for "a multiple reached or crossed" triggers);
         the progress bar's advance is :meth:`advance`."""
         if self.manual:
@@ -139,13 +151,13 @@ class StepLimits:
                 self._check_schedules(run)
         return self._before
 
-    def advance(self, run: _Run) -> int:
+    def advance(self, run: RankRun) -> int:
         """How far the progress bar moves for the batch just run."""
         shown = self._shown
         return self.progress_position(run) - shown
 
     # ----- schedules tied to max_steps (manual) --------------------------------------------------------------
-    def note_schedules(self, run: _Run) -> None:
+    def note_schedules(self, run: RankRun) -> None:
         """At fit start (after a resume): the schedules whose length is ``max_steps``, to check after
         the first batch how often the module steps them."""
         if not self.manual or self.max_steps == math.inf:
@@ -155,7 +167,7 @@ class StepLimits:
                            if (length := schedule_length(config.scheduler)) == self.max_steps
                            and isinstance(getattr(config.scheduler, "last_epoch", None), int)]
 
-    def _check_schedules(self, run: _Run) -> None:
+    def _check_schedules(self, run: RankRun) -> None:
         schedules, self._schedules = self._schedules or [], None
         per_batch = self._per_batch
         if not per_batch:

@@ -44,7 +44,7 @@ from trainer.observe.throughput import write_flops_by_module
 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")
 _NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
@@ -54,9 +54,9 @@ _STEP_HOOKS = frozenset({"on_train_batch_start", "on_train_batch_end", "on_befor
 
 
 class TrainStep:
-    """The automatic-optimization step of one run (built by ``_Run.fit`` once its parts exist)."""
+    """The automatic-optimization step of one run (built by ``RankRun.fit`` once its parts exist)."""
 
-    def __init__(self, run: _Run):
+    def __init__(self, run: RankRun):
         self.run = run
         self.normalization = LossNormalization(run.trainer.loss_normalization, run.data_parallel_size, run.device)
         self.counts_tokens = False  # training_step returns num_tokens: log tokens/s
@@ -110,7 +110,7 @@ class TrainStep:
         """The short way of a quiet step of one real micro-batch (see ``plain``): the same calls in the same
         order as the whole way (``module_step``) takes for it, without what is off."""
         run, micro_batch = self.run, plan.micro_batches[0]
-        batch = transfer_batch(run, next(batches), non_blocking=run.trainer.pin_memory)
+        batch = transfer_batch(run, next(batches), non_blocking=run.batch.pin_memory)
         with run.strategy.sync_context(run.wrapped, sync=True):
             with run.module_logs.micro_batch(micro_batch.num_real):
                 output = self.forward(batch, run.batch_idx)
@@ -151,7 +151,7 @@ class TrainStep:
         the batch transfer hooks where the module or datamodule overrides them."""
         run = self.run
         with run.breakdown.phase("data"):
-            return run.precision.convert_input(transfer_batch(run, next(batches), non_blocking=run.trainer.pin_memory))
+            return run.precision.convert_input(transfer_batch(run, next(batches), non_blocking=run.batch.pin_memory))
 
     def note_tokens(self, num_tokens: Any) -> None:
         """Count a micro-batch's tokens for tokens/s (the same on every rank: the same code runs)."""

@@ -25,48 +25,44 @@ from trainer.loop.eval_modes import EvalModes
 from trainer.loop.optimizer_step import transfer_batch
 
 if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
+    from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
 
 
-def check_validation_setup(run: _Run) -> None:
+def check_validation_setup(trainer: Any, module: Any, val_set: Any) -> None:
     """One warning (rank 0) for a validation setting that would do nothing: validation only shows
     how a run goes, so it may be skipped, but never silently."""
-    module, every = run.module, run.trainer.val_every_n_steps
-    monitor = run.trainer.checkpoint.monitor if run.trainer.checkpoint is not None else None
-    if run.val_set is None and monitor and monitor.startswith("val/"):
+    every = trainer.val_every_n_steps
+    monitor = trainer.checkpoint.monitor if trainer.checkpoint is not None else None
+    if val_set is None and monitor and monitor.startswith("val/"):
         raise ValueError(f"checkpoint.monitor={monitor!r}, but {type(module).__name__} has no val_dataset() / "
                          "val_dataloader(), so it is never logged; return validation data or monitor a train/ metric")
-    if run.val_set is None:
+    if val_set is None:
         if every:
             rank_zero_warn(log, "trainer.val_every_n_steps=%d, but %s has no val_dataset() / val_dataloader(): nothing "
                            "is validated; return validation data, or unset trainer.val_every_n_steps", every,
                            type(module).__name__)
-        defaults = getattr(run.trainer, "lightning_defaults", ())  # (Lightning's Trainer sets them unasked)
-        given = [f"trainer.{name}={getattr(run.trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
-                 if getattr(run.trainer, name, None) is not None and name not in defaults]
-        if given and not run.trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
+        defaults = getattr(trainer, "lightning_defaults", ())  # (Lightning's Trainer sets them unasked)
+        given = [f"trainer.{name}={getattr(trainer, name)}" for name in ("limit_val_batches", "check_val_every_n_epoch")
+                 if getattr(trainer, name, None) is not None and name not in defaults]
+        if given and not trainer.fast_dev_run:  # (fast_dev_run sets limit_val_batches itself)
             rank_zero_warn(log, "%s: %s has no val_dataset() / val_dataloader(), so nothing is validated",
                            ", ".join(given), type(module).__name__)
 
 
-def run_validation(run: _Run, sanity_batches: int | None = None) -> dict[str, float]:
+def run_validation(run: RankRun, sanity_batches: int | None = None) -> dict[str, float]:
     """Validate ``run``'s module at its current step; logs and returns the ``val/`` metrics.
     ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
     batches (-1: all), the hooks called as in any pass, nothing reduced or logged. The whole pass, its
     hooks included, runs under the evaluation grad mode (``inference_mode``), as Lightning's."""
     if run.val_set is None:
         return {}
-    before, run.running_stage = run.running_stage, ("validate" if sanity_batches is None else "sanity_check")
-    try:
-        with evaluation_grad_mode(run):
-            return _validation_pass(run, sanity_batches)
-    finally:
-        run.running_stage = before
+    with run.stage("validate" if sanity_batches is None else "sanity_check"), evaluation_grad_mode(run):
+        return _validation_pass(run, sanity_batches)
 
 
-def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
+def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, float]:
     module, strategy, hooks, sanity = run.module, run.strategy, run.hooks, sanity_batches is not None
     setting = run.trainer.limit_val_batches if not sanity else sanity_batches
     limit = val_sample_limit(setting, run.data.val_batch_size, run.data_parallel_size,
@@ -74,7 +70,7 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
     shards = run.data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # val_dataloader()'s batch_size, or data's
     stream = is_stream(shards)  # read as the pass goes: its length is known at the end
     real = None if stream else len(shards)  # batches of this rank before the lockstep padding below
-    run.num_val_batches = [math.inf if stream else real]  # (trainer.num_val_batches: one loader; Lightning's inf)
+    run.count_val_batches([math.inf if stream else real])  # (trainer.num_val_batches: one loader; Lightning's inf)
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
@@ -100,8 +96,8 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
             return forward(batch, index)
     sums = WeightedSums(run.device)
     if run.trainer.stage == "fit" and not sanity:
-        module.on_validation_model_zero_grad()  # (default: frees the gradients, as Lightning)
-    modes = EvalModes(module, "validation")
+        hooks.call_module("on_validation_model_zero_grad")  # (default: frees the gradients, as Lightning)
+    modes = EvalModes(hooks, "validation")
     modes.enter()
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(None if stream else len(shards), enabled, desc="validate", unit="batch", leave=False)
@@ -131,7 +127,7 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
                     hooks.call("on_validation_batch_end", outputs, batch, index)
         bar.close()
         if stream:
-            run.num_val_batches = [shards.real]
+            run.count_val_batches([shards.real])
         strategy.after_evaluation(run.wrapped)
         hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
         metrics = sums.reduce("val/", run.strategy, some_ranks_may_be_empty=True)
@@ -141,14 +137,14 @@ def _validation_pass(run: _Run, sanity_batches: int | None) -> dict[str, float]:
     elif metrics:
         run.log(metrics)
         log.info("validation at step %d  %s", run.step, format_metrics(metrics))
-    if not sanity:
+    if not sanity and run.lr_scheduling is not None:  # (a fit's)
         run.lr_scheduling.on_validation_end(metrics)  # ReduceLROnPlateau on val/ metrics
     hooks.call("on_validation_end", metrics)  # (Lightning's shape without the metrics works too)
     modes.exit()
     return metrics
 
 
-def require_validation_data(run: _Run) -> None:
+def require_validation_data(run: RankRun) -> None:
     """``Trainer.validate`` on a module without validation data is an error, not an empty result."""
     if run.val_set is None:
         raise ValueError(f"Trainer.validate: {type(run.module).__name__} has no validation data; define "

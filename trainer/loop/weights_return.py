@@ -1,90 +1,35 @@
-"""What the caller of ``Trainer.fit`` / ``validate`` gets back when the work ran elsewhere.
+"""The trained weights back in the caller's module when the work ran in spawned workers.
 
 In-process runs (one process, or a rank under torchrun) train the caller's module itself. Spawned
-workers train copies: at the end rank 0 writes the run's result to a file in the run directory
-(never a pipe: the weights may be large), gathered with the strategy's ``full_state_dict`` (a
-collective, once per call, not per step); the launcher loads it into the caller's module and
-deletes the file. ``trainer.return_weights=false`` skips the weights (models too big for one
-process's memory): the module then keeps its initial weights and is marked, so that validating it
-without a checkpoint is an error instead of silently measuring untrained weights.
+workers train copies: rank 0's result file (trainer/loop/run_result.py) holds the full weights, which
+the launcher copies into the caller's module. ``trainer.return_weights=false`` skips the weights
+(models too big for one process's memory): the module then keeps its initial weights and is marked,
+so that validating it without a checkpoint is an error instead of silently measuring untrained weights.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from trainer.loop.rank_run import _Run
-    from trainer.trainer import Trainer
-
 log = logging.getLogger(__name__)
 
-RESULT_FILE = ".fit_result.pt"
 #: set on a module whose spawned fit did not copy its weights back: the run directory
 STALE_MARK = "_trainer_weights_left_in"
 
 
-def record_result(run: _Run, mode: str) -> None:
-    """On every rank after a clean ``fit`` / ``validate``: progress and metrics on the trainer;
-    under spawned workers also the result file (rank 0), with the full weights after a fit."""
-    trainer = run.trainer
-    hidden = sorted(run.module_logs.hidden)  # self.log(..., logger=False): not in logged_metrics
-    # What callbacks saw last (the latest step values too, as Lightning's callback_metrics), as numbers.
-    shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
-    set_progress(trainer, run.global_step, run.epoch, run.last_metrics, hidden, batches=run.step, shown=shown)
-    if run.env.launcher != "spawned":
+def deliver_weights(module: nn.Module, state_dict: dict[str, torch.Tensor] | None, run_dir: str) -> None:
+    """In the launcher after a spawned fit: the trained full weights into the caller's ``module``; without
+    them (``return_weights=false``) the module is marked, so that evaluating it needs a checkpoint."""
+    if state_dict is None:
+        setattr(module, STALE_MARK, run_dir)
         return
-    weights = None
-    if mode == "fit" and trainer.return_weights:
-        weights = run.strategy.full_state_dict(run.module)  # a collective: every rank
-    if run.rank == 0:
-        result = {"global_step": run.global_step, "batches": run.step, "current_epoch": run.epoch,
-                  "metrics": dict(run.last_metrics), "shown": shown,
-                  "hidden": hidden, "state_dict": weights, "predictions": getattr(run, "predictions", None)}  # (predict)
-        path = os.path.join(run.run_dir, RESULT_FILE)
-        torch.save(result, path + ".tmp")
-        os.replace(path + ".tmp", path)
-
-
-def set_progress(trainer: Trainer, step: int, epoch: int, metrics: dict[str, float], hidden: Any = (),
-                 batches: int | None = None, shown: dict[str, float] | None = None) -> None:
-    """``step``: global_step (optimizer steps); ``batches``: the batches trained (the logged step
-    axis; None: ``step``, they differ under manual optimization only). ``hidden``: names kept off the
-    loggers (in ``callback_metrics``, not in ``logged_metrics``); ``shown``: ``callback_metrics``
-    (None: ``metrics``)."""
-    trainer.global_step, trainer.current_epoch = step, epoch
-    trainer._batches = step if batches is None else batches
-    trainer.callback_metrics = dict(metrics if shown is None else shown)
-    trainer.logged_metrics = {k: v for k, v in metrics.items() if k not in hidden}
-
-
-def receive_result(trainer: Trainer, module: nn.Module, mode: str) -> Any:
-    """In the launcher after spawned workers finished: read rank 0's result file, put the progress
-    on ``trainer`` and the trained weights into ``module``, delete the file. Returns what a
-    ``predict`` gathered (None for the other modes)."""
-    path = os.path.join(trainer.run_dir, RESULT_FILE)
-    if not os.path.isfile(path):
-        raise RuntimeError(f"the workers finished but left no result in {path}")
-    try:
-        result = torch.load(path, map_location="cpu", weights_only=True)
-    finally:
-        os.remove(path)
-    set_progress(trainer, result["global_step"], result["current_epoch"], result["metrics"], result.get("hidden", ()),
-                 result.get("batches"), result.get("shown"))
-    if mode != "fit":
-        return result.get("predictions")
-    if result["state_dict"] is None:
-        setattr(module, STALE_MARK, trainer.run_dir)
-        return None
-    load_full_weights(module, result["state_dict"])
+    load_full_weights(module, state_dict)
     if hasattr(module, STALE_MARK):
         delattr(module, STALE_MARK)
-    return None
 
 
 def load_full_weights(module: nn.Module, state: dict[str, torch.Tensor]) -> None:

@@ -24,6 +24,7 @@ from typing import Any, ContextManager
 import torch
 from torch import nn
 
+from trainer.api.batch_settings import BatchSettings
 from trainer.api.hook_calls import call_step
 from trainer.optim.grad_clipping import clip_grad_values
 from trainer.runtime import distributed
@@ -92,6 +93,12 @@ class Strategy(OptimizerStateIO):
         self.env = ClusterEnvironment(launcher="none")
         #: this rank's device (set by ``setup_environment``)
         self.device = torch.device("cpu")
+        #: the run's resolved batch settings (set by ``use_batch`` before ``wrap``; the pipeline splits its micro-batch)
+        self.batch: BatchSettings | None = None
+
+    def use_batch(self, batch: BatchSettings) -> None:
+        """The run's resolved batch, before ``wrap`` (a strategy may split the micro-batch further)."""
+        self.batch = batch
 
     def use_cuda(self) -> bool:
         """Whether this strategy trains on a GPU (``accelerator`` cuda, or auto with one present)."""

@@ -42,7 +42,7 @@ def build_stages(strategy: PipelineStrategy, module: nn.Module, init: WeightInit
     if not layers:
         raise ValueError(f"strategy=pipeline needs {type(module).__name__}.pipeline_layers() to return the model's "
                          f"layers in order (it returned {layers!r}); see TrainModule.pipeline_layers")
-    s._batch_size = batch_size = module.trainer.batch_size
+    s._batch_size = batch_size = s.batch.batch_size  # (the run's resolved micro-batch: Strategy.use_batch)
     if batch_size % s.microbatches:
         raise ValueError(f"strategy.microbatches={s.microbatches} does not divide data.batch_size={batch_size}; "
                          f"choose a divisor of {batch_size}")

@@ -45,7 +45,7 @@ def _steps(world_size: int, batch_sampler) -> tuple[int, list[list[list[int]]]]:
     plan = data.plan(world_size)
     steps = [[[i for micro in plan.step_plan(0, k, r).micro_batches for i in micro.indices]
               for r in range(world_size)] for k in range(plan.steps_per_epoch)]
-    return trainer.batch_size, steps
+    return data.batch.batch_size, steps
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 6])

@@ -73,8 +73,8 @@ def test_global_batch_size_with_the_loader_batch_size():
 
     # data.batch_size unset: data.global_batch_size is checked against the loader's batch size.
     trainer = Trainer(global_batch_size=48)
-    RunData(LoaderModule(batch_size=16), trainer)
-    assert (trainer.batch_size, trainer.accumulate_grad_batches, trainer.global_batch_size) == (16, 3, 48)
+    batch = RunData(LoaderModule(batch_size=16), trainer).batch  # the run's settings; the Trainer keeps its own
+    assert (batch.batch_size, batch.accumulate_grad_batches, batch.global_batch_size) == (16, 3, 48)
     with pytest.raises(ValueError, match="global_batch_size=40 is not a multiple of data.batch_size 16"):
         RunData(LoaderModule(batch_size=16), Trainer(global_batch_size=40))
 

@@ -66,7 +66,7 @@ class StreamPlan:
 
     is_stream = True
 
-    def __init__(self, dataset: Any, trainer: Any, world: int, rank: int, collate_fn: Any, options: Any):
+    def __init__(self, dataset: Any, trainer: Any, batch: Any, world: int, rank: int, collate_fn: Any, options: Any):
         mode = trainer.stream_mode
         if mode not in MODES:
             raise ValueError(f"data.stream_mode={mode!r}: give one of {', '.join(MODES)}")
@@ -75,8 +75,8 @@ class StreamPlan:
                              f"{trainer.strategy.name}; use a map-style dataset (__getitem__ + __len__)")
         self.dataset, self.mode, self.world, self.rank = dataset, mode, world, rank
         self.strategy, self.collate_fn, self.options = trainer.strategy, collate_fn, options
-        self.seed, self.drop_last = trainer.seed, trainer.drop_last
-        self.micro_batch_size, self.accumulate = trainer.batch_size, trainer.accumulate_grad_batches
+        self.seed, self.drop_last = trainer.seed, batch.drop_last  # batch: the run's resolved BatchSettings
+        self.micro_batch_size, self.accumulate = batch.batch_size, batch.accumulate_grad_batches
         self.global_batch_size = self.micro_batch_size * self.accumulate * world
         self.num_shards = shard_count(dataset)
         self.num_workers = options.num_workers
