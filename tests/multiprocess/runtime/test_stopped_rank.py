@@ -1,7 +1,8 @@
 """A rank that stops responding without dying (SIGSTOP) ends the job within the collective timeout plus a
 grace period, one line names it, and no process of the job is left; a rank that is merely slow is not
 touched; one alive but deadlocked is caught by the collective timeout, on the rank that waited, and the
-launcher says no rank had stopped. Under the trainer's own spawning and under torchrun.
+launcher says no rank had stopped. Under the trainer's own spawning and under torchrun. A killed fork
+server (the one that started the ranks) is named as such, not as a rank, and its orphaned ranks are killed.
 
 Each run is a subprocess in a session of its own (tests/support/command_line.py: a marker in its
 environment finds any process it left behind); the ranks also write their pids, checked one by one.
