@@ -154,6 +154,17 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 
 
+def _fork_server_pid(start_method: str) -> int | None:
+    """The pid of multiprocessing's fork server, which forks the workers (None under ``spawn``, or
+    where multiprocessing keeps it elsewhere): the launcher names it if it dies (supervision.py)."""
+    if start_method != "forkserver":
+        return None
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    return pid if isinstance(pid, int) else None
+
+
 def _adopt_caller_environment(environ: dict[str, str]) -> None:
     """A worker forked by the fork server inherits the server's environment (as it was when the
     server started), not the caller's: take the caller's, as a spawned process would."""
@@ -295,7 +306,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, timeout: timedelta) 
     # Preemption signals sent to the launcher reach the workers, which save and stop cleanly.
     forwarded = _forward_signals([process.pid for process in processes.processes])
     try:
-        supervise(processes, failures, store, timeout.total_seconds())
+        supervise(processes, failures, store, timeout.total_seconds(), fork_server=_fork_server_pid(start_method))
     finally:
         _restore_signals(forwarded)
         del store

@@ -4,7 +4,9 @@ A worker that dies or raises ends the job with a ``WorkerFailed`` that names its
 fail: the others usually fail because it left). A worker that stops responding without dying (stopped,
 frozen, hung as a whole) is seen by its heartbeat (trainer/runtime/heartbeat.py): silent for the
 collective timeout, it is named, and every worker is SIGKILLed (a stopped process acts on no other
-signal until it is continued), so no process of the job is left.
+signal until it is continued), so no process of the job is left. The fork server that forked the
+workers (trainer/runtime/launch.py) reports how each ends; if it dies, every worker looks dead (exit
+code 255) while they run on as orphans: the server is named, and every worker is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ def _silent_line(silent: list[tuple[int, float]], processes: list[Any], silence_
             f"(trainer.collective_timeout_s={silence_s:g}){others}")
 
 
-def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None:
+def supervise(context: Any, failures: Any, store: Any, silence_s: float, fork_server: int | None = None) -> None:
     """Wait for the workers of ``context`` (``torch.multiprocessing.start_processes(join=False)``);
-    return when all of them ended well, raise ``WorkerFailed`` naming the first to fail or to go silent."""
+    return when all of them ended well, raise ``WorkerFailed`` naming the first to fail or to go silent,
+    or the fork server (pid ``fork_server``, None where the workers were not forked by one) if it died."""
     processes = context.processes
     watch = HeartbeatWatch(store, len(processes), silence_s)
     interval = interval_for(silence_s)
@@ -80,6 +83,8 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
         for sentinel in multiprocessing.connection.wait(list(pending), timeout=interval):
             index = pending.pop(sentinel)
             processes[index].join()
+            if processes[index].exitcode == UNREADABLE_STATUS:
+                _stop_if_fork_server_died(processes, fork_server)
             if processes[index].exitcode != 0:
                 _failed(context, failures, watch, interval, first=index)
         try:
@@ -93,10 +98,57 @@ def supervise(context: Any, failures: Any, store: Any, silence_s: float) -> None
             raise WorkerFailed(line + "; every rank was stopped")
 
 
+#: the exit code multiprocessing gives a worker whose status it could not read from the fork server
+#: (``multiprocessing.popen_forkserver.Popen.poll``): every worker's, once the server has died
+UNREADABLE_STATUS = 255
+
+
+def fork_server_end(pid: int | None, wait_s: float = 0.0) -> str | None:
+    """How the fork server ``pid`` ended ("exited with code 1", "was killed by SIGKILL"), or None while
+    it runs, or where that cannot be told (no ``pid``; no ``os.waitid``; not this process's child).
+    Read without reaping it (``WNOWAIT``): multiprocessing reaps it, and starts another, at its next
+    start of a process. Waits up to ``wait_s`` for the end: the server's pipes to the launcher close
+    (the workers' sentinels) a moment before it is a zombie."""
+    waitid = getattr(os, "waitid", None)
+    if pid is None or waitid is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            status = waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        if status is not None:
+            return _end_words(status.si_status if status.si_code == os.CLD_EXITED else -status.si_status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _end_words(code: int) -> str:
+    """``exited with code C`` for an exit status, ``was killed by SIGNAME`` for a signal (negative)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
+def _stop_if_fork_server_died(processes: list[Any], fork_server: int | None) -> None:
+    """A worker "exited with code 255": if that is the fork server's death (it reports how each
+    worker ends, so every worker reads so), raise ``WorkerFailed`` naming it, after SIGKILLing every
+    worker (orphans now, still running: torch's clean-up would take them for ended)."""
+    end = fork_server_end(fork_server, wait_s=1.0)
+    if end is None:
+        return
+    _kill(processes, list(range(len(processes))))
+    raise WorkerFailed(f"the fork server that starts the ranks (pid {fork_server}) {end}; the launcher learns from it "
+                       "how each rank ends, so it cannot watch them without it; every rank was stopped")
+
+
 def _exit_line(process: Any, rank: int) -> str:
-    code = process.exitcode
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    return f"rank {rank} (pid {process.pid}) {how}"
+    return f"rank {rank} (pid {process.pid}) {_end_words(process.exitcode)}"
 
 
 def _failed(context: Any, failures: Any, watch: HeartbeatWatch, interval: float, first: int) -> None:

@@ -17,16 +17,33 @@ from trainer.strategies.base import TrainingStepForward
 def plain_outputs(output: Any) -> Any:
     """``output`` with every DTensor in it (nested dicts / lists / tuples) made a full plain tensor:
     the loop sums, logs and returns plain tensors. Differentiable: a loss's backward still flows
-    into the DTensor graph (a replicated loss is read locally, no collective)."""
+    into the DTensor graph (a replicated loss is read locally, no collective). A tensor that needs a
+    gradient comes out as a tensor of its own, never a view (``own_storage``)."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(output, DTensor):
-        return output.full_tensor()
+        output = output.full_tensor()
+    if isinstance(output, torch.Tensor):
+        return own_storage(output)
     if isinstance(output, dict):
         return {key: plain_outputs(value) for key, value in output.items()}
     if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
         return type(output)(plain_outputs(value) for value in output)
     return output
+
+
+def own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, copied if it is a view that needs a gradient. The step wrapper is FSDP2's root under
+    dp_shard > 1, and FSDP2 registers its pre-backward hook (which all-gathers the root's parameters
+    for their gradients) on each output that needs a gradient; an in-place op on a view would drop
+    that hook, so FSDP2 warns, on every rank, for a view output. The loss under tensor parallel is
+    one: ``DTensor.full_tensor()`` (here, or the module's own, as the recipes' ``plain_loss``) returns
+    a view of the gathered local tensor (torch's ``to_local`` makes it with ``view_as``). The copy's
+    backward passes the gradient through as it is: the gradients are the same bit for bit. Logged
+    values (no gradient) are not copied; a loss is a scalar."""
+    if tensor.requires_grad and tensor._base is not None:
+        return tensor.clone()
+    return tensor
 
 
 def loss_parallel_once() -> ContextManager:

@@ -1,7 +1,8 @@
 """A rank that stops responding without dying (SIGSTOP) ends the job within the collective timeout plus a
 grace period, one line names it, and no process of the job is left; a rank that is merely slow is not
 touched; one alive but deadlocked is caught by the collective timeout, on the rank that waited, and the
-launcher says no rank had stopped. Under the trainer's own spawning and under torchrun.
+launcher says no rank had stopped. Under the trainer's own spawning and under torchrun. A killed fork
+server (the one that started the ranks) is named as such, not as a rank, and its orphaned ranks are killed.
 
 Each run is a subprocess in a session of its own (tests/support/command_line.py: a marker in its
 environment finds any process it left behind); the ranks also write their pids, checked one by one.
@@ -41,7 +42,8 @@ STOPPING_SCRIPT = """
 
 
     class StoppingRegressor(Regressor):
-        # Rank 1 stops itself (SIGSTOP: every thread of it, the heartbeat's too) in its third step.
+        # Rank 1 stops itself (SIGSTOP: every thread of it, the heartbeat's too) in its third step;
+        # or hangs there, or kills its parent, the fork server that started the ranks.
         def training_step(self, batch, batch_idx):
             rank = dist.get_rank()
             if batch_idx == 0:
@@ -50,9 +52,14 @@ STOPPING_SCRIPT = """
             if rank == 1 and batch_idx == 2:
                 with open(os.path.join(RUN_DIR, "stopped_at"), "w") as f:
                     f.write(repr(time.time()))
-                if {hang!r}:  # alive and beating, but never back (a deadlock)
+                if {action!r} == "hang":  # alive and beating, but never back (a deadlock)
                     time.sleep(3600)
-                os.kill(os.getpid(), signal.SIGSTOP)
+                if {action!r} == "kill_fork_server":  # the ranks go on, orphans
+                    with open(os.path.join(RUN_DIR, "fork_server_pid"), "w") as f:
+                        f.write(str(os.getppid()))
+                    os.kill(os.getppid(), signal.SIGKILL)
+                else:
+                    os.kill(os.getpid(), signal.SIGSTOP)
             return super().training_step(batch, batch_idx)
 
 
@@ -72,11 +79,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _run_stopping(tmp_path, launcher: list[str], hang: bool = False):
+def _run_stopping(tmp_path, launcher: list[str], action: str = "stop"):
     run_dir = tmp_path / "run"
     script = tmp_path / "stopping.py"
     script.write_text(textwrap.dedent(STOPPING_SCRIPT.format(repo=REPO, run_dir=str(run_dir), timeout=TIMEOUT_S,
-                                                             hang=hang)))
+                                                             action=action)))
     started = Started(launcher + [str(script)])
     result = started.finish(timeout=180)
     ended = time.time()
@@ -109,7 +116,7 @@ def test_a_stopped_torchrun_rank_is_named_and_the_job_ends(tmp_path):
 def test_a_deadlocked_rank_is_caught_by_the_collective_timeout(tmp_path):
     # Rank 1 is alive (its heartbeat goes on) but never comes back: rank 0's collective times out,
     # and the launcher says that no rank had stopped responding.
-    result, elapsed, pids = _run_stopping(tmp_path, [sys.executable], hang=True)
+    result, elapsed, pids = _run_stopping(tmp_path, [sys.executable], action="hang")
     assert result.returncode != 0, result.describe()
     line = next((line for line in result.stderr.splitlines() if line.startswith("trainer.runtime")), "")
     assert "rank 0 failed" in line and "no rank had stopped responding" in line, result.describe()
@@ -139,3 +146,18 @@ def test_slow_ranks_are_not_taken_for_stopped_ones(tmp_path):
     run_trainer(tmp_path, SlowRanks(seconds=7.0), strategy="ddp", devices=2, max_steps=4, collective_timeout_s=5)
     assert [r["step"] for r in read_metrics(str(tmp_path)) if "train/loss" in r] == [1, 2, 3, 4]
     assert os.path.isfile(os.path.join(str(tmp_path), "params.pt"))
+
+
+def test_a_dead_fork_server_is_named_and_the_job_ends(tmp_path):
+    # The fork server that started the ranks is killed mid-run: the launcher can no longer read any
+    # rank's exit status (multiprocessing calls each one's "exit code 255"), and the ranks go on as
+    # orphans. The error names the server, not a rank, and no rank is left running.
+    result, elapsed, pids = _run_stopping(tmp_path, [sys.executable], action="kill_fork_server")
+    server = int((tmp_path / "run" / "fork_server_pid").read_text())
+    assert result.returncode != 0, result.describe()
+    expected = f"WorkerFailed: the fork server that starts the ranks (pid {server}) was killed by SIGKILL"
+    assert expected in result.stderr, result.describe()
+    assert "exited with code 255" not in result.output, result.describe()
+    assert elapsed < GRACE_S, f"the job ended {elapsed:.1f} s after the fork server was killed\n{result.describe()}"
+    assert not [pid for pid in pids if _alive(pid)], f"ranks left running: {pids}\n{result.describe()}"
+    assert not result.leftovers, f"processes left behind: {result.leftovers}\n{result.describe()}"
