@@ -36,7 +36,7 @@ from trainer.loop.weights_return import receive_result, refuse_stale_module
 log = logging.getLogger(__name__)
 
 class Trainer(TrainerRunState, TrainerLoggers):
-    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
+    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a `TrainModule` with a strategy plugin.
 
     Args:
         strategy: "single", "ddp", "auto" (single for one process in all, else ddp), or a Strategy
@@ -52,7 +52,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
             batch that reaches it (trainer/loop/step_limits.py).
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
         max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
-            :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).
+            `Timer` after the other callbacks; None: no limit).
         batch_size: samples per rank per micro-batch (``data.batch_size``). None (unset): the
             ``batch_size`` of the module's ``train_dataloader()`` if it returns one, else 32; set
             and different from the loader's: an error naming both. ``trainer.batch_size`` holds
@@ -97,7 +97,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/strategies/sync_batchnorm.py``.
         precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
-            or a :class:`~trainer.precision.Precision` with the loss-scaler settings. Lightning's
+            or a `Precision` with the loss-scaler settings. Lightning's
             names mean the same: "32" / "32-true" / 32, "16-mixed" / 16, "bf16-mixed", "bf16-true".
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
@@ -124,7 +124,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
             (parameters and buffers, gathered once by rank 0 through a file in the run directory)
             into the module passed to ``fit``. False: for models too big for one process's memory;
             the module keeps its initial weights, and ``validate(module)`` then needs ``ckpt_path``.
-        callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
+        callbacks: `Callback` instances (LearningRateMonitor, EarlyStopping,
             Timer, your own), called before the module's hook of the same name (Lightning's order), in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers (with the module's
@@ -372,7 +372,7 @@ class Trainer(TrainerRunState, TrainerLoggers):
             train_dataloaders / val_dataloaders: one DataLoader each, used as if the module's
                 ``train_dataloader()`` / ``val_dataloader()`` returned it (the same checks, the same
                 global-batch plan); a DataModule here is taken as ``datamodule``.
-            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
+            datamodule: a `DataModule` whose data hooks win over the module's.
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.

@@ -1,14 +1,14 @@
 """Lightning's ``ModelCheckpoint`` and default checkpointing, as this trainer's checkpoint settings.
 
 ``Trainer(callbacks=[ModelCheckpoint(monitor="val_loss", save_top_k=2)])`` becomes a
-:class:`~trainer.checkpoint.config.CheckpointConfig` (the same machinery as ``checkpoint=``): the
+`CheckpointConfig` (the same machinery as ``checkpoint=``): the
 saves are the trainer's checkpoint directories (``<dirpath>/step-<n>/``, loadable with
 ``Module.load_from_checkpoint(path)`` and ``ckpt_path=``), and ``best_model_path`` and the other
 results are read from what is on disk, so they hold in the caller also after workers trained.
 
 When the user configures nothing (no ``checkpoint=``, no ModelCheckpoint, ``enable_checkpointing``
 not False), the trainer checkpoints as Lightning's default ModelCheckpoint does: at every epoch end
-(and at the end of training), keeping the newest (:func:`default_checkpointing`).
+(and at the end of training), keeping the newest (`default_checkpointing`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
     """The W&B mode a run uses: ``online``, ``offline`` or ``disabled``.
 
     ``auto``: ``$WANDB_MODE`` if set; else ``online`` when an API key is configured
-    (:func:`api_key_configured`), ``offline`` when not. Any other mode is used as given.
+    (`api_key_configured`), ``offline`` when not. Any other mode is used as given.
     """
     if mode not in MODES:
         raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
@@ -101,7 +101,7 @@ def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
 
 
 def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
-    """:func:`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
+    """`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
     folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
     return adopt_run_id(run_dir_of_checkpoint(checkpoint), run_dir)
 
@@ -133,7 +133,7 @@ class WandbLogger(Logger):
     redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
     stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
     same run (``resume="allow"``). A resumed job brings the run back to its checkpoint
-    (:meth:`resume_at`): the steps W&B had not written out when the job was killed are logged again
+    (`resume_at`): the steps W&B had not written out when the job was killed are logged again
     from metrics.jsonl, and a step it holds is not logged twice.
 
     Never hangs on a missing network: in ``auto`` mode without an API key the run is offline
@@ -152,7 +152,7 @@ class WandbLogger(Logger):
             as are the other ``wandb.init`` keywords.
         save_dir / dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
         version / id: the run id to use (None: the stored one, else a new one). Set it (or call
-            :func:`adopt_run_id`) to continue a run from another run directory.
+            `adopt_run_id`) to continue a run from another run directory.
         offline: True is ``mode="offline"``.
         anonymous: True lets W&B log without an account (``anonymous="allow"``).
         experiment: a W&B run already started, to log into.

@@ -298,7 +298,7 @@ def _manual_units(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
     each backward, so its gradients are reduce-scattered at every ``manual_backward``, whichever
     pattern the step uses (a network called several times, ``requires_grad`` toggled), and it
     gathers itself when a hook calls it outside the step (``self(z)`` at an epoch end). So the
-    parameters no unit holds get units of their own (:func:`leftover_units`); those the module holds
+    parameters no unit holds get units of their own (`leftover_units`); those the module holds
     itself (not through a submodule) cannot, and are refused."""
     own = own_parameters(module)
     if own:
