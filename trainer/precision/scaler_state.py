@@ -34,7 +34,10 @@ class ScalerState:
     Args:
         scale: the starting scale.
         hysteresis: the full hysteresis budget (also the starting one).
-        loss_scale_window, min_loss_scale, consecutive_hysteresis: the knobs of the update rule.
+        loss_scale_window: double the scale after this many consecutive clean steps.
+        min_loss_scale: the lower bound of the scale.
+        consecutive_hysteresis: refill the hysteresis budget after every clean step (True) or only
+            when the scale is raised (False).
         dynamic: False for a static scale (only the counters move).
     """
 

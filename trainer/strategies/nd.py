@@ -90,9 +90,14 @@ class NDStrategy(FSDPStrategy):
         cp: context parallel; only 1 (it needs CUDA ring attention).
         tp: tensor-parallel ranks (the module's ``tensor_parallel_plan()`` applied over them).
         loss_parallel: with ``tp > 1``, run forward and backward inside ``loss_parallel()``.
-        wrap / min_num_params / param_dtype / reduce_dtype / output_dtype / meta_init /
-        sync_every_microbatch: as strategy=fsdp (the dtypes are FSDP's mixed-precision policy, so they
-        need a data-parallel dimension: ``dp_replicate x dp_shard > 1``).
+        wrap: as strategy=fsdp's.
+        min_num_params: as strategy=fsdp's.
+        param_dtype: as strategy=fsdp's (the dtypes are FSDP's mixed-precision policy, so they need a
+            data-parallel dimension: ``dp_replicate x dp_shard > 1``).
+        reduce_dtype: as strategy=fsdp's (needs ``dp_replicate x dp_shard > 1``, as ``param_dtype``).
+        output_dtype: as strategy=fsdp's (needs ``dp_replicate x dp_shard > 1``, as ``param_dtype``).
+        meta_init: as strategy=fsdp's.
+        sync_every_microbatch: as strategy=fsdp's.
     """
 
     name = "nd"
