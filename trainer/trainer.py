@@ -37,7 +37,7 @@ from trainer.loop.weights_return import deliver_weights
 log = logging.getLogger(__name__)
 
 class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
-    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a :class:`TrainModule` with a strategy plugin.
+    """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a `TrainModule` with a strategy plugin.
 
     Args:
         strategy: "single", "ddp", "auto" (single for one process in all, else ddp), or a Strategy
@@ -53,7 +53,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             batch that reaches it (trainer/loop/step_limits.py).
         max_epochs: epochs to run (None with ``max_steps=-1``: one epoch).
         max_time: also stop after this much training time: "DD:HH:MM:SS", seconds, ... (adds a
-            :class:`~trainer.callbacks.Timer` after the other callbacks; None: no limit).
+            `Timer` after the other callbacks; None: no limit).
         batch_size: samples per rank per micro-batch (``data.batch_size``). None (unset): the
             ``batch_size`` of the module's ``train_dataloader()`` if it returns one, else 32; set
             and different from the loader's: an error naming both. ``trainer.batch_size`` holds
@@ -62,8 +62,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             must equal ``batch_size x accumulate x world size`` exactly.
         accumulate_grad_batches: micro-batches per optimizer step; gradients sync on the last only.
         gradient_clip_val: clip the gradients to this value (None: no clipping), by
-            ``gradient_clip_algorithm``: "norm" (the default: the global gradient 2-norm over every
-            rank's shards) or "value" (each gradient element to ``[-val, val]``).
+            ``gradient_clip_algorithm``.
         log_every_n_steps: reduce and log metrics every this many optimizer steps.
         val_every_n_steps: validate every this many steps (None: only at the end of training).
         seed: seeds the model initialisation, the sample order and the data-loader workers.
@@ -73,9 +72,11 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         drop_last: drop a short last global batch of an epoch instead of training on it. None
             (unset): the ``drop_last`` of ``train_dataloader()``'s loader, else False; set and
             different from the loader's: an error.
-        num_workers / pin_memory: DataLoader settings; None (unset): ``train_dataloader()``'s, else
-            0 / False; set and different from the loader's: an error. What else is taken from a
-            user's DataLoader, and what is refused: ``trainer/data/user_loader.py``.
+        num_workers: the DataLoader's worker processes; None (unset): ``train_dataloader()``'s, else
+            0; set and different from the loader's: an error. What else is taken from a user's
+            DataLoader, and what is refused: ``trainer/data/user_loader.py``.
+        pin_memory: the DataLoader's ``pin_memory``; None (unset): ``train_dataloader()``'s, else
+            False; set and different from the loader's: an error.
         stream_mode: for an ``IterableDataset`` (a stream): "invariant" (every rank reads the whole
             stream; equal to one process on any world size) or "sharded" (each rank reads its own
             shards; not equal to one process). See ``trainer/data/streaming/``.
@@ -87,18 +88,15 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         logger: Lightning's: True (the default loggers), False (none), a Logger (``TensorBoardLogger(save_dir)``,
             ``CSVLogger``, ``WandbLogger``) or a list of them; giving ``loggers`` too is an error.
             ``trainer.loggers`` / ``trainer.logger`` are the run's Logger objects (the list / the first).
-        progress_bar / enable_progress_bar (Lightning's name; both given: they must agree): tqdm on
-            rank 0 (None: only when stderr is a terminal).
+        progress_bar: tqdm on rank 0 (None: only when stderr is a terminal).
         deterministic: True: ``torch.use_deterministic_algorithms(True)`` on every rank during each
-            call; "warn": warn-only; False: off; None: as it is. ``benchmark``: cudnn.benchmark
-            (None: as it is; False when deterministic). Restored after each call (``trainer/runtime/torch_flags.py``).
-        inference_mode: validation / test / predict under ``torch.inference_mode()`` (False:
-            ``torch.no_grad()``; FSDP and pipeline: always no_grad, ``trainer/loop/grad_mode.py``).
+            call; "warn": warn-only; False: off; None: as it is. Restored after each call
+            (``trainer/runtime/torch_flags.py``).
         collective_timeout_s: any collective that waits longer fails instead of hanging.
         sync_batchnorm: replace BatchNorm1d/2d/3d by batch norms whose statistics span all
             data-parallel ranks (works on CPU / gloo too); see ``trainer/strategies/sync_batchnorm.py``.
         precision: "fp32" (default), "bf16-mixed", "fp16-mixed" (with loss scaling) or "bf16-true",
-            or a :class:`~trainer.precision.Precision` with the loss-scaler settings. Lightning's
+            or a `Precision` with the loss-scaler settings. Lightning's
             names mean the same: "32" / "32-true" / 32, "16-mixed" / 16, "bf16-mixed", "bf16-true".
         activation_checkpointing: recompute the activations of each block (``block_classes()``) in backward.
         compile: ``torch.compile`` each block.
@@ -125,22 +123,46 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             (parameters and buffers, gathered once by rank 0 through a file in the run directory)
             into the module passed to ``fit``. False: for models too big for one process's memory;
             the module keeps its initial weights, and ``validate(module)`` then needs ``ckpt_path``.
-        callbacks: :class:`~trainer.callbacks.Callback` instances (LearningRateMonitor, EarlyStopping,
+        callbacks: `Callback` instances (LearningRateMonitor, EarlyStopping,
             Timer, your own), called before the module's hook of the same name (Lightning's order), in this order (what
             ``conf/callbacks/`` composes to). With spawned workers each rank trains its own copies.
         config: the resolved configuration, recorded by the loggers (with the module's
             ``save_hyperparameters()`` under "hparams").
         enable_model_summary: log the model summary table (parameters per top-level child module,
             trainable / frozen / total, size in MB, each rank's share when split) at the start of fit.
-        auto_batch_size, auto_batch_size_limit_gb, auto_batch_size_margin, auto_batch_size_max: the
-            batch-size finder (single, ddp, fsdp): measured trial steps pick the largest micro-batch whose
-            peak memory is at most limit (GiB; required on CPU, default the GPU's) x (1 - margin), up to
-            max; ``batch_size`` holds the choice once fit started (``trainer/loop/batch_size_finder.py``).
-        fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval, check_val_every_n_epoch,
-        num_sanity_val_steps (default 2, as Lightning), default_root_dir: Lightning's, with our units
-            (world-size independent) in ``trainer/loop/run_limits.py``'s docstring.
-        Another argument (Lightning's ``profiler=``, a typo) is a TypeError
-        naming ours (``trainer/api/lightning_names.py``).
+        auto_batch_size: run the batch-size finder at the start of fit (single, ddp, fsdp): measured
+            trial steps pick the largest micro-batch whose peak memory is at most
+            ``auto_batch_size_limit_gb x (1 - auto_batch_size_margin)``, up to ``auto_batch_size_max``;
+            ``batch_size`` holds the choice once fit started (``trainer/loop/batch_size_finder.py``).
+        auto_batch_size_limit_gb: the finder's memory limit in GiB (required on CPU; None on CUDA: the
+            device's memory).
+        auto_batch_size_margin: the fraction of the finder's limit kept free, in [0, 1).
+        auto_batch_size_max: the largest micro-batch the finder tries (None: no bound but the data).
+        fast_dev_run: Lightning's: True or n runs n optimizer steps of one epoch and n validation
+            batches, with no sanity pass, no checkpoints and no loggers; False / 0: off.
+        limit_train_batches: Lightning's: an int counts optimizer steps (global batches) per epoch; a
+            float in (0, 1] is that fraction of the epoch's steps (None: all).
+        limit_val_batches: Lightning's: an int counts global validation batches (the same samples on
+            any world size); a float in (0, 1] is that fraction of the validation samples (None: all).
+        val_check_interval: Lightning's: an int is ``val_every_n_steps``; a float in (0, 1] validates
+            every that fraction of an epoch's steps.
+        check_val_every_n_epoch: Lightning's: also validate at the end of every N epochs (None: not
+            at epoch ends).
+        num_sanity_val_steps: Lightning's: global validation batches run before the first step, so
+            that a broken ``validation_step`` fails at once (-1: all, 0: none; default 2, as Lightning).
+        default_root_dir: Lightning's name for ``run_dir``; both given and different: an error. The
+            units of these Lightning arguments (world-size independent) are in
+            ``trainer/loop/run_limits.py``'s docstring.
+        enable_progress_bar: Lightning's name for ``progress_bar``; both given: they must agree.
+        benchmark: ``torch.backends.cudnn.benchmark`` on every rank during each call (None: as it
+            is; False when ``deterministic`` is set). Restored after each call.
+        inference_mode: validation / test / predict under ``torch.inference_mode()`` (False:
+            ``torch.no_grad()``; FSDP and pipeline: always no_grad, ``trainer/loop/grad_mode.py``).
+        gradient_clip_algorithm: how ``gradient_clip_val`` clips: "norm" (None, the default: the
+            global gradient 2-norm over every rank's shards) or "value" (each gradient element to
+            ``[-val, val]``).
+        **unknown_arguments: none is accepted: another argument (Lightning's ``profiler=``, a typo)
+            is a TypeError naming ours (``trainer/api/lightning_names.py``).
 
     Run state during and after a run (``trainer/api/run_state.py``): ``global_step``, ``current_epoch``,
     ``is_global_zero``, ``logged_metrics``, ``callback_metrics``, ``log_dir``, ``optimizers``,
@@ -344,10 +366,11 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         trained weights (see the class docstring).
 
         Args:
-            train_dataloaders / val_dataloaders: one DataLoader each, used as if the module's
-                ``train_dataloader()`` / ``val_dataloader()`` returned it (the same checks, the same
-                global-batch plan); a DataModule here is taken as ``datamodule``.
-            datamodule: a :class:`~trainer.DataModule` whose data hooks win over the module's.
+            train_dataloaders: one DataLoader, used as if the module's ``train_dataloader()``
+                returned it (the same checks, the same global-batch plan); a DataModule here is taken
+                as ``datamodule``.
+            val_dataloaders: one DataLoader, used as if the module's ``val_dataloader()`` returned it.
+            datamodule: a `DataModule` whose data hooks win over the module's.
             ckpt_path: resume from "last" (the latest checkpoint of ``checkpoint.dir``; none yet:
                 start from scratch, as ``trainer.resume=auto``), "best" (by ``checkpoint.monitor``)
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.

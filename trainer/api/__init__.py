@@ -5,7 +5,7 @@ and Lightning's other run properties; ``manual_optimization.py``: ``self.optimiz
 ``toggle_optimizer`` ...; ``optimizer.py``: ``LightningOptimizer``, what ``self.optimizers()`` returns;
 ``hook_table.py``: every hook, who receives it, in which order), ``DataModule`` (``datamodule.py``),
 ``Callback`` (``callback.py``) with the read-only
-:class:`~trainer.api.run_view.RunView` it reads a run through (``run_view.py``), the checks of the
+`RunView` it reads a run through (``run_view.py``), the checks of the
 Trainer's plain arguments (``trainer_arguments.py``), Lightning's names (``lightning_names.py``) and
 the hooks the trainer refuses (``lightning_hooks.py``). Imports only ``trainer.runtime``.
 """

@@ -1,7 +1,7 @@
 """The Callback interface: code that watches (and may stop) a run without being part of the model.
 
-Every hook takes Lightning's leading arguments ``(trainer, module)``: the :class:`~trainer.Trainer`
-running the fit and the user's :class:`~trainer.api.module.TrainModule`. Every Lightning callback
+Every hook takes Lightning's leading arguments ``(trainer, module)``: the `Trainer`
+running the fit and the user's `TrainModule`. Every Lightning callback
 hook is called, where Lightning calls it and in its order: the callbacks' hook before the module's
 hook of the same name, the callbacks in the order given (the whole loop with every hook:
 ``trainer/api/module.py``; the table: ``trainer/api/hook_table.py``). Ours besides Lightning's:
@@ -31,7 +31,7 @@ class Callback:
     Every hook runs on every rank, before the module's hook of the same name (the order is in
     ``trainer/api/module.py``'s docstring), with ``trainer`` (the
     Trainer: its settings, e.g. ``trainer.log_every_n_steps``, and progress) and ``module``. While a
-    fit runs, :func:`run_of` gives a callback the rank's :class:`~trainer.api.run_view.RunView`, a
+    fit runs, `run_of` gives a callback the rank's `RunView`, a
     read-only view for what the Trainer object does not carry: ``view.optimizers``,
     ``view.lr_scheduler_configs`` (an ``LRSchedulerConfig`` per scheduler), ``view.step`` (global
     batches, as the ``step`` the hooks get; ``view.global_step`` counts optimizer steps: more under
@@ -44,12 +44,12 @@ class Callback:
     **Stopping on every rank together.** A decision computed from the metrics the hooks receive is
     already the same on every rank (they are reduced over all ranks). A decision that can differ
     between ranks (wall-clock time, a file on a local disk) must be taken in ``on_train_step_end``
-    on steps for which :meth:`stop_needs_agreement` returns True: on those steps only, the trainer
+    on steps for which `stop_needs_agreement` returns True: on those steps only, the trainer
     agrees with one tiny all-reduce and stops every rank if any asked. Other steps make no
     collective, so a rank-local request on them would stop one rank alone and hang the others.
 
-    **Checkpoints.** :meth:`state_dict` is saved (from rank 0) with every checkpoint and given back to
-    :meth:`load_state_dict` on resume, before ``on_fit_start``. It must hold only what
+    **Checkpoints.** `state_dict` is saved (from rank 0) with every checkpoint and given back to
+    `load_state_dict` on resume, before ``on_fit_start``. It must hold only what
     ``torch.load(weights_only=True)`` reads: numbers, strings, None, bools, lists, dicts and tensors.
 
     **No host sync.** The batch hooks get the tensors as they are (on the device); reading one
@@ -107,10 +107,10 @@ class Callback:
     def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
         """While a checkpoint is saved, on rank 0 (which writes its small files; Lightning: every
         rank). ``checkpoint`` holds ``step`` and ``epoch``; keys added to it are saved (the types
-        :meth:`state_dict` may hold) and given back to :meth:`on_load_checkpoint`."""
+        `state_dict` may hold) and given back to `on_load_checkpoint`."""
 
     def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
-        """On resume, on every rank, before :meth:`load_state_dict`: the dict ``on_save_checkpoint``
+        """On resume, on every rank, before `load_state_dict`: the dict ``on_save_checkpoint``
         filled (empty for a checkpoint saved without it)."""
 
     # ----- Lightning's other hooks (no-ops; where each fires: trainer/api/hook_table.py) -------------------
@@ -213,12 +213,12 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what `state_dict` returned."""
 
 
 def run_of(trainer: Trainer) -> RunView:
     """The read-only view of the run ``trainer`` is running on this rank (for callbacks; see
-    :class:`Callback` and :class:`~trainer.api.run_view.RunView`)."""
+    `Callback` and `RunView`)."""
     view = getattr(trainer, "_run_view", None)
     if view is None:
         raise RuntimeError("this trainer is not running a fit or validate on this process")

@@ -40,7 +40,7 @@ class DataModule(HyperparametersMixin):
     ``trainer.seed``; ``setup`` gets one seed for every stage), so an unseeded ``random_split`` gives
     the same split on every rank, and in ``fit`` and a later ``test``.
     ``prepare_data()`` runs once per node (local rank 0) before the others go on (download here).
-    The dataset / loader hooks mean what the :class:`~trainer.api.module.TrainModule` hooks of the same
+    The dataset / loader hooks mean what the `TrainModule` hooks of the same
     names mean (what a returned DataLoader may hold: ``TrainModule.train_dataloader``).
     ``self.trainer`` is the Trainer of the call it is attached to (e.g. ``self.trainer.world_size`` in
     ``setup``), from the moment ``fit`` / ``validate`` / ``test`` / ``predict`` receives it; None before.
@@ -108,7 +108,7 @@ class DataModule(HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (on resume, every rank)."""
+        """Restore what `state_dict` returned (on resume, every rank)."""
 
     def on_exception(self, exception: BaseException) -> None:
         """A call failed with ``exception`` on this rank (it is raised again afterwards)."""

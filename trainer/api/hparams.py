@@ -1,5 +1,5 @@
 """``save_hyperparameters``: an object's init arguments, by name, as ``self.hparams`` (on
-``TrainModule`` and ``DataModule``, through :class:`HyperparametersMixin`).
+``TrainModule`` and ``DataModule``, through `HyperparametersMixin`).
 
 Captured like Lightning's: from the frame of the user's ``__init__`` (through a chain of
 ``super().__init__`` calls, the most derived class's values win). Every value is kept as it is:

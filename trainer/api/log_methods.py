@@ -13,7 +13,7 @@ from trainer.runtime.metric_objects import collection_items, is_metric, is_metri
 
 
 class ModuleLogMethods:
-    """``log`` and ``log_dict`` of :class:`~trainer.TrainModule` (Lightning's signatures)."""
+    """``log`` and ``log_dict`` of `TrainModule` (Lightning's signatures)."""
 
     def log(self, name: str, value: Any, on_step: bool | None = None, on_epoch: bool | None = None,
             prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool | None = None,

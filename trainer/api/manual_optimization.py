@@ -35,7 +35,7 @@ class ManualOptimizationHooks:
 
     def optimizers(self) -> Any:
         """The optimizers of ``configure_optimizers``, each a
-        :class:`~trainer.api.optimizer.LightningOptimizer` (an instance of the optimizer's own class;
+        `LightningOptimizer` (an instance of the optimizer's own class;
         ``.optimizer`` is the torch optimizer): one, or a list when there are several (Lightning's
         shape). Manual optimization: ``step()`` goes through the strategy and precision. Automatic:
         to read (the trainer steps them; their ``step()`` says so)."""
@@ -76,7 +76,7 @@ class ManualOptimizationHooks:
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Lightning's meaning: the parameters of the other optimizers get ``requires_grad=False``
         (those of ``optimizer`` keep their flags; parameters in no optimizer are untouched) until
-        :meth:`untoggle_optimizer` restores what they were."""
+        `untoggle_optimizer` restores what they were."""
         step = self._manual("toggle_optimizer()", inside_step=False)
         target = _raw(optimizer)
         current = dict(self.named_parameters())  # under FSDP, inside a unit's forward: its gathered copies
@@ -98,7 +98,7 @@ class ManualOptimizationHooks:
         self.__dict__["_param_requires_grad_state"] = saved
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Restore the ``requires_grad`` flags :meth:`toggle_optimizer` changed (those of the
+        """Restore the ``requires_grad`` flags `toggle_optimizer` changed (those of the
         optimizers other than ``optimizer``)."""
         step = self._manual("untoggle_optimizer()", inside_step=False)
         target = _raw(optimizer)

@@ -1,4 +1,4 @@
-"""What ``self.optimizers()`` returns: :class:`LightningOptimizer` (Lightning's name and meaning).
+"""What ``self.optimizers()`` returns: `LightningOptimizer` (Lightning's name and meaning).
 
 It is an instance of the wrapped optimizer's own class (``isinstance(opt, torch.optim.Adam)`` holds
 for a wrapped Adam): each wrapped class gets a subclass ``Lightning<Name>`` of both this class and

@@ -4,7 +4,7 @@ The file is a primary config whose defaults list composes train.py's own ``confi
 ``hydra.searchpath``, this checkout's conf/) with the group choices of the overrides
 (``override /recipe: mlp``, ``override /strategy: fsdp``), and whose own values (``_self_``, last)
 are the value overrides (``trainer.devices: 2``, ``data.batch_size: 16`` ...). So it composes to
-what ``python train.py <the same overrides>`` composes to; :func:`check_same_config` verifies that
+what ``python train.py <the same overrides>`` composes to; `check_same_config` verifies that
 with Hydra before the file is announced.
 """
 

@@ -47,7 +47,7 @@ def plan(job: Job) -> tuple[cands.GlobalBatch, list[cands.Candidate]]:
 def run_candidates(candidates: list[cands.Candidate], job: Job, budget: Budget,
                    trial: Callable[..., TrialResult] = run_trial) -> list[TrialResult]:
     """Each candidate in turn, under a tqdm bar, while the budget says it can finish; the rest are
-    rows ``not run: budget``. ``trial`` is :func:`run_trial`'s signature (tests pass a fake)."""
+    rows ``not run: budget``. ``trial`` is `run_trial`'s signature (tests pass a fake)."""
     from tqdm import tqdm
 
     results: list[TrialResult] = []

@@ -1,14 +1,14 @@
 """Lightning's ``ModelCheckpoint`` and default checkpointing, as this trainer's checkpoint settings.
 
 ``Trainer(callbacks=[ModelCheckpoint(monitor="val_loss", save_top_k=2)])`` becomes a
-:class:`~trainer.checkpoint.config.CheckpointConfig` (the same machinery as ``checkpoint=``): the
+`CheckpointConfig` (the same machinery as ``checkpoint=``): the
 saves are the trainer's checkpoint directories (``<dirpath>/step-<n>/``, loadable with
 ``Module.load_from_checkpoint(path)`` and ``ckpt_path=``), and ``best_model_path`` and the other
 results are read from what is on disk, so they hold in the caller also after workers trained.
 
 When the user configures nothing (no ``checkpoint=``, no ModelCheckpoint, ``enable_checkpointing``
 not False), the trainer checkpoints as Lightning's default ModelCheckpoint does: at every epoch end
-(and at the end of training), keeping the newest (:func:`default_checkpointing`).
+(and at the end of training), keeping the newest (`default_checkpointing`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class ModelCheckpoint(Callback):
     Args:
         dirpath: where checkpoints go (None: ``<run_dir>/checkpoints``).
         filename: accepted with a warning: checkpoints here are folders named ``step-<n>``.
-        monitor / mode: the logged metric that ranks checkpoints, "min" or "max".
+        monitor: the logged metric that ranks checkpoints (None: none is ranked).
+        mode: "min" (the lowest ``monitor`` is best) or "max".
         save_top_k: with ``monitor``, keep the k best (-1: all; 0: no periodic saves); without,
             1 keeps the newest, -1 all, 0 none (as Lightning, other values need ``monitor``).
         save_last: ``last_model_path`` names the newest checkpoint (the newest is always kept
@@ -38,7 +39,9 @@ class ModelCheckpoint(Callback):
         every_n_epochs: save every n epoch ends (None: 1 unless ``every_n_train_steps`` is given; 0: never).
         every_n_train_steps: save every n optimizer steps (``global_step``).
         save_weights_only: accepted with a warning: checkpoints here always hold the whole training state.
-        verbose / auto_insert_metric_name / enable_version_counter: accepted (names of files here are fixed).
+        verbose: accepted and kept as the ``verbose`` attribute; it changes nothing here.
+        auto_insert_metric_name: accepted, with no effect (names of files here are fixed).
+        enable_version_counter: accepted, with no effect (names of files here are fixed).
         train_time_interval: refused (give ``every_n_train_steps`` or ``every_n_epochs``).
         save_on_train_epoch_end: None, or accepted with a warning: epoch-end saves come after
             the epoch's validation.

@@ -10,7 +10,9 @@ FORMATS = ("sharded", "full")
 
 @dataclass
 class CheckpointConfig:
-    """Args:
+    """When and how checkpoints are saved (``checkpoint.*`` on the command line, ``checkpoint=`` in Python).
+
+    Args:
         dir: where checkpoints go; None = ``<run_dir>/checkpoints``.
         every_n_steps: save every this many optimizer steps (``global_step``; under manual
             optimization after the batch that reaches or crosses a multiple) (None = off).
@@ -20,7 +22,9 @@ class CheckpointConfig:
             any world size and strategy) or "full" (rank 0 writes one consolidated file).
         async_save: write in the background while training goes on (at most one save in flight).
         keep_last: keep this many newest checkpoints (None = all).
-        monitor / mode / keep_best: also keep the ``keep_best`` best by this logged metric.
+        monitor: a logged metric by which the ``keep_best`` best checkpoints are also kept (None: off).
+        mode: "min" (the lowest ``monitor`` is best) or "max".
+        keep_best: how many of the best checkpoints by ``monitor`` are kept.
         save_on_signal: on SIGTERM / SIGUSR1 (preemption), save and stop cleanly (exit code 0).
         signal_check_every_n_steps: with several processes, how often the ranks agree on a
             preemption signal (a small CPU all-reduce). None (default): on logging steps only

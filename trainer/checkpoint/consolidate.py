@@ -22,7 +22,7 @@ def consolidate(path: str, out: str) -> dict[str, torch.Tensor]:
 
 def full_weights(path: str) -> dict[str, torch.Tensor]:
     """The full model weights (``{name: tensor}``, on the CPU) of checkpoint ``path`` (as for
-    :func:`consolidate`), read in this process without a process group."""
+    `consolidate`), read in this process without a process group."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 

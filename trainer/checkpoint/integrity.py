@@ -11,7 +11,7 @@ again (a second pass over every shard) and a size already catches the usual dama
 copy or upload.
 
 Before a checkpoint is loaded every recorded file is checked (a ``stat`` per file): a missing one
-or one whose size differs is named in a :class:`CheckpointError`. A checkpoint committed before
+or one whose size differs is named in a `CheckpointError`. A checkpoint committed before
 sizes were recorded (no ``files`` in its marker) is loaded unchecked, as before, with one info line.
 """
 
@@ -68,7 +68,7 @@ def problem(path: str, marker: dict[str, Any] | None = None) -> str | None:
 
 
 def verify(path: str, marker: dict[str, Any] | None = None) -> None:
-    """Raise a :class:`CheckpointError` naming the damaged file of the checkpoint at ``path``."""
+    """Raise a `CheckpointError` naming the damaged file of the checkpoint at ``path``."""
     from trainer.checkpoint.loading import CheckpointError
 
     marker = layout.read_marker(path) if marker is None else marker
@@ -83,7 +83,7 @@ def verify(path: str, marker: dict[str, Any] | None = None) -> None:
 def resolve(resume: str, root: str) -> str | None:
     """``layout.resolve`` that never returns a damaged checkpoint. ``auto`` skips damaged ones (a
     warning names the file) for the newest intact one; if every checkpoint is damaged, or an explicit
-    ``trainer.resume`` names a damaged one, raises a :class:`CheckpointError`."""
+    ``trainer.resume`` names a damaged one, raises a `CheckpointError`."""
     from trainer.checkpoint.loading import CheckpointError
 
     path = layout.resolve(resume, root)

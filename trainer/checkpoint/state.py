@@ -49,7 +49,7 @@ def set_training_state(
     module: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], full: bool,
     strategy: OptimizerStateIO | None = None,
 ) -> None:
-    """Load ``state`` (as from :func:`get_training_state`). With ``full``, only rank 0's ``state``
+    """Load ``state`` (as from `get_training_state`). With ``full``, only rank 0's ``state``
     is read; it is broadcast / scattered into every rank's shards."""
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 

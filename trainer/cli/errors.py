@@ -4,17 +4,17 @@ A bad value in the config (``data.batch_size=-4``, ``trainer.devices=0``,
 ``strategy.sharding=bogus``) is found while the Trainer, strategy and module are built from the
 config, and raised there as a ``ValueError`` / ``TypeError`` whose message names the key, the value
 and what is allowed. The traceback of our own code that Hydra would print around it says nothing
-more; :func:`config_errors` prints ``error: <message>`` on rank 0 instead (the other ranks stay
+more; `config_errors` prints ``error: <message>`` on rank 0 instead (the other ranks stay
 quiet) and the run exits with status 1. ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report.
 Errors raised later, while training (a bug in a user's ``training_step``), are not touched: they
 keep their traceback; only a ``CheckpointError`` from ``fit`` (a damaged or unfitting checkpoint named
-by ``trainer.resume``: the message names the file) is reported the same way (:func:`checkpoint_errors`).
+by ``trainer.resume``: the message names the file) is reported the same way (`checkpoint_errors`).
 
 In a multirun (``-m``) the failed job is reported the same way and the sweep goes on with the
-next job; the process exits with status 1 at the end (:func:`exit_status`).
+next job; the process exits with status 1 at the end (`exit_status`).
 
 Errors Hydra raises itself while it composes the config (a mistyped key, group option or override)
-are reported the same way, in one line with the valid names (:func:`hydra_errors_in_one_line`).
+are reported the same way, in one line with the valid names (`hydra_errors_in_one_line`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def exit_status() -> int:
 @contextlib.contextmanager
 def hydra_errors_in_one_line() -> Iterator[None]:
     """Around a ``@hydra.main`` function: an error Hydra raises while composing the config is
-    printed as ``error: <one line>`` (see :mod:`trainer.cli.hydra_errors`) and the process exits with
+    printed as ``error: <one line>`` (see `trainer.cli.hydra_errors`) and the process exits with
     status 1. Hydra reports every other error as it would; ``HYDRA_FULL_ERROR=1`` keeps its report
     for all of them."""
     try:

@@ -1,7 +1,7 @@
 """Hydra's errors while it composes the config, said in one line with the valid names, closest first.
 
 Hydra reports a mistyped group option, key or override in several lines, and for a mistyped key it
-suggests adding it with ``+`` (which would only move the error, or hide the typo). :func:`describe`
+suggests adding it with ``+`` (which would only move the error, or hide the typo). `describe`
 turns those errors into one line that names what was typed and what is allowed:
 
 - ``strategy=fdsp``: the group's options (``did you mean strategy=fsdp?``);
@@ -11,7 +11,7 @@ turns those errors into one line that names what was typed and what is allowed:
 - ``trainer.max_steps=[1``: an override that parses, where closing a bracket or a quote gives one;
 - ``logger=jsonl,csv``: a sweep without ``--multirun``: the list and the text it may have meant.
 
-:func:`import_target` does the same for a ``_target_`` that does not import.
+`import_target` does the same for a ``_target_`` that does not import.
 
 Any other error Hydra raises while composing is joined into one line as it is.
 """

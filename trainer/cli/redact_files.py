@@ -1,14 +1,14 @@
 """Keep secrets out of the files Hydra writes for a run (``.hydra/config.yaml``, ``overrides.yaml``,
 ``hydra.yaml``, and a multirun's ``multirun.yaml``): the same rules as the loggers
-(:mod:`trainer.runtime.redact`).
+(`trainer.runtime.redact`).
 
-Hydra writes these files itself, before it calls the task function, so :func:`redact_hydra_files`
+Hydra writes these files itself, before it calls the task function, so `redact_hydra_files`
 rewrites them at the start of the task (rank 0 only: the only rank that runs Hydra). A file is
 rewritten only if it holds a secret; the others stay byte for byte as Hydra wrote them. Redacted:
 values under secret-named keys; override strings whose key names a secret
 (``+data.hf_token=...``); the values of secret-named environment variables and URL credentials
 anywhere; and, in any string (e.g. ``hydra.job.override_dirname``), every value the resolved
-config holds under a secret-named key (:func:`~trainer.runtime.redact.secret_values`).
+config holds under a secret-named key (`secret_values`).
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def nd_row(name: str, make_module: Callable[[], Any], dims: ParallelDims, shapes
     said in the note), its options the strategy node's (wrap, partition, microbatches, dtypes ...).
     ``gathered``: the activations with the weights in the compute dtype (mixed precision), used when
     FSDP gathers them so (a data-parallel dimension); else ``acts``, autocast's casts included.
-    ``layout``: the dry run's options (:func:`layout_of`; default strategy=nd's from ``options``)."""
+    ``layout``: the dry run's options (`layout_of`; default strategy=nd's from ``options``)."""
     options = options or {}
     layout = layout or {"wrap": options.get("wrap", "auto"), "min_num_params": options.get("min_num_params")}
     fsdp = dims.dp > 1 and layout.get("data_parallel", "fsdp") == "fsdp"

@@ -10,7 +10,7 @@ that leaves them unset trains as long, validates as often and logs as often as u
 and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics (one
 per dataloader in Lightning; here there is one), ``fit`` returns None.
 
-Everything else, and every argument given, is :class:`trainer.Trainer`'s (keyword arguments, as
+Everything else, and every argument given, is `trainer.Trainer`'s (keyword arguments, as
 Lightning's ``Trainer``)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
 class Trainer(_Trainer):
-    """:class:`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
+    """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
@@ -49,15 +49,15 @@ class Trainer(_Trainer):
         return self.run_dir
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
-        """:meth:`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
+        """`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
         super().fit(*args, **kwargs)
 
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
-        """:meth:`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
+        """`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
         return _as_list(super().validate(*args, **kwargs))
 
     def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
-        """:meth:`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
+        """`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
         return _as_list(super().test(*args, **kwargs))
 
 

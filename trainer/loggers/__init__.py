@@ -4,23 +4,23 @@
 ``step`` (optimizer steps done) and the logged values.
 
 Backends are imported only when used (TensorBoard costs ~0.2 s to import, W&B ~0.45 s). Every
-config a backend records goes through :func:`redact_secrets` first.
+config a backend records goes through `redact_secrets` first.
 
 ===============  ==================================  =========================================
 name             class                               writes
 ===============  ==================================  =========================================
-``jsonl``        :class:`JSONLLogger`                ``<run_dir>/metrics.jsonl``, hparams.yaml
-``csv``          :class:`CSVLogger`                  ``<run_dir>/metrics.csv`` (one row a step),
+``jsonl``        `JSONLLogger`                ``<run_dir>/metrics.jsonl``, hparams.yaml
+``csv``          `CSVLogger`                  ``<run_dir>/metrics.csv`` (one row a step),
                                                      hparams.yaml
-``tensorboard``  :class:`TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
-``wandb``        :class:`WandbLogger`                ``<run_dir>/wandb/``, one run per job
+``tensorboard``  `TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
+``wandb``        `WandbLogger`                ``<run_dir>/wandb/``, one run per job
 ===============  ==================================  =========================================
 
 Lightning's constructors work too (``TensorBoardLogger(save_dir, name="lightning_logs", version=None)``,
 ``CSVLogger(save_dir, ...)``, ``WandbLogger(name=None, save_dir=".", ...)``): they write into
 ``<save_dir>/<name>/version_<n>`` as Lightning's do; ``Trainer(logger=...)`` takes them. Every rank
 holds the run's logger objects; only rank 0's write (elsewhere ``experiment`` is a
-:class:`DummyExperiment` that accepts any call).
+`DummyExperiment` that accepts any call).
 
 Files: ``base.py`` (the ``Logger`` interface, ``DummyExperiment``), ``versions.py`` (Lightning's version folders), ``registry.py`` (names -> backends; the accepted forms
 of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,

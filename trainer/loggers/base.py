@@ -53,7 +53,7 @@ class Logger:
     on every logging step and after each validation (several calls may share a step), and
     ``finalize()`` once at the end, also when training failed. Every rank holds the run's logger
     objects (``trainer.loggers``, a module's ``self.loggers``); on ranks other than 0 they write
-    nothing and their ``experiment`` is a :class:`DummyExperiment`.
+    nothing and their ``experiment`` is a `DummyExperiment`.
 
     A backend built by name gets the run directory as its first argument (``Backend.in_run_dir(run_dir,
     **options)``, else ``Backend(run_dir, **options)``); options it does not accept are rejected
@@ -71,7 +71,7 @@ class Logger:
     @property
     def experiment(self) -> Any:
         """The backend's own object (a SummaryWriter, a W&B run, ...) on rank 0; a
-        :class:`DummyExperiment` on other ranks. A backend without one refuses any use on rank 0."""
+        `DummyExperiment` on other ranks. A backend without one refuses any use on rank 0."""
         return _NoExperiment(type(self).__name__) if writes_here() else DummyExperiment()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -80,7 +80,7 @@ class Logger:
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Record the run's resolved configuration (default: ignore). Implementations write it
-        through :func:`trainer.loggers.redact_secrets`."""
+        through `trainer.loggers.redact_secrets`."""
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """Lightning's hook for a model graph (default: nothing)."""

@@ -32,7 +32,10 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
     Nothing is written before the first row. ``experiment`` is the logger itself (rank 0).
 
     Args:
-        save_dir / name / version: where the file goes (see above).
+        save_dir: the folder the logger's folders go into (see above).
+        name: the folder under ``save_dir`` (None or "": none).
+        version: the ``version_<n>`` folder under ``name`` (an int n, or a string used as the folder's
+            name; None: the next free version).
         prefix: put before every metric name, joined with "-".
         flush_logs_every_n_steps: accepted for Lightning's programs; every row is flushed as it is written.
         filename: the file's name in ``log_dir``.

@@ -30,7 +30,7 @@ LoggerSpec = Union[Logger, "tuple[str, dict[str, Any]]"]
 
 
 def resolve_logger_specs(loggers: Any) -> list[LoggerSpec]:
-    """Check ``loggers`` and return it as a list of :data:`LoggerSpec`, without building anything.
+    """Check ``loggers`` and return it as a list of `LoggerSpec`, without building anything.
 
     Accepted: None (no loggers); a name (``"csv"``); a Logger instance; a mapping ``{name: options}``
     (what ``conf/logger/`` composes to: ``{"csv": {"filename": "m.csv"}, "jsonl": {}}``); or a list
@@ -81,7 +81,7 @@ def choose_loggers(logger: Any, loggers: Any, loggers_given: bool) -> Any:
 
 
 def build_loggers(loggers: Any, run_dir: str) -> list[Logger]:
-    """The Logger objects for ``loggers`` (any form :func:`resolve_logger_specs` accepts); a
+    """The Logger objects for ``loggers`` (any form `resolve_logger_specs` accepts); a
     backend chosen by name is built as ``Backend.in_run_dir(run_dir, **options)`` (or
     ``Backend(run_dir, **options)``). Building writes nothing: files open at the first write."""
     specs = resolve_logger_specs(loggers)

@@ -5,7 +5,7 @@ written line by line (``metrics.jsonl``, ``metrics.csv``) hold rows past the che
 resumed run logs again; TensorBoard and W&B buffer their writes, so they may lack steps before the
 checkpoint (a W&B offline file can hold nothing but its header) and hold some after it.
 
-On resume, rank 0 calls :func:`resume_loggers` with the checkpoint's step and the number of
+On resume, rank 0 calls `resume_loggers` with the checkpoint's step and the number of
 ``log_metrics`` calls the run had made when it was saved (``logged_rows``):
 
 - ``metrics.jsonl`` (one line per call, flushed as written: the durable history) is cut back to its

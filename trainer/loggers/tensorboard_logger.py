@@ -25,13 +25,18 @@ class TensorBoardLogger(VersionedFolders, Logger):
     into the run directory itself (``in_run_dir``).
 
     Args:
-        save_dir / name / version / sub_dir: where the events go (see above; ``sub_dir`` one more folder).
+        save_dir: the folder the logger's folders go into (see above).
+        name: the folder under ``save_dir`` (None or "": none).
+        version: the ``version_<n>`` folder under ``name`` (an int n, or a string used as the folder's
+            name; None: the next free version).
+        sub_dir: one more folder under the version's, where the events go (None: none).
         log_graph: True is refused (call ``logger.experiment.add_graph(model, example_input)`` yourself).
         default_hp_metric: with the hyperparameters, also an ``hp_metric`` of -1 (as Lightning).
         prefix: put before every metric name, joined with "-".
         flush_secs: write pending events to disk at least this often.
         max_queue: events buffered before a write.
-        comment / purge_step / filename_suffix: as ``SummaryWriter``'s; other keywords are refused.
+        **writer_options: ``comment``, ``purge_step`` and ``filename_suffix``, as ``SummaryWriter``'s;
+            other keywords are refused.
     """
 
     def __init__(self, save_dir: Any, name: str | None = "lightning_logs", version: int | str | None = None,

@@ -67,7 +67,7 @@ class VersionedDir:
 
 
 class VersionedFolders:
-    """Lightning's folder attributes of a file logger that keeps a :class:`VersionedDir` as ``_dirs``
+    """Lightning's folder attributes of a file logger that keeps a `VersionedDir` as ``_dirs``
     (a mixin of the CSV and TensorBoard loggers)."""
 
     _dirs: VersionedDir

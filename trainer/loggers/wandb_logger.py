@@ -40,7 +40,7 @@ def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
     """The W&B mode a run uses: ``online``, ``offline`` or ``disabled``.
 
     ``auto``: ``$WANDB_MODE`` if set; else ``online`` when an API key is configured
-    (:func:`api_key_configured`), ``offline`` when not. Any other mode is used as given.
+    (`api_key_configured`), ``offline`` when not. Any other mode is used as given.
     """
     if mode not in MODES:
         raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
@@ -101,7 +101,7 @@ def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
 
 
 def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
-    """:func:`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
+    """`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
     folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
     return adopt_run_id(run_dir_of_checkpoint(checkpoint), run_dir)
 
@@ -133,7 +133,7 @@ class WandbLogger(Logger):
     redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
     stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
     same run (``resume="allow"``). A resumed job brings the run back to its checkpoint
-    (:meth:`resume_at`): the steps W&B had not written out when the job was killed are logged again
+    (`resume_at`): the steps W&B had not written out when the job was killed are logged again
     from metrics.jsonl, and a step it holds is not logged twice.
 
     Never hangs on a missing network: in ``auto`` mode without an API key the run is offline
@@ -147,17 +147,25 @@ class WandbLogger(Logger):
     run directory (``in_run_dir``). Lightning's ``name`` attribute is the project, ``version`` the run id.
 
     Args:
-        name / project / entity / group / tags / notes: as ``wandb.init``'s (None: W&B's default,
-            e.g. ``$WANDB_PROJECT``). Redacted as the config (a secret in them is written ``***``),
-            as are the other ``wandb.init`` keywords.
-        save_dir / dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
-        version / id: the run id to use (None: the stored one, else a new one). Set it (or call
-            :func:`adopt_run_id`) to continue a run from another run directory.
+        name: the run's display name, as ``wandb.init``'s (None: W&B's default). Redacted as the
+            config (a secret in it is written ``***``), as are ``project``, ``entity``, ``group``,
+            ``tags``, ``notes`` and the other ``wandb.init`` keywords.
+        save_dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
+        version: the run id to use (None: the stored one, else a new one). Set it (or call
+            `adopt_run_id`) to continue a run from another run directory.
         offline: True is ``mode="offline"``.
+        dir: another name for ``save_dir`` (``wandb.init``'s).
+        id: another name for ``version`` (``wandb.init``'s).
         anonymous: True lets W&B log without an account (``anonymous="allow"``).
+        project: the W&B project, as ``wandb.init``'s (None: W&B's default, e.g. ``$WANDB_PROJECT``).
+        log_model: uploading checkpoints as W&B artifacts is not supported: anything but False is refused.
         experiment: a W&B run already started, to log into.
         prefix: put before every metric name, joined with "-".
-        log_model / checkpoint_name: uploading checkpoints as W&B artifacts is not supported (refused).
+        checkpoint_name: the artifact name for ``log_model``: not supported, anything but None is refused.
+        entity: the W&B user or team, as ``wandb.init``'s (None: W&B's default).
+        group: the W&B run group, as ``wandb.init``'s.
+        tags: the W&B run's tags, as ``wandb.init``'s.
+        notes: the W&B run's notes, as ``wandb.init``'s.
         mode: ``auto`` (``$WANDB_MODE`` if set, else online with an API key, offline without),
             ``online``, ``offline`` or ``disabled`` (log nothing, import nothing).
         init_timeout_s: how long ``wandb.init`` may wait for the server.

@@ -6,5 +6,5 @@ when a run stops (``step_limits.py``, ``run_limits.py``, ``stream_limits.py``), 
 (``validation.py``, ``sanity_check.py``), test and predict (``evaluation.py``), resume
 (``resume.py``), the batch-size finder (``batch_size_finder.py``, ``batch_size_trial.py``) and what
 the caller gets back (``weights_return.py``). Only the facade (``trainer.trainer``, the tools)
-imports this package; everything else sees a run through :class:`~trainer.api.run_view.RunView`.
+imports this package; everything else sees a run through `RunView`.
 """

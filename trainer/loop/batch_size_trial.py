@@ -46,7 +46,7 @@ def _resident(run: RankRun) -> list[torch.Tensor]:
 
 
 class TrainingSnapshot:
-    """A copy (on the CPU) of what a trial step changes, put back in place by :meth:`restore`."""
+    """A copy (on the CPU) of what a trial step changes, put back in place by `restore`."""
 
     def __init__(self, run: RankRun):
         self.run = run

@@ -1,6 +1,6 @@
 """Where one rank's run stands: its counters, and the only code that changes them.
 
-Every change of a counter is one of :class:`RunCounters`' methods, called by the loop at the point the
+Every change of a counter is one of `RunCounters`' methods, called by the loop at the point the
 pseudocode in trainer/api/module.py names; everything else (the run view, the Trainer's properties,
 the checkpoint's progress) reads them.
 

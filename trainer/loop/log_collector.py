@@ -1,6 +1,6 @@
 """``self.log`` / ``self.log_dict``: values a module logs from its steps and hooks (Lightning's API).
 
-The loop owns one :class:`LogCollector` per run and tells it where the run is: which stage
+The loop owns one `LogCollector` per run and tells it where the run is: which stage
 (``"train"``, ``"validate"``, or any other stage string such as ``"test"``), which micro-batch and
 its weight (real samples), and whether this optimizer step is a logging step. ``TrainModule.log``
 hands each value to it.
@@ -149,10 +149,10 @@ class _MicroBatch:
 class LogCollector:
     """Collects what a module logs during a run and reduces it (see the module docstring).
 
-    The loop drives it: :meth:`stage` (or :meth:`begin` / :meth:`end`) around a stage,
-    :meth:`micro_batch` around each step call, :meth:`begin_step` / :meth:`end_step` around an
-    optimizer step, and :meth:`epoch_metrics` at the end of an epoch or evaluation run
-    (:meth:`discard` after a pass whose values are not logged: the sanity check). Which stage and
+    The loop drives it: `stage` (or `begin` / `end`) around a stage,
+    `micro_batch` around each step call, `begin_step` / `end_step` around an
+    optimizer step, and `epoch_metrics` at the end of an epoch or evaluation run
+    (`discard` after a pass whose values are not logged: the sanity check). Which stage and
     level a value belongs to follows the hook that logged it (trainer/loop/log_hooks.py). An
     evaluation stage (validation, test) is::
 
@@ -257,7 +257,7 @@ class LogCollector:
 
     def peek_step_metrics(self, strategy: Any) -> None:
         """On a logging step, before the step's last ``on_train_batch_end``: the step's values so far,
-        reduced, shown in ``callback_metrics`` (as Lightning's, synced when read there); :meth:`end_step`
+        reduced, shown in ``callback_metrics`` (as Lightning's, synced when read there); `end_step`
         reduces them again with what that hook logs. A collective on logging steps only."""
         if self._log_step:
             self.batch_values.update(self._reduce(self._step, strategy, "_step", always_agree=True))
@@ -312,7 +312,7 @@ class LogCollector:
     def merge(self, metrics: dict[str, float], logged: dict[str, float] | None) -> dict[str, float]:
         """The trainer's ``metrics`` with the ``self.log`` values added. A name the user logs (now or
         at any time in this run) is the user's: the trainer's value under that name is not written
-        (it stays in :attr:`shadowed`, e.g. for the progress bar)."""
+        (it stays in `shadowed`, e.g. for the progress bar)."""
         user = self.known_names()
         self.shadowed.clear()  # (in place: the progress bar holds it)
         self.shadowed.update({name: metrics.pop(name) for name in list(metrics) if name in user})
@@ -503,7 +503,7 @@ class LogCollector:
         return out
 
     def peek_epoch_metrics(self, stage: str, strategy: Any) -> dict[str, float]:
-        """What :meth:`epoch_metrics` would give now, without consuming it: the aggregates and the
+        """What `epoch_metrics` would give now, without consuming it: the aggregates and the
         metric objects stay (for ``callback_metrics`` inside ``on_train_epoch_end``, which shows the
         epoch's values in Lightning). A collective where the values are synced."""
         return self._reduce(self._epochs.get(stage, _Scope()), strategy, "_epoch", always_agree=stage != "train",
@@ -549,5 +549,5 @@ class LogCollector:
 
 def merge_logged(metrics: dict[str, float], logged: dict[str, float] | None, collector: LogCollector) -> dict[str, float]:
     """``metrics`` (the trainer's own) with the ``self.log`` values added; a name the user logs is
-    the user's (see :meth:`LogCollector.merge`)."""
+    the user's (see `LogCollector.merge`)."""
     return collector.merge(metrics, logged)

@@ -3,7 +3,7 @@ Lightning's rules for that hook (which ``on_step`` / ``on_epoch`` values it acce
 defaults), the stage its values belong to, and whether a value weighs as the current batch.
 
 The hook that logs is found by name: the innermost frame of the user's code (outside this
-package) whose function is named like a hook in :data:`HOOKS`. A hook therefore needs no change
+package) whose function is named like a hook in `HOOKS`. A hook therefore needs no change
 here to start logging once the loop fires it; a name whose row is ``None`` refuses ``self.log``.
 """
 
@@ -88,7 +88,7 @@ _RECIPES = os.path.join(_PACKAGE, "recipes") + os.sep
 
 
 def calling_hook(depth: int = 2) -> tuple[str | None, str]:
-    """``(hook, function)``: the innermost hook of :data:`HOOKS` among the user's frames that led to
+    """``(hook, function)``: the innermost hook of `HOOKS` among the user's frames that led to
     this call (None if none), and the user's innermost function (for messages)."""
     frame = sys._getframe(depth)
     user = None

@@ -57,7 +57,7 @@ class LossNormalization:
         if self.by_tokens:
             local_tokens.add(weight)
             # Backward the token sum; gradients are divided by the global token count after the step's
-            # micro-batches (:meth:`divide_by_global_tokens`). Counts are not rounded.
+            # micro-batches (`divide_by_global_tokens`). Counts are not rounded.
             return token_weighted(loss, weight)
         # Mean over the micro-batch x its share of the global batch x the ranks the sync
         # averages over = this micro-batch's part of the global-batch mean. (Not ``weight *

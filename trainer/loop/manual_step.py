@@ -5,7 +5,7 @@ The trainer then calls ``training_step(batch, batch_idx)`` once per optimizer st
 per rank: ``trainer.accumulate_grad_batches > 1`` is refused, as in Lightning; accumulate by hand with
 ``self.no_backward_sync()``) and does no backward, step, zero_grad or clipping itself. The module uses:
 
-- ``self.optimizers()``: one :class:`~trainer.api.optimizer.LightningOptimizer` or a list (Lightning's
+- ``self.optimizers()``: one `LightningOptimizer` or a list (Lightning's
   shape); its ``step(closure=None, **kwargs)``
   goes through the strategy (ZeRO-1) and the precision (fp16: unscale this optimizer's gradients,
   skip on an overflow on any rank; the one loss scale is updated once per ``training_step``);

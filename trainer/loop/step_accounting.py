@@ -54,7 +54,7 @@ _WINDOW_STEPS = 64  # steps whose losses are checked together, on the device
 
 
 class NonfiniteLossWatch:
-    """Remembers, on the device, the first step whose loss was not finite; :meth:`settle` raises.
+    """Remembers, on the device, the first step whose loss was not finite; `settle` raises.
 
     A micro-batch's loss costs no kernel on its step: its detached value is kept, and the losses of
     up to 64 consecutive steps (one epoch, as many micro-batches each) are checked together, in a

@@ -144,7 +144,7 @@ class StepLimits:
 
     def after_batch(self, run: RankRun) -> int:
         """After a batch: the global_step before it (for "a multiple reached or crossed" triggers);
-        the progress bar's advance is :meth:`advance`."""
+        the progress bar's advance is `advance`."""
         if self.manual:
             self._per_batch = run.global_step - self._before
             if self._schedules is not None:  # once, after the first batch

@@ -1,17 +1,17 @@
 """One optimizer step under automatic optimization, in Lightning's order (trainer/api/module.py's pseudocode):
 
-1. the micro-batches (:meth:`TrainStep.module_step`; per micro-batch: the batch transfer hooks,
+1. the micro-batches (`TrainStep.module_step`; per micro-batch: the batch transfer hooks,
    ``on_train_batch_start``, ``training_step``, on the first one ``on_before_zero_grad`` and
    ``optimizer_zero_grad``, ``on_before_backward``, ``backward``, ``on_after_backward``; the last one
    runs inside the optimizer closure that ``optimizer_step`` hands to ``optimizer.step``); or where the
    strategy owns the step (pipeline parallel), each micro-batch handed to its ``run_step``:
    trainer/loop/pipeline_micro_batches.py;
-2. gradient normalisation and fp16 unscaling (:meth:`TrainStep.prepare_gradients`; the loss weights:
+2. gradient normalisation and fp16 unscaling (`TrainStep.prepare_gradients`; the loss weights:
    trainer/loop/loss_normalization.py, the overflow decision: trainer/precision/fp16_step.py);
 3. ``on_before_optimizer_step``, clipping (``configure_gradient_clipping``), the optimizer step and the
-   schedule (:meth:`TrainStep.before_step`, :meth:`TrainStep.step_optimizer`); then the last
+   schedule (`TrainStep.before_step`, `TrainStep.step_optimizer`); then the last
    micro-batch's ``on_train_batch_end``;
-4. the metrics, on logging steps only (:meth:`TrainStep.metrics`: the one reduction and the host reads).
+4. the metrics, on logging steps only (`TrainStep.metrics`: the one reduction and the host reads).
 
 A non-logging step makes no host sync and no collective but the gradient ones (see trainer/loop/rank_run.py).
 Manual optimization runs trainer/loop/manual_step.py's step instead.

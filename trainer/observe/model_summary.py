@@ -30,7 +30,7 @@ class ModelSummary:
     frozen: int
     size_bytes: int
     local_total: int
-    #: parameters held by each rank (filled by :meth:`gather_shares`; [local_total] in one process)
+    #: parameters held by each rank (filled by `gather_shares`; [local_total] in one process)
     rank_shares: list[int] = field(default_factory=list)
 
     @property
@@ -80,7 +80,7 @@ def _human(count: int) -> str:
 
 def summarize(module: nn.Module) -> ModelSummary:
     """Count ``module``'s parameters by top-level child: call before the strategy splits the model
-    (meta-device parameters count too), then :meth:`ModelSummary.count_local` after."""
+    (meta-device parameters count too), then `ModelSummary.count_local` after."""
     rows, trainable, frozen, size = [], 0, 0, 0
     for param in module.parameters():
         if param.requires_grad:

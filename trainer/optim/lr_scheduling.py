@@ -1,6 +1,6 @@
 """When the learning-rate schedulers step, and their stepping state for checkpoints.
 
-Each scheduler of ``configure_optimizers`` is an :class:`LRSchedulerConfig` (Lightning's name and
+Each scheduler of ``configure_optimizers`` is an `LRSchedulerConfig` (Lightning's name and
 fields) and steps on one kind of event, every ``frequency`` events:
 
 - ``interval="step"`` (the default): optimizer steps. An fp16 step skipped for a gradient overflow
@@ -168,7 +168,7 @@ class LRScheduling:
                 "kinds": [type(c.scheduler).__name__ for c in self.configs], "events": list(self.events)}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore :meth:`state_dict`'s output (or a checkpoint's single scheduler state from before the
+        """Restore `state_dict`'s output (or a checkpoint's single scheduler state from before the
         counters existed: that scheduler stepped at every optimizer step, so its counter is 0)."""
         if state is not None and "events" not in state:
             state = {"schedulers": [state], "kinds": [type(self.configs[0].scheduler).__name__] if self.configs else [None],

@@ -32,7 +32,7 @@ PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 _NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
 
 class Precision:
-    """One of :data:`PRECISIONS`; the loss-scaler knobs apply to ``fp16-mixed`` only (DeepSpeed's
+    """One of `PRECISIONS`; the loss-scaler knobs apply to ``fp16-mixed`` only (DeepSpeed's
     names: ``initial_scale_power``, ``loss_scale_window``, ``hysteresis``, ``min_loss_scale``,
     ``static_loss_scale``; see ``trainer/precision/loss_scaler.py``)."""
 

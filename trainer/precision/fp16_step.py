@@ -4,15 +4,15 @@ Optimizers that support AMP step scaling (``_step_supports_amp_scaling``: fused 
 on CPU too) read two optional tensor attributes in ``step()``: ``found_inf`` (skip the update where
 it is nonzero, inside the kernel, and leave the step counts as they were) and ``grad_scale`` (divide
 the gradients by it first). torch.amp.GradScaler sets them around ``optimizer.step()``; so does
-:func:`sync_free_step`, with ``found_inf`` only: the scaler has already unscaled the gradients (in
+`sync_free_step`, with ``found_inf`` only: the scaler has already unscaled the gradients (in
 float32 math, exactly; gradient clipping needs them unscaled anyway).
 
 The cost of not reading the flag: the host does not know that a step was skipped. The trainer then
 advances the LR schedule on a skipped step too (as torch.amp.GradScaler and Lightning do), and
-reports skipped steps on logging steps (:class:`SkipReport`). A logging step reads the flag before
-the hook (:meth:`Fp16Steps.overflowed`): a skipped one fires no ``on_before_optimizer_step``, clips
+reports skipped steps on logging steps (`SkipReport`). A logging step reads the flag before
+the hook (`Fp16Steps.overflowed`): a skipped one fires no ``on_before_optimizer_step``, clips
 nothing and logs ``train/grad_norm`` as inf; a quiet one runs both and the kernel skips. Other optimizers keep the host read
-(one per optimizer step) and a skipped step does not advance the schedule; :func:`announce` says
+(one per optimizer step) and a skipped step does not advance the schedule; `announce` says
 which path a run takes, once, at its start.
 """
 

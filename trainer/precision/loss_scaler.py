@@ -255,7 +255,7 @@ class DynamicLossScaler:
         Returns:
             A 0-dim float32 tensor: 1.0 when some gradient on some rank is not finite (skip the step),
             0.0 when all are (a NaN from a broken reduction counts as an overflow). Pass it to
-            :meth:`update` and to ``trainer.precision.fp16_step.sync_free_step``.
+            `update` and to ``trainer.precision.fp16_step.sync_free_step``.
         """
         local = []
         for grad in grads:
@@ -306,14 +306,14 @@ class DynamicLossScaler:
         grads: Iterable[torch.Tensor | None],
         all_reduce_max: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> bool:
-        """:meth:`unscale_found_inf`, read to the host: True when every gradient on every rank is finite
+        """`unscale_found_inf`, read to the host: True when every gradient on every rank is finite
         (step), False otherwise (skip the step; the gradients are garbage and should be zeroed). One
-        host read: for optimizers that cannot skip on a device flag. Call :meth:`update` afterwards."""
+        host read: for optimizers that cannot skip on a device flag. Call `update` afterwards."""
         return self.unscale_found_inf(grads, all_reduce_max).item() == 0.0
 
     def update(self, found_inf: bool | torch.Tensor) -> None:
         """Account for one optimizer step: ``found_inf`` true (a bool, or the tensor
-        :meth:`unscale_found_inf` returned) means it overflowed (and was skipped). No host read.
+        `unscale_found_inf` returned) means it overflowed (and was skipped). No host read.
 
         Overflow: counted in ``skipped_steps`` / ``overflows``; dynamic mode: if the hysteresis budget
         is > 1 it is decremented and the scale kept, else the scale is halved (not below
@@ -341,7 +341,7 @@ class DynamicLossScaler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output, so that a resumed run continues identically.
+        """Restore `state_dict`'s output, so that a resumed run continues identically.
 
         The counters are always restored. The dynamic state (scale, growth tracker, hysteresis
         budget) is restored when both the saved and this scaler are dynamic, then fitted to this

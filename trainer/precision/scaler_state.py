@@ -2,12 +2,12 @@
 
 Why tensors: the overflow decision is a device value (the inf-norm of the gradients); deciding on
 the host what to do with the scale would read it back (one host-device sync per optimizer step).
-Here :meth:`ScalerState.update` folds the decision in with ``torch.where``, so the scale that the
+Here `ScalerState.update` folds the decision in with ``torch.where``, so the scale that the
 next ``scale_loss`` multiplies by is computed on the device, and nothing is read until someone asks
 for a number (logging steps, checkpoints): the properties of ``DynamicLossScaler``.
 
 The rules are DeepSpeed's ``DynamicLossScaler`` ones, spelled out in trainer/precision/loss_scaler.py;
-:meth:`ScalerState.update` follows them branch for branch (tests/test_loss_scaler_tensor.py compares
+`ScalerState.update` follows them branch for branch (tests/test_loss_scaler_tensor.py compares
 it with a plain-Python reference on random overflow sequences). The scale is a float64 tensor (the
 Python float of the former host implementation: ``max(scale / 2, min_loss_scale)`` rounds the same);
 the counters are int64.
@@ -34,7 +34,10 @@ class ScalerState:
     Args:
         scale: the starting scale.
         hysteresis: the full hysteresis budget (also the starting one).
-        loss_scale_window, min_loss_scale, consecutive_hysteresis: the knobs of the update rule.
+        loss_scale_window: double the scale after this many consecutive clean steps.
+        min_loss_scale: the lower bound of the scale.
+        consecutive_hysteresis: refill the hysteresis budget after every clean step (True) or only
+            when the scale is raised (False).
         dynamic: False for a static scale (only the counters move).
     """
 

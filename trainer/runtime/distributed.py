@@ -278,7 +278,7 @@ def any_rank(flag: bool) -> bool:
 
 
 def any_rank_and_values(flag: bool, value: int) -> tuple[bool, list[int]]:
-    """:func:`any_rank` that also gathers one int >= 0 from every rank (``values[r]``: rank r's), in
+    """`any_rank` that also gathers one int >= 0 from every rank (``values[r]``: rank r's), in
     the same single all-reduce: each rank fills its own slot of a zero vector, reduced by max."""
     if not is_distributed():
         return flag, [value]

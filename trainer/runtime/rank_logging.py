@@ -37,7 +37,7 @@ class _RankFilter(logging.Filter):
 
 
 class RedactFilter(logging.Filter):
-    """Secrets out of a record's message (the rules of :func:`redact_secrets`), on a handler."""
+    """Secrets out of a record's message (the rules of `redact_secrets`), on a handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "_redacted", False):  # (cleaned by another handler's filter already)

@@ -1,6 +1,6 @@
 """Keep secrets out of everything a run writes: logger files, W&B config and run settings (name,
 notes, tags, group), TensorBoard text, Hydra's files, checkpoints. Every writer applies
-:func:`redact_secrets` (or :func:`redact_argv` to command-line arguments); there is no other rule.
+`redact_secrets` (or `redact_argv` to command-line arguments); there is no other rule.
 
 Five rules, applied to a copy of the config:
 
@@ -19,12 +19,12 @@ Five rules, applied to a copy of the config:
    ``api_key='sk-...'`` and ``'api_key': 'sk-...'`` (an object's text, such as a
    ``functools.partial(Client, api_key='sk-...')``; a dict's repr), ``?token=abc&`` in a URL.
 5. Any string that contains a value held under a secret-named key (by rule 1) anywhere in the same
-   config, or one of the ``secrets`` a writer passes (:func:`secret_values` of the run's config, for
+   config, or one of the ``secrets`` a writer passes (`secret_values` of the run's config, for
    a writer that writes settings apart from the config), has that value replaced -- this catches
    ``notes: run for ${hub.hf_token}``. Values of 4 characters or more, so that a short one such as
    ``0`` does not blank out unrelated text.
 
-:func:`redact_argv` applies the same rules to command-line overrides (``data.hf_token=...``).
+`redact_argv` applies the same rules to command-line overrides (``data.hf_token=...``).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _redact_assignment(match: re.Match) -> str:
 def redact_argv(argv: list[str], environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()) -> list[str]:
     """Command-line arguments with secrets redacted: ``key=value`` overrides whose last key part
     names a secret (``+data.hf_token=abc`` -> ``+data.hf_token=***``), then the rules above (with
-    ``secrets`` as in :func:`redact_secrets`)."""
+    ``secrets`` as in `redact_secrets`)."""
     secrets = list(secrets)
     redacted = []
     for argument in argv:

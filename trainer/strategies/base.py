@@ -224,7 +224,7 @@ class Strategy(OptimizerStateIO):
         """Called after a validation pass (FSDP frees the parameters it left gathered)."""
 
     def stepping_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """The optimizer whose ``step()`` runs the update when :meth:`optimizer_step` steps ``optimizer``
+        """The optimizer whose ``step()`` runs the update when `optimizer_step` steps ``optimizer``
         (fp16 sets its ``found_inf`` flag: trainer/precision/fp16_step.py)."""
         return optimizer
 

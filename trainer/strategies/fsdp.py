@@ -72,9 +72,11 @@ class FSDPStrategy(Strategy):
             module itself are refused there.
         min_num_params: also make a unit of every module holding at least this many parameters
             not already in a unit (size-based policy); None = off.
-        param_dtype / reduce_dtype / output_dtype: mixed-precision policy ("bf16", "fp16", "fp32"
-            or None = keep fp32): compute in ``param_dtype``, reduce gradients in ``reduce_dtype``,
-            cast the forward's outputs to ``output_dtype``. The sharded master weights stay fp32.
+        param_dtype: the mixed-precision policy's compute dtype ("bf16", "fp16", "fp32" or None =
+            keep fp32). The sharded master weights stay fp32.
+        reduce_dtype: the dtype gradients are reduced in ("bf16", "fp16", "fp32" or None = keep fp32).
+        output_dtype: the dtype the forward's outputs are cast to ("bf16", "fp16", "fp32" or None =
+            as computed).
         cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory (needs CUDA).
         meta_init: build the model on the meta device and materialise it unit by unit, so no rank
             ever holds the full model (see ``trainer/strategies/weight_init.py``).
@@ -298,7 +300,7 @@ def _manual_units(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
     each backward, so its gradients are reduce-scattered at every ``manual_backward``, whichever
     pattern the step uses (a network called several times, ``requires_grad`` toggled), and it
     gathers itself when a hook calls it outside the step (``self(z)`` at an epoch end). So the
-    parameters no unit holds get units of their own (:func:`leftover_units`); those the module holds
+    parameters no unit holds get units of their own (`leftover_units`); those the module holds
     itself (not through a submodule) cannot, and are refused."""
     own = own_parameters(module)
     if own:

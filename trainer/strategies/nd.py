@@ -18,7 +18,7 @@ torchtitan's order:
    DTensor gradients, no data-parallel sync.
 
 The ranks of one tensor-parallel group load the same samples (``data_parallel_rank``); the metric
-sums count each data-parallel rank once (:meth:`NDStrategy.all_reduce_sum`); the gradient norm is
+sums count each data-parallel rank once (`NDStrategy.all_reduce_sum`); the gradient norm is
 taken over every mesh dimension. ``loss_parallel``: each micro-batch's forward and backward (and
 the evaluation forwards) run inside torch's ``loss_parallel()``, so a cross-entropy over logits left
 sharded on the vocabulary (``ColwiseParallel(use_local_output=False)`` on the output projection)
@@ -29,7 +29,7 @@ all-reduce with the backward and has ZeRO-1, which FSDP2 over a replicate-only m
 sharding modes (grad_op, no_shard, hybrid by shard size), CPU offload and manual-optimization units,
 and the pipeline's schedules, are tested as they are. ``strategy=nd`` covers the compositions; with
 ``tp = 1`` it builds the same FSDP2 as ``strategy=fsdp`` (it shares FSDPStrategy's code). With pipeline
-stages (``pp > 1``) ``NDStrategy(...)`` builds :class:`NDPipelineStrategy`: the pipeline strategy on the
+stages (``pp > 1``) ``NDStrategy(...)`` builds `NDPipelineStrategy`: the pipeline strategy on the
 same mesh (its stages x replicas x tp, rank for rank). Context parallel (``cp > 1``, CUDA ring
 attention) is refused.
 """
@@ -83,16 +83,21 @@ class NDStrategy(FSDPStrategy):
     """Tensor parallel x FSDP / HSDP on one device mesh (see the module docstring).
 
     Args:
-        pp: pipeline stages; > 1 builds an :class:`NDPipelineStrategy` instead (the pipeline's settings
+        pp: pipeline stages; > 1 builds an `NDPipelineStrategy` instead (the pipeline's settings
             ``schedule``, ``microbatches``, ``partition``, ``virtual_stages`` apply then, and only then).
         dp_replicate: data-parallel replicas (HSDP's outer dimension; DDP-like when alone).
         dp_shard: data-parallel ranks sharding parameters, gradients and optimizer state (FSDP); -1: the rest.
         cp: context parallel; only 1 (it needs CUDA ring attention).
         tp: tensor-parallel ranks (the module's ``tensor_parallel_plan()`` applied over them).
         loss_parallel: with ``tp > 1``, run forward and backward inside ``loss_parallel()``.
-        wrap / min_num_params / param_dtype / reduce_dtype / output_dtype / meta_init /
-        sync_every_microbatch: as strategy=fsdp (the dtypes are FSDP's mixed-precision policy, so they
-        need a data-parallel dimension: ``dp_replicate x dp_shard > 1``).
+        wrap: as strategy=fsdp's.
+        min_num_params: as strategy=fsdp's.
+        param_dtype: as strategy=fsdp's (the dtypes are FSDP's mixed-precision policy, so they need a
+            data-parallel dimension: ``dp_replicate x dp_shard > 1``).
+        reduce_dtype: as strategy=fsdp's (needs ``dp_replicate x dp_shard > 1``, as ``param_dtype``).
+        output_dtype: as strategy=fsdp's (needs ``dp_replicate x dp_shard > 1``, as ``param_dtype``).
+        meta_init: as strategy=fsdp's.
+        sync_every_microbatch: as strategy=fsdp's.
     """
 
     name = "nd"

@@ -32,7 +32,7 @@ def _divisors(n: int) -> list[int]:
 
 def check_degrees(degrees: dict[str, Any]) -> None:
     """Each degree a positive integer or -1 (the rest of the world): one line naming the first that is not.
-    (Their product is checked against the world size by :meth:`ParallelDims.resolve`, once it is known.)"""
+    (Their product is checked against the world size by `ParallelDims.resolve`, once it is known.)"""
     for name, value in degrees.items():
         if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
             raise ValueError(f"strategy.{name}={value!r} must be a positive integer, or -1 for the rest of the world")
@@ -40,7 +40,7 @@ def check_degrees(degrees: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """Concrete degrees (no ``-1``) whose product is the world size: build with :meth:`resolve`."""
+    """Concrete degrees (no ``-1``) whose product is the world size: build with `resolve`."""
 
     pp: int = 1
     dp_replicate: int = 1
@@ -88,7 +88,7 @@ class ParallelDims:
         return self.dp_replicate * self.dp_shard
 
     def sizes(self) -> tuple[int, ...]:
-        """The mesh shape, in :data:`DIM_NAMES` order."""
+        """The mesh shape, in `DIM_NAMES` order."""
         return tuple(getattr(self, name) for name in DIM_NAMES)
 
     def describe(self) -> str:
@@ -97,7 +97,7 @@ class ParallelDims:
         return f"{' x '.join(parts) or 'one rank'} = {self.world_size} rank{'s' if self.world_size > 1 else ''}"
 
     def coordinates(self, rank: int) -> dict[str, int]:
-        """Where global ``rank`` sits on each dimension (row-major over :meth:`sizes`)."""
+        """Where global ``rank`` sits on each dimension (row-major over `sizes`)."""
         coords = {}
         for name, size in reversed(list(zip(DIM_NAMES, self.sizes()))):
             coords[name] = rank % size

@@ -93,10 +93,10 @@ class PipelineStrategy(OwnedStep):
             cross-entropy computed without gathering them.
 
     Under ``strategy=nd`` with ``pp > 1`` the degrees map to ``stages=pp``, ``tp=tp`` and
-    (:meth:`data_parallel_of`) ``data_parallel="fsdp"`` for ``dp_shard`` replicas, ``"ddp"`` for
+    (`data_parallel_of`) ``data_parallel="fsdp"`` for ``dp_shard`` replicas, ``"ddp"`` for
     ``dp_replicate`` ones, ``"hsdp"`` with ``dp_replicate=dp_replicate`` for both; the mesh is then
-    ParallelDims(pp, dp_replicate, dp_shard, 1, tp)'s, rank for rank. :meth:`from_degrees` takes the
-    degrees as given (``-1`` included), :meth:`from_dims` resolved ones.
+    ParallelDims(pp, dp_replicate, dp_shard, 1, tp)'s, rank for rank. `from_degrees` takes the
+    degrees as given (``-1`` included), `from_dims` resolved ones.
     """
 
     name = "pipeline"
@@ -268,7 +268,7 @@ class PipelineStrategy(OwnedStep):
     @classmethod
     def from_dims(cls, dims: Any, **options: Any) -> PipelineStrategy:
         """The pipeline for resolved degrees (a ``ParallelDims``: ``ParallelDims.resolve(world, pp=...,
-        ...)``): ``stages=pp``, ``tp``, the replicas' ``data_parallel`` (:meth:`data_parallel_of`);
+        ...)``): ``stages=pp``, ``tp``, the replicas' ``data_parallel`` (`data_parallel_of`);
         ``options``: the other arguments (schedule, microbatches, meta_init, loss_parallel ...). The
         mesh it builds is ``dims``' own, rank for rank."""
         strategy = cls(**cls._other_options(options))
@@ -280,7 +280,7 @@ class PipelineStrategy(OwnedStep):
                      **options: Any) -> PipelineStrategy:
         """The pipeline for strategy=nd's degrees as given (one may be ``-1``, the rest of the world):
         resolved by ``ParallelDims.resolve`` when the world size is known (``check_world_size``, before
-        any worker starts), then as :meth:`from_dims`. ``options``: the other arguments."""
+        any worker starts), then as `from_dims`. ``options``: the other arguments."""
         degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
         check_degrees(degrees)
         if cp != 1:

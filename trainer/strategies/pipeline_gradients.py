@@ -53,7 +53,7 @@ def _squares(grad: torch.Tensor, stage_ranks: int) -> torch.Tensor:
 
 
 def pipeline_grad_norm(parameters: Sequence[nn.Parameter], stage_ranks: int, device: torch.device) -> torch.Tensor:
-    """The 2-norm over every stage's gradients: each rank's share of the squares (:func:`_squares`;
+    """The 2-norm over every stage's gradients: each rank's share of the squares (`_squares`;
     ``stage_ranks``: the ranks of one stage, replicas x tensor-parallel ranks), summed over the world."""
     squares = torch.zeros((), dtype=torch.float64, device=device)
     for p in parameters:

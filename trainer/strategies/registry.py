@@ -4,7 +4,7 @@ names the class. The command line composes it (``strategy=ddp``); the Python API
 Python file plus one yaml, and helper modules may live beside the strategies they serve.
 
 Where the yamls are looked for: the built-in ``strategy/`` group (``builtin_config_dir``: the
-installed package's configs, in a checkout its ``conf/``), then every directory given to :func:`add_config_dir`,
+installed package's configs, in a checkout its ``conf/``), then every directory given to `add_config_dir`,
 laid out as ``conf/`` is (``<dir>/strategy/<name>.yaml``), the same directory one would pass to
 ``hydra.searchpath`` on the command line. A later directory's yaml wins over an earlier one of the
 same name, as on Hydra's search path.

@@ -6,9 +6,9 @@ A TrainModule declares its plan with ``tensor_parallel_plan()``: ``{submodule na
 any one name segment (``"model.blocks.*.attention.q"``). Torch's ``parallelize_module`` only warns
 about a name that matches nothing; here such a plan is refused, naming the key.
 
-The plan is expanded to concrete names once (:func:`expand_plan`), so it can be applied to the
+The plan is expanded to concrete names once (`expand_plan`), so it can be applied to the
 whole model at once (eager builds) or one unit at a time as a meta-device build materialises it
-(:func:`plan_under`, then :func:`apply_plan` on the unit; what no unit holds goes to the root last).
+(`plan_under`, then `apply_plan` on the unit; what no unit holds goes to the root last).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ EXHAUSTED = {"exhausted": True}  # the position of a rank's stream that has ende
 
 
 def is_stream(plan: Any) -> bool:
-    """Whether ``plan`` is a stream's plan (a :class:`StreamPlan`), not a map-style dataset's."""
+    """Whether ``plan`` is a stream's plan (a `StreamPlan`), not a map-style dataset's."""
     return getattr(plan, "is_stream", False)
 
 

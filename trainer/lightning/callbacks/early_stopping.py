@@ -1,5 +1,5 @@
 """Lightning's ``EarlyStopping(monitor, min_delta, patience, verbose, mode, ...)`` over this trainer's
-:class:`~trainer.callbacks.EarlyStopping`: a Lightning program's positional and keyword arguments mean
+`EarlyStopping`: a Lightning program's positional and keyword arguments mean
 here what they mean there; one whose meaning the trainer cannot give is an error naming what to use."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Lightning's ``LearningRateMonitor(logging_interval, log_momentum, log_weight_decay)`` over this
-trainer's :class:`~trainer.callbacks.LearningRateMonitor`."""
+trainer's `LearningRateMonitor`."""
 
 from __future__ import annotations
 

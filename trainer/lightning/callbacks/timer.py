@@ -1,4 +1,4 @@
-"""Lightning's ``Timer(duration, interval, verbose)`` over this trainer's :class:`~trainer.callbacks.Timer`."""
+"""Lightning's ``Timer(duration, interval, verbose)`` over this trainer's `Timer`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LightningDataModule``: this trainer's :class:`~trainer.api.datamodule.DataModule`, the same hooks
+"""``LightningDataModule``: this trainer's `DataModule`, the same hooks
 (``prepare_data``, ``setup(stage)``, ``*_dataloader``) meaning the same."""
 
 from trainer.api.datamodule import DataModule as LightningDataModule

@@ -1,4 +1,4 @@
-"""``LightningModule``: this trainer's :class:`~trainer.api.module.TrainModule` with Lightning's constructor.
+"""``LightningModule``: this trainer's `TrainModule` with Lightning's constructor.
 
 Lightning's ``LightningModule.__init__(*args, **kwargs)`` hands its arguments to ``nn.Module``,
 which takes none; ``TrainModule.__init__`` takes this trainer's optimizer / scheduler factories,
@@ -14,7 +14,7 @@ from trainer.api.module import TrainModule
 
 
 class LightningModule(TrainModule):
-    """A :class:`~trainer.api.module.TrainModule` built as Lightning builds its modules: every
+    """A `TrainModule` built as Lightning builds its modules: every
     hook, ``self.log``, ``save_hyperparameters``, ``self.optimizers()`` ... are TrainModule's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
