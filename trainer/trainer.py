@@ -9,19 +9,19 @@ from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
 from trainer.loop.batch_size_finder import AutoBatchSize
-from trainer.callbacks import Callback, Timer, check_callbacks
+from trainer.callbacks import Callback, check_callbacks
 from trainer.checkpoint.config import CheckpointConfig
-from trainer.runtime.launch import ClusterEnvironment, detect_environment, spawn
-from trainer.api.lightning_names import accelerator_name, check_precision, precision_name, resolve_devices
-from trainer.api.lightning_names import resolve_strategy_name
-from trainer.api.lightning_names import unknown_argument_error
-from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs, settle_versions
+from trainer.api.lightning_names import (accelerator_name, check_precision, precision_name, resolve_devices,
+                                         resolve_strategy_name, unknown_argument_error)
+from trainer.loggers import DEFAULT_LOGGERS, Logger, choose_loggers, resolve_logger_specs
 from trainer.loggers.trainer_loggers import TrainerLoggers
 from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
+from trainer.call_launch import run_call
 from trainer.entry_points import prepare_call
+from trainer.runtime.launch import detect_environment
+from trainer.trainer_checks import check_accelerator, check_strategy_settings, devices_for, with_timer
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
-from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.api.run_state import TrainerRunState
 from trainer.api.trainer_resolved import TrainerResolvedSettings
 from trainer.api.batch_settings import BatchArguments, resolve_batch
@@ -31,8 +31,6 @@ from trainer.data.streaming.protocol import MODES as STREAM_MODES
 from trainer.api.trainer_arguments import check_arguments, check_lightning_flags, profile_options
 from trainer.api.trainer_arguments import is_int as _is_int, require as _require
 from trainer.data.user_loader import DEFAULT_BATCH_SIZE
-from trainer.loop.run_result import RunResult, print_metrics_table, read_result_file
-from trainer.loop.weights_return import deliver_weights
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +253,8 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             val_every_n_steps=val_every_n_steps, gradient_clip_val=gradient_clip_val,
             loss_normalization=loss_normalization, num_workers=num_workers, drop_last=drop_last,
             pin_memory=pin_memory, collective_timeout_s=collective_timeout_s, resume=resume, init_from=init_from,
-            nonfinite_loss=nonfinite_loss,
+            nonfinite_loss=nonfinite_loss, return_weights=return_weights, enable_model_summary=enable_model_summary,
+            seed=seed,
         )
         self.sync_batchnorm = sync_batchnorm
         self.precision = Precision.from_any(precision)
@@ -265,11 +264,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.profile = profile_options(profile)
         self.resume = resume
         self.init_from = init_from
-        _require(isinstance(return_weights, bool), f"trainer.return_weights must be true or false, got {return_weights!r}")
-        self.return_weights = return_weights
-        _require(isinstance(enable_model_summary, bool),
-                 f"trainer.enable_model_summary must be true or false, got {enable_model_summary!r}")
-        self.enable_model_summary = enable_model_summary
+        self.return_weights, self.enable_model_summary = return_weights, enable_model_summary
         #: what the current fit / validate call loads: "last", "best", a path or None (``ckpt_path=``)
         self.ckpt_path: str | None = None
         #: progress of the last fit (validate / test / predict keep it, or take their checkpoint's step)
@@ -277,19 +272,8 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.current_epoch = 0
         self.logged_metrics: dict[str, float] = {}
         self.callback_metrics = self.logged_metrics
-        self.callbacks = check_callbacks(callbacks)
-        if max_time is not None:
-            _require(
-                not any(isinstance(callback, Timer) for callback in self.callbacks),
-                "trainer.max_time and a Timer callback both limit the time: keep one",
-            )
-            self.callbacks.append(Timer(max_time))
-        _require(
-            not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
-            f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
-            f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
-            f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
-        )
+        self.callbacks = with_timer(check_callbacks(callbacks), max_time)
+        check_accelerator(strategy, accelerator)
         self.strategy = resolve_strategy(strategy, accelerator=accelerator)
         checkpoint, self._checkpoint_callback = checkpointing(  # Lightning's ModelCheckpoint / default checkpointing
             checkpoint, enable_checkpointing, self.callbacks, self.strategy.checkpoint_formats,
@@ -297,29 +281,13 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         if self._checkpoint_callback is not None:
             self._checkpoint_callback._trainer = self
         self.checkpoint = CheckpointConfig.from_any(checkpoint)
-        if devices * num_nodes > 1 and not self.strategy.supports_multiple_devices:
-            rank_zero_warn(
-                log, "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
-                "(choose strategy=ddp to use them)", self.strategy.name, devices, num_nodes,
-            )
-            devices, num_nodes = 1, 1
-        self.devices = devices
-        self.num_nodes = num_nodes
+        self.devices, self.num_nodes = devices, num_nodes = devices_for(self.strategy, devices, num_nodes)
         self.world_size = devices * num_nodes
         self.strategy.check_world_size(self.world_size, devices)
         self.auto_batch_size = AutoBatchSize.from_arguments(auto_batch_size, auto_batch_size_limit_gb,
                                                             auto_batch_size_margin, auto_batch_size_max)
         self.auto_batch_size.check_strategy(self.strategy)
-        _require(
-            self.checkpoint is None or self.checkpoint.format in self.strategy.checkpoint_formats,
-            f"checkpoint.format={getattr(self.checkpoint, 'format', None)!r} is not supported with "
-            f"strategy={self.strategy.name}; use one of {list(self.strategy.checkpoint_formats)}"
-            + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
-               if "sharded" in self.strategy.checkpoint_formats else ""),
-        )
-        _require(not (sync_batchnorm and self.strategy.sync_batchnorm_refusal),
-                 f"trainer.sync_batchnorm=true is not supported with strategy={self.strategy.name}: "
-                 f"{self.strategy.sync_batchnorm_refusal}")
+        check_strategy_settings(self.strategy, self.checkpoint, sync_batchnorm)
         #: data.batch_size / drop_last / num_workers / pin_memory ... as given (None: unset); a run resolves them
         #: against train_dataloader() (trainer/data/user_loader.py) into its own BatchSettings
         self.batch_arguments = BatchArguments(batch_size, drop_last, num_workers, pin_memory, global_batch_size,
@@ -336,7 +304,6 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.gradient_clip_val = gradient_clip_val
         self.log_every_n_steps = log_every_n_steps
         self.val_every_n_steps = val_every_n_steps
-        _require(_is_int(seed), f"trainer.seed={seed!r} must be an integer")
         self.seed = seed
         self.loss_normalization = loss_normalization
         _require(stream_mode in STREAM_MODES, f"data.stream_mode={stream_mode!r}: give one of {', '.join(STREAM_MODES)} "
@@ -376,7 +343,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
                 or a checkpoint path. Giving ``trainer.resume`` too is an error unless both agree.
         """
         loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}
-        return self._launch("fit", prepare_call(self, "fit", model, module, loaders, datamodule, ckpt_path))
+        return run_call(self, "fit", prepare_call(self, "fit", model, module, loaders, datamodule, ckpt_path))
 
     def validate(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
@@ -391,7 +358,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             verbose: print the metrics as a table (rank 0).
         """
         module = prepare_call(self, "validate", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path, verbose)
-        return self._launch("validate", module, verbose)
+        return run_call(self, "validate", module, verbose)
 
     def test(self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
              verbose: bool = True, datamodule: Any = None, *, module: TrainModule | None = None,
@@ -401,7 +368,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         over the set (rank 0; a dict, not Lightning's one-dict list). The other arguments as for
         ``validate``."""
         module = prepare_call(self, "test", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path, verbose)
-        return self._launch("test", module, verbose)
+        return run_call(self, "test", module, verbose)
 
     def predict(self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: Any = None,
                 return_predictions: bool | None = None, ckpt_path: str | None = None, *,
@@ -415,58 +382,4 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             raise ValueError(f"Trainer.predict: return_predictions={return_predictions!r}; give True, False or None")
         module = prepare_call(self, "predict", model, module, {"dataloaders": dataloaders}, datamodule, ckpt_path)
         self.return_predictions = return_predictions is not False
-        return self._launch("predict", module)
-
-    def _launch(self, mode: str, module: TrainModule, verbose: bool = False) -> Any:
-        """Run the checked call here or in spawned workers, store its result, return what the entry point
-        returns (validate / test: the metrics, printed as a table with ``verbose``)."""
-        env = detect_environment()
-        self._check_environment(env)
-        if env.launcher == "none" and self.world_size > 1:
-            settle_versions(self.logger_specs)  # the caller's logger objects name the folders the workers write
-            spawn(_run_spawned, (self, module, mode), nprocs=self.devices, timeout=self.collective_timeout)
-            result = read_result_file(self.run_dir)
-            if mode == "fit":
-                deliver_weights(module, result.state_dict, self.run_dir)
-            module._trainer = self  # as after an in-process run: module.global_step ... read this trainer
-        else:
-            result = self._run_here(module, mode, env)
-        self._store_result(result, module, mode)
-        if mode in ("validate", "test"):
-            print_metrics_table(result.returned, mode, verbose)
-        return result.returned
-
-    def _store_result(self, result: RunResult, module: TrainModule, mode: str) -> None:
-        """What a finished call leaves on the Trainer: progress, metrics, the resolved settings; after a
-        ``fit`` its module and datamodule, reused by ``validate()`` / ``test()`` / ``predict()``."""
-        self.global_step, self.current_epoch, self._batches = result.global_step, result.current_epoch, result.batches
-        self.callback_metrics, self.logged_metrics = dict(result.shown), result.logged_metrics
-        self._last_batch, self.run_dir, self._model = result.batch, result.run_dir, result.model
-        if mode == "fit":
-            self._fitted = (module, self.datamodule)
-
-    def _check_environment(self, env: ClusterEnvironment) -> None:
-        if env.launcher == "none":
-            _require(
-                self.num_nodes == 1,
-                f"trainer.num_nodes={self.num_nodes} needs a multi-node launcher: "
-                f"torchrun --nnodes {self.num_nodes} --nproc_per_node {self.devices} ... or srun",
-            )
-            return
-        _require(
-            env.world_size == self.world_size,
-            f"the launcher ({env.launcher}) started {env.world_size} processes but trainer.devices={self.devices} x "
-            f"trainer.num_nodes={self.num_nodes} = {self.world_size}; make them agree",
-        )
-        self.strategy.check_world_size(env.world_size, env.local_world_size)
-
-    def _run_here(self, module: TrainModule, mode: str, env: ClusterEnvironment) -> RunResult:
-        # Imported when a run starts (not a cycle: the loop never imports this module at run time), so
-        # `import trainer` and the launcher's checks do not pay for the loop's imports.
-        from trainer.loop.entry import run_on_rank
-
-        return run_on_rank(self, module, mode, env)
-
-
-def _run_spawned(trainer: Trainer, module: TrainModule, mode: str) -> None:
-    trainer._run_here(module, mode, detect_environment())  # rank 0 writes the result file (run_result.py)
+        return run_call(self, "predict", module)

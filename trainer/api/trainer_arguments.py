@@ -24,6 +24,7 @@ def check_arguments(
     *, devices: Any, num_nodes: Any, batch_size: Any, accumulate_grad_batches: Any, max_steps: Any, max_epochs: Any,
     log_every_n_steps: Any, val_every_n_steps: Any, gradient_clip_val: Any, loss_normalization: Any,
     num_workers: Any, drop_last: Any, pin_memory: Any, collective_timeout_s: Any, resume: Any, init_from: Any,
+    return_weights: Any = True, enable_model_summary: Any = True, seed: Any = 0,
     nonfinite_loss: Any,
 ) -> None:
     """Refuse a value of these ``Trainer`` arguments outside its range (the first wrong one, in this order)."""
@@ -62,6 +63,9 @@ def check_arguments(
     )
     require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
     require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
+    for name, flag in (("return_weights", return_weights), ("enable_model_summary", enable_model_summary)):
+        require(isinstance(flag, bool), f"trainer.{name} must be true or false, got {flag!r}")
+    require(is_int(seed), f"trainer.seed={seed!r} must be an integer")
 
 
 def check_lightning_flags(enable_progress_bar: Any, progress_bar: Any, deterministic: Any, benchmark: Any,

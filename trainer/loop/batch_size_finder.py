@@ -37,7 +37,6 @@ from trainer.runtime.seeding import derive_seed, seeded
 from trainer.api.trainer_arguments import is_int, require
 
 if TYPE_CHECKING:
-    from trainer.data.batch_plan import GlobalBatchPlan
     from trainer.loop.rank_run import RankRun
 
 log = logging.getLogger("trainer.loop.rank_run")

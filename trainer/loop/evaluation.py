@@ -6,7 +6,7 @@ last one short), the same batches on any world size; rank r runs batches r, r + 
 (sample-weighted sums, one all-reduce: exact means over the set); ``predict`` gathers every
 batch's output to rank 0 and returns them as a list in batch order. Strategies whose forward is
 a collective (FSDP) run in lockstep: short ranks run extra forwards of batch 0 that count for
-nothing. The pipeline strategy is refused before any worker starts (``Trainer._launch``).
+nothing. The pipeline strategy is refused before any worker starts (``trainer/entry_points.py``).
 """
 
 from __future__ import annotations

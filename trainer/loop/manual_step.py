@@ -291,7 +291,7 @@ class ManualStep:
     def train_step(self, plan: StepPlan, batches: Iterator[Any], log_now: bool) -> dict[str, float] | None:
         """One optimizer step of the loop: ``training_step`` on this rank's one micro-batch."""
         run = self.run
-        trainer, strategy, precision, timer = run.trainer, run.strategy, run.precision, run.breakdown
+        strategy, precision, timer = run.strategy, run.precision, run.breakdown
         (micro_batch,) = plan.micro_batches  # accumulate_grad_batches=1 (check_manual_setup)
         timer.step_started()
         with timer.phase("data"):

@@ -1,0 +1,74 @@
+"""What the Trainer checks across its arguments when it is built, and of the launcher's environment
+when a call starts: each a one-line error naming the setting and what to give instead."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from trainer.api.trainer_arguments import require
+from trainer.callbacks import Callback, Timer
+from trainer.checkpoint.config import CheckpointConfig
+from trainer.runtime.launch import ClusterEnvironment
+from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.strategies import Strategy
+
+log = logging.getLogger(__name__)
+
+
+def with_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
+    """``max_time``: a ``Timer`` after the other callbacks (refused next to a Timer of the user's)."""
+    if max_time is None:
+        return callbacks
+    require(not any(isinstance(callback, Timer) for callback in callbacks),
+            "trainer.max_time and a Timer callback both limit the time: keep one")
+    return [*callbacks, Timer(max_time)]
+
+
+def check_accelerator(strategy: str | Strategy, accelerator: str) -> None:
+    """A Strategy instance carries its own accelerator: ``trainer.accelerator`` may not contradict it."""
+    require(
+        not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
+        f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
+        f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
+        f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
+    )
+
+
+def devices_for(strategy: Strategy, devices: int, num_nodes: int) -> tuple[int, int]:
+    """``(devices, num_nodes)`` the strategy runs on: a one-process strategy ignores more, with a warning."""
+    if devices * num_nodes > 1 and not strategy.supports_multiple_devices:
+        rank_zero_warn(log, "strategy=%s runs one process; ignoring trainer.devices=%d x trainer.num_nodes=%d "
+                       "(choose strategy=ddp to use them)", strategy.name, devices, num_nodes)
+        return 1, 1
+    return devices, num_nodes
+
+
+def check_strategy_settings(strategy: Strategy, checkpoint: CheckpointConfig | None, sync_batchnorm: bool) -> None:
+    """The checkpoint format and SyncBatchNorm the strategy supports."""
+    formats: Sequence[str] = strategy.checkpoint_formats
+    require(
+        checkpoint is None or checkpoint.format in formats,
+        f"checkpoint.format={getattr(checkpoint, 'format', None)!r} is not supported with "
+        f"strategy={strategy.name}; use one of {list(formats)}"
+        + (" (python -m trainer.checkpoint consolidate PATH OUT makes one full file afterwards)"
+           if "sharded" in formats else ""),
+    )
+    require(not (sync_batchnorm and strategy.sync_batchnorm_refusal),
+            f"trainer.sync_batchnorm=true is not supported with strategy={strategy.name}: "
+            f"{strategy.sync_batchnorm_refusal}")
+
+
+def check_environment(env: ClusterEnvironment, strategy: Strategy, devices: int, num_nodes: int) -> None:
+    """The launcher's processes (torchrun, srun) match ``devices x num_nodes``; without one, one node."""
+    if env.launcher == "none":
+        require(num_nodes == 1, f"trainer.num_nodes={num_nodes} needs a multi-node launcher: "
+                f"torchrun --nnodes {num_nodes} --nproc_per_node {devices} ... or srun")
+        return
+    world_size = devices * num_nodes
+    require(
+        env.world_size == world_size,
+        f"the launcher ({env.launcher}) started {env.world_size} processes but trainer.devices={devices} x "
+        f"trainer.num_nodes={num_nodes} = {world_size}; make them agree",
+    )
+    strategy.check_world_size(env.world_size, env.local_world_size)
