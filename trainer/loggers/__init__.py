@@ -40,7 +40,8 @@ from trainer.loggers.registry import (
     settle_versions,
 )
 from trainer.loggers.tensorboard_logger import TensorBoardLogger
-from trainer.loggers.wandb_logger import WandbLogger, adopt_run_id
+from trainer.loggers.wandb_logger import WandbLogger
+from trainer.loggers.wandb_run_id import adopt_run_id
 
 __all__ = [
     "DEFAULT_LOGGERS",

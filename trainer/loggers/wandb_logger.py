@@ -13,12 +13,12 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
+from trainer.loggers.wandb_run_id import store_run_id, stored_run_id
 from trainer.runtime.redact import redact_argv, redact_secrets, secret_values
 
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "online", "offline", "disabled")
-RUN_ID_FILE = "wandb_run_id"
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
@@ -79,52 +79,6 @@ def _redacted_argv(secrets: list[str]) -> Iterator[None]:
         sys.argv[:] = original
 
 
-def stored_run_id(run_dir: str) -> str | None:
-    """The W&B run id saved in ``<run_dir>/wandb_run_id`` by an earlier start, if any."""
-    try:
-        with open(os.path.join(run_dir, RUN_ID_FILE), encoding="utf-8") as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def adopt_run_id(previous_run_dir: str, run_dir: str) -> str | None:
-    """For a job resumed into a new run directory from a checkpoint of ``previous_run_dir``: store
-    that run's W&B id in ``run_dir`` (unless ``run_dir`` has one already), so the W&B run goes
-    on. Returns the id now stored in ``run_dir``, if any. Call it before the loggers are built."""
-    current = stored_run_id(run_dir)
-    previous = stored_run_id(previous_run_dir)
-    if current is None and previous is not None:
-        _store_run_id(run_dir, previous)
-        return previous
-    return current
-
-
-def adopt_run_of_checkpoint(checkpoint: str, run_dir: str) -> str | None:
-    """`adopt_run_id` for a resume from the checkpoint path ``checkpoint`` (a checkpoint, or a
-    folder inside a run's ``checkpoints/``): the run it belongs to is the folder above ``checkpoints/``."""
-    return adopt_run_id(run_dir_of_checkpoint(checkpoint), run_dir)
-
-
-def run_dir_of_checkpoint(checkpoint: str) -> str:
-    """The run directory a checkpoint path (a checkpoint, or a folder inside a run's ``checkpoints/``)
-    belongs to: the folder above ``checkpoints/``."""
-    checkpoints = os.path.abspath(checkpoint)
-    while os.path.basename(checkpoints) not in ("checkpoints", "") and not os.path.isfile(
-        os.path.join(checkpoints, "latest")
-    ):
-        checkpoints = os.path.dirname(checkpoints)
-    return os.path.dirname(checkpoints)
-
-
-def _store_run_id(run_dir: str, run_id: str) -> None:
-    os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, RUN_ID_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(run_id + "\n")
-    os.replace(path + ".tmp", path)
-
-
 class WandbLogger(Logger):
     """Logs to one W&B run per job, files under ``<run_dir>/wandb/``.
 
@@ -152,7 +106,7 @@ class WandbLogger(Logger):
             ``tags``, ``notes`` and the other ``wandb.init`` keywords.
         save_dir: the folder W&B writes into (``<save_dir>/wandb``) and the run id is kept in.
         version: the run id to use (None: the stored one, else a new one). Set it (or call
-            `adopt_run_id`) to continue a run from another run directory.
+            `trainer.loggers.wandb_run_id.adopt_run_id`) to continue a run from another run directory.
         offline: True is ``mode="offline"``.
         dir: another name for ``save_dir`` (``wandb.init``'s).
         id: another name for ``version`` (``wandb.init``'s).
@@ -379,7 +333,7 @@ class WandbLogger(Logger):
         import wandb
 
         self.run_id = self.run_id or stored_run_id(self.run_dir) or uuid.uuid4().hex[:8]
-        _store_run_id(self.run_dir, self.run_id)
+        store_run_id(self.run_dir, self.run_id)
         init_args = dict(
             redact_secrets(self._init_args, secrets=self._secrets), dir=self.run_dir,
             config=config if config is not None else self._with_user_config({}) or None, id=self.run_id,

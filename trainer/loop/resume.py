@@ -21,7 +21,7 @@ from trainer.checkpoint.integrity import resolve as resolve_checkpoint
 from trainer.checkpoint.manager import CheckpointError, CheckpointManager, load_file, load_training_state
 from trainer.data.batch_plan import GlobalBatchPlan
 from trainer.loggers.resume_history import resume_loggers
-from trainer.loggers.wandb_logger import run_dir_of_checkpoint
+from trainer.loggers.wandb_run_id import run_dir_of_checkpoint
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.checkpoint.stream_position import restore_stream_state
 

@@ -30,6 +30,7 @@ from trainer.callbacks import CallbackList
 from trainer.checkpoint import load_weights
 from trainer.data.user_loader import RunData
 from trainer.loggers import Logger, agree_versions
+from trainer.loggers.wandb_run_id import adopt_run_of_checkpoint
 from trainer.loop.hooks import RunHooks
 from trainer.loop.log_collector import LogCollector
 from trainer.loop.validation import check_validation_setup
@@ -145,10 +146,7 @@ def _open_loggers(trainer: Trainer, run_dir: str, rank: int, logged_hparams: Any
         return []
     source = trainer.ckpt_path or trainer.resume  # (fit's ckpt_path= or trainer.resume)
     if source not in (None, "auto", "last", "best"):
-        # Resumed into a new run directory: the W&B run of the checkpoint's run goes on.
-        from trainer.loggers.wandb_logger import adopt_run_of_checkpoint
-
-        adopt_run_of_checkpoint(source, run_dir)
+        adopt_run_of_checkpoint(source, run_dir)  # resumed into a new run directory: the checkpoint's W&B run goes on
     loggers = trainer.logger_objects(run_dir)
     params = for_loggers(trainer.config, logged_hparams)  # the config and save_hyperparameters()'s
     if params is not None:

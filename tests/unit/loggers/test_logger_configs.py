@@ -24,7 +24,7 @@ from tests.unit.loggers.test_loggers import (  # noqa: F401 (no_network_wandb: a
     tensorboard_scalars,
     wandb_run,
 )
-from trainer.loggers.wandb_logger import RUN_ID_FILE
+from trainer.loggers.wandb_run_id import RUN_ID_FILE
 
 pytestmark = pytest.mark.timeout(120)
 

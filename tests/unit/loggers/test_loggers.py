@@ -31,7 +31,8 @@ from trainer.loggers import (
     redact_secrets,
 )
 from trainer.runtime.redact import is_secret_key, redact_argv
-from trainer.loggers.wandb_logger import PROXY_VARIABLES, RUN_ID_FILE, adopt_run_id, resolve_mode
+from trainer.loggers.wandb_logger import PROXY_VARIABLES, resolve_mode
+from trainer.loggers.wandb_run_id import RUN_ID_FILE, adopt_run_id
 
 pytestmark = pytest.mark.timeout(120)
 

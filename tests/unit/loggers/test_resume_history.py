@@ -17,7 +17,7 @@ from tests.unit.loggers.test_loggers import offline_runs, read_csv, tensorboard_
 from trainer.loggers import CSVLogger, JSONLLogger, TensorBoardLogger, WandbLogger
 from trainer.loggers.resume_history import resume_loggers
 from trainer.loggers.wandb_history import history_steps
-from trainer.loggers.wandb_logger import adopt_run_id
+from trainer.loggers.wandb_run_id import adopt_run_id
 
 pytestmark = pytest.mark.timeout(120)
 
