@@ -45,7 +45,7 @@ from trainer.runtime.metric_objects import (MetricStates, compute_value, forward
                                             is_metric_collection, module_metrics)
 
 REDUCE_FX = ("mean", "sum", "max", "min")
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from trainer.data.batch_plan import GlobalBatchPlan
     from trainer.loop.rank_run import _Run
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 
 def plan_limits(run: _Run, plan: GlobalBatchPlan) -> tuple[int, StepLimits, int | None]:
