@@ -6,18 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from trainer.runtime.value_checks import is_int, require
+
 LOSS_NORMALIZATIONS = ("samples", "tokens")
-
-
-def require(condition: bool, message: str) -> None:
-    """A ValueError with ``message`` unless ``condition``."""
-    if not condition:
-        raise ValueError(message)
-
-
-def is_int(value: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_arguments(

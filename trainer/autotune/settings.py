@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer.cli.hydra_errors import describe
 from trainer.runtime.config_dir import builtin_config_dir
+from trainer.runtime.value_checks import is_int
 
 CONF_DIR = builtin_config_dir()
 #: What a trial runs: the ``trainer`` command (``python -m trainer``), with train.py's overrides.
@@ -115,10 +116,6 @@ def _require(condition: bool, message: str) -> None:
         raise AutotuneError(message)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) -> Settings:
     """``Settings`` from the composed ``autotune`` node (a plain dict), or an ``AutotuneError``."""
     from trainer.autotune.candidates import STRATEGIES, TENSOR_PARALLEL
@@ -129,9 +126,9 @@ def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) 
     _require(isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0,
              f"autotune.budget_s must be a number of seconds > 0, got {budget!r}")
     for name in ("steps", "warmup_steps"):
-        _require(_is_int(block[name]) and block[name] >= 1, f"autotune.{name} must be an integer >= 1, got {block[name]!r}")
+        _require(is_int(block[name]) and block[name] >= 1, f"autotune.{name} must be an integer >= 1, got {block[name]!r}")
     micro = block["micro_batch_sizes"]
-    _require(micro is None or (isinstance(micro, list) and micro and all(_is_int(m) and m >= 1 for m in micro)),
+    _require(micro is None or (isinstance(micro, list) and micro and all(is_int(m) and m >= 1 for m in micro)),
              f"autotune.micro_batch_sizes must be null or a non-empty list of integers >= 1, got {micro!r}")
     strategies = block["strategies"]
     _require(isinstance(strategies, list) and strategies,
@@ -143,7 +140,7 @@ def check_settings(block: dict[str, Any], now: datetime.datetime | None = None) 
     _require(ckpt is None or (isinstance(ckpt, list) and ckpt and all(isinstance(c, bool) for c in ckpt)),
              f"autotune.activation_checkpointing must be null or a non-empty list of true / false, got {ckpt!r}")
     tp = block.get("tp_degrees")
-    _require(tp is None or (isinstance(tp, list) and all(_is_int(t) and t >= 2 for t in tp)),
+    _require(tp is None or (isinstance(tp, list) and all(is_int(t) and t >= 2 for t in tp)),
              f"autotune.tp_degrees must be null or a list of integers >= 2 (tensor-parallel ranks), got {tp!r}")
     _require(not tp or TENSOR_PARALLEL in strategies,
              f"autotune.tp_degrees={tp}: the tensor-parallel candidates need {TENSOR_PARALLEL} in autotune.strategies, "

@@ -36,7 +36,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from trainer.api.trainer_arguments import is_int
+    from trainer.runtime.value_checks import is_int
     from trainer.runtime.seeding import seed_everything
     from trainer.trainer import Trainer
 

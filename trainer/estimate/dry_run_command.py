@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any, Sequence
 
 from trainer.estimate.__main__ import compose as compose_config, run_tool
+from trainer.runtime.value_checks import is_int
 
 OPTIONS = ("rank", "device_memory_gb", "activations")
 
@@ -90,7 +91,7 @@ def dry_run(cfg: Any) -> str:
     node = OmegaConf.to_container(cfg.strategy)
     name = get_object(node.pop("_target_")).name
     devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (devices, nodes)):
+    if not all(is_int(v) and v >= 1 for v in (devices, nodes)):
         raise ValueError(f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r}: the dry run needs whole numbers "
                          "of processes (the world it lays out)")
     found = layout_of(name, node, devices * nodes)

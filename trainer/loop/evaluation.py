@@ -34,7 +34,7 @@ from trainer.loop.validation import require_validation_data
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
+log = logging.getLogger(__name__)
 
 
 def run_evaluation(run: RankRun, mode: str) -> Any:

@@ -55,7 +55,7 @@ from trainer.loop.optimizer_step import batch_end_outputs, refuse_skip_request, 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 CLIP_ALGORITHMS = ("norm", "value")
 

@@ -28,7 +28,7 @@ from trainer.checkpoint.stream_position import restore_stream_state
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 CKPT_PATH_NAMES = ("last", "best")
 

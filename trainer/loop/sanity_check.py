@@ -26,7 +26,7 @@ from trainer.runtime.metric_objects import MetricStates, module_metrics
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 
 def random_states() -> dict[str, Any]:

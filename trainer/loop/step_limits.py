@@ -43,7 +43,7 @@ from trainer.runtime.rank_logging import rank_zero_warn
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch
 
 from trainer.runtime import distributed
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 _warned: set[torch.dtype] = set()
 
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 _NO_CONTEXT = contextlib.nullcontext()  # (stateless: one object serves every step)
 #: the hooks called inside an optimizer step (any of them overridden: every step takes the whole way)
 _STEP_HOOKS = frozenset({"on_train_batch_start", "on_train_batch_end", "on_before_zero_grad", "on_before_backward",

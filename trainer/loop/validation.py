@@ -27,7 +27,7 @@ from trainer.loop.optimizer_step import transfer_batch
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the training lines
+log = logging.getLogger(__name__)
 
 
 def check_validation_setup(trainer: Any, module: Any, val_set: Any) -> None:

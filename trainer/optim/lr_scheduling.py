@@ -32,7 +32,7 @@ from typing import Any
 from trainer.runtime import distributed
 from trainer.runtime.rank_logging import rank_zero_warn
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 INTERVALS = ("step", "epoch")
 MONITOR_PREFIXES = ("val/", "train/")

@@ -18,7 +18,7 @@ from trainer.runtime import distributed
 from trainer.optim.lr_scheduling import INTERVALS, LRSchedulerConfig
 from trainer.runtime.rank_logging import rank_zero_warn
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 
 ACCEPTED = (
     "configure_optimizers may return: an optimizer; (optimizer, scheduler); [optimizer]; "

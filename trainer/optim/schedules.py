@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from trainer.runtime.value_checks import is_int
+
 
 def warmup_cosine(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1
@@ -47,6 +49,6 @@ def schedule_length(scheduler: Any) -> int | None:
             return fn.total_steps
     for name in ("total_steps", "T_max"):
         value = getattr(scheduler, name, None)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_int(value):
             return value
     return None

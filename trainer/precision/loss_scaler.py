@@ -95,6 +95,7 @@ import torch
 
 from trainer.precision.scaler_state import MAX_SCALE as _MAX_SCALE
 from trainer.precision.scaler_state import SCALE_FACTOR, ScalerState
+from trainer.runtime.value_checks import is_int
 
 try:  # only to unwrap DTensor gradients; the trainer normally passes local shards already
     from torch.distributed.tensor import DTensor as _DTensor
@@ -109,10 +110,6 @@ MAX_SCALE_POWER = 126
 _MIN_SCALE = 2.0**-MAX_SCALE_POWER
 _STATE_VERSION = 1
 _INT_STATE_KEYS = ("growth_tracker", "cur_hysteresis", "skipped_steps", "overflows", "consecutive_overflows")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_real(value: Any) -> bool:
@@ -144,14 +141,14 @@ class DynamicLossScaler:
         static_loss_scale: float | None = None,
         consecutive_hysteresis: bool = False,
     ):
-        if not _is_int(initial_scale_power) or not 0 <= initial_scale_power <= MAX_SCALE_POWER:
+        if not is_int(initial_scale_power) or not 0 <= initial_scale_power <= MAX_SCALE_POWER:
             raise ValueError(
                 f"precision.initial_scale_power must be an integer in [0, {MAX_SCALE_POWER}] "
                 f"(the scale starts at 2**initial_scale_power), got {initial_scale_power!r}"
             )
-        if not _is_int(loss_scale_window) or loss_scale_window < 1:
+        if not is_int(loss_scale_window) or loss_scale_window < 1:
             raise ValueError(f"precision.loss_scale_window must be an integer >= 1, got {loss_scale_window!r}")
-        if not _is_int(hysteresis) or hysteresis < 1:
+        if not is_int(hysteresis) or hysteresis < 1:
             raise ValueError(f"precision.hysteresis must be an integer >= 1, got {hysteresis!r}")
         initial_scale = 2.0 ** int(initial_scale_power)
         if not _is_real(min_loss_scale) or not _MIN_SCALE <= float(min_loss_scale) <= initial_scale:
@@ -355,7 +352,7 @@ class DynamicLossScaler:
         if state["version"] != _STATE_VERSION:
             raise ValueError(f"loss scaler state version {state['version']!r}; this code reads {_STATE_VERSION}")
         for key in _INT_STATE_KEYS:
-            if not _is_int(state[key]) or state[key] < 0:
+            if not is_int(state[key]) or state[key] < 0:
                 raise ValueError(f"loss scaler state: {key} must be an integer >= 0, got {state[key]!r}")
         scale = state["scale"]
         if not _is_real(scale) or not math.isfinite(scale) or scale <= 0:

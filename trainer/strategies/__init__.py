@@ -8,7 +8,9 @@ and ``Trainer(strategy="<name>")`` alike, so modules here need not be strategies
   ``pipeline_*.py``: the pipeline's process groups (``pipeline_groups.py``), cutting layers into
   stages (``pipeline_partition.py``), building the stages (``pipeline_build.py``), micro-batches
   (``pipeline_batches.py``), gradients and norms (``pipeline_gradients.py``), state gathering
-  (``pipeline_state.py``) and the step's micro-batch loop (``pipeline_step.py``).
+  (``pipeline_state.py``), the step through the schedule (``pipeline_schedule_step.py``; the loop's
+  micro-batches: ``trainer/loop/pipeline_micro_batches.py``) and strategy=nd's degrees mapped onto
+  the pipeline's arguments (``pipeline_degrees.py``).
 """
 
 from __future__ import annotations

@@ -26,11 +26,12 @@ build does (trainer/strategies/weight_init.py); ``meta_init=false`` builds the w
 Either way the other stages' tensors are then deleted from the module, so its parameters, state
 dict and checkpoints are this rank's stages only.
 
-Files: this one holds the strategy and its step (loss scaling, the microbatch records, metrics);
-the loop's trainer/loop/pipeline_micro_batches.py feeds it each micro-batch (``run_step``),
-``pipeline_groups.py`` the mesh and its process groups, ``pipeline_tp.py`` tensor parallelism,
-``pipeline_partition.py`` the stage cutting, ``pipeline_build.py`` the build and module surgery
-(and ``SCHEDULES``), ``pipeline_batches.py``
+Files: this one holds the strategy's arguments, set-up and build; ``pipeline_schedule_step.py`` its
+step (loss scaling, the microbatch records, metrics, gradient norms), ``pipeline_degrees.py``
+strategy=nd's degrees mapped onto its arguments; the loop's trainer/loop/pipeline_micro_batches.py
+feeds it each micro-batch (``run_step``), ``pipeline_groups.py`` the mesh and its process groups,
+``pipeline_tp.py`` tensor parallelism, ``pipeline_partition.py`` the stage cutting,
+``pipeline_build.py`` the build and module surgery (and ``SCHEDULES``), ``pipeline_batches.py``
 slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and the norms,
 ``pipeline_state.py`` the full state dict's gathering.
 """
@@ -38,32 +39,29 @@ slicing and padding, ``pipeline_gradients.py`` the data-parallel all-reduce and 
 from __future__ import annotations
 
 import contextlib
-import math
 from datetime import timedelta
-from typing import Any, ContextManager, Sequence
+from typing import ContextManager, Sequence
 
 import torch
 from torch import nn
 
-from trainer.optim.grad_clipping import clip_grad_values
 from trainer.runtime import distributed
 from trainer.runtime.launch import ClusterEnvironment
-from trainer.runtime.metric_sums import WeightedSums, split_step_output
+from trainer.runtime.value_checks import is_int
 from trainer.strategies.base import OwnedStep
-from trainer.strategies.pipeline_batches import batch_len, pad_batch, slice_batch
+from trainer.strategies.parallel_dims import ParallelDims
 from trainer.strategies.pipeline_build import SCHEDULES, build_stages
-from trainer.strategies.pipeline_gradients import average_over_replicas, pipeline_grad_norm, scale_gradients
-from trainer.strategies.parallel_dims import ParallelDims, check_degrees
+from trainer.strategies.pipeline_degrees import PipelineDegrees
 from trainer.strategies.pipeline_groups import build_pipeline_mesh, pipeline_dims
-from trainer.strategies.pipeline_partition import PARTITIONS, partition_layers  # noqa: F401 (tests import it here)
+from trainer.strategies.pipeline_partition import PARTITIONS
 from trainer.strategies.pipeline_state import gather_full_state_dict
-from trainer.strategies.pipeline_tp import loss_parallel_context, plain
+from trainer.strategies.pipeline_schedule_step import PipelineScheduleStep
 from trainer.strategies.weight_init import WeightInit
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
 
 
-class PipelineStrategy(OwnedStep):
+class PipelineStrategy(PipelineDegrees, PipelineScheduleStep, OwnedStep):
     """Cut the model into stages over ranks; optionally replicate the pipeline (data parallel).
 
     Args:
@@ -127,7 +125,7 @@ class PipelineStrategy(OwnedStep):
                              + ("an integer >= 1" if multi else "1 stage per rank (use interleaved_1f1b for more)"))
         if stages is not None and (not isinstance(stages, int) or stages < 1):
             raise ValueError(f"strategy.stages={stages!r} must be null or an integer >= 1")
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        if not is_int(tp) or tp < 1:
             raise ValueError(f"strategy.tp={tp!r} must be an integer >= 1 (tensor-parallel ranks per stage)")
         if not isinstance(loss_parallel, bool):
             raise ValueError(f"strategy.loss_parallel={loss_parallel!r} must be true or false")
@@ -241,72 +239,10 @@ class PipelineStrategy(OwnedStep):
         return self.dp_rank
 
     @property
-    def _stage_ranks(self) -> int:
-        """The ranks that hold one stage: its replicas x its tensor-parallel ranks."""
-        return self._data_parallel_size * self.tp
-
-    @property
     def random_stream_rank(self) -> int:
         """One random stream per tensor-parallel group (tp is the mesh's innermost dimension): its
         first rank's, so the tp ranks of a stage draw the same dropout masks on replicated activations."""
         return distributed.rank() - self.tp_rank
-
-    @property
-    def _reports(self) -> bool:
-        """Whether this rank's loss and metrics count: the tensor-parallel ranks of the last stage
-        compute the same values, and the first of them reports them (the others add zeros)."""
-        return self.tp_rank == 0
-
-    @staticmethod
-    def data_parallel_of(dp_replicate: int, dp_shard: int) -> dict[str, Any]:
-        """The ``data_parallel`` (and ``dp_replicate``) arguments for a mesh's data-parallel degrees:
-        whole stages per replica (ddp), sharded stages (fsdp), or both (hsdp)."""
-        if dp_replicate > 1 and dp_shard > 1:
-            return {"data_parallel": "hsdp", "dp_replicate": dp_replicate}
-        return {"data_parallel": "fsdp" if dp_shard > 1 else "ddp"}
-
-    @classmethod
-    def from_dims(cls, dims: Any, **options: Any) -> PipelineStrategy:
-        """The pipeline for resolved degrees (a ``ParallelDims``: ``ParallelDims.resolve(world, pp=...,
-        ...)``): ``stages=pp``, ``tp``, the replicas' ``data_parallel`` (`data_parallel_of`);
-        ``options``: the other arguments (schedule, microbatches, meta_init, loss_parallel ...). The
-        mesh it builds is ``dims``' own, rank for rank."""
-        strategy = cls(**cls._other_options(options))
-        strategy._apply_dims(dims)
-        return strategy
-
-    @classmethod
-    def from_degrees(cls, pp: int = 1, dp_replicate: int = 1, dp_shard: int = -1, cp: int = 1, tp: int = 1,
-                     **options: Any) -> PipelineStrategy:
-        """The pipeline for strategy=nd's degrees as given (one may be ``-1``, the rest of the world):
-        resolved by ``ParallelDims.resolve`` when the world size is known (``check_world_size``, before
-        any worker starts), then as `from_dims`. ``options``: the other arguments."""
-        degrees = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
-        check_degrees(degrees)
-        if cp != 1:
-            cls._refuse_cp(cp)
-        strategy = cls(**cls._other_options(options))
-        strategy._degrees = degrees
-        return strategy
-
-    @staticmethod
-    def _other_options(options: dict[str, Any]) -> dict[str, Any]:
-        given = sorted({"stages", "tp", "data_parallel", "dp_replicate"} & set(options))
-        if given:
-            raise ValueError(f"strategy.{given[0]} comes from the parallel degrees here (stages = pp, tp, the replicas "
-                             "from dp_replicate / dp_shard); leave it out")
-        return options
-
-    @staticmethod
-    def _refuse_cp(cp: int) -> None:
-        raise ValueError(f"strategy.cp={cp}: context parallel is not supported with pipeline stages; set strategy.cp=1")
-
-    def _apply_dims(self, dims: ParallelDims) -> None:
-        if dims.cp != 1:
-            self._refuse_cp(dims.cp)
-        self.stages, self.tp = dims.pp, dims.tp
-        options = self.data_parallel_of(dims.dp_replicate, dims.dp_shard)
-        self.data_parallel, self.dp_replicate = options["data_parallel"], options.get("dp_replicate")
 
     def check_module(self, module: nn.Module) -> None:
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks
@@ -349,113 +285,6 @@ class PipelineStrategy(OwnedStep):
 
         # hsdp: the 2-D replica mesh (replicate, shard); fsdp: the replicas' 1-D mesh
         fully_shard(unit, mesh=self.hsdp_mesh if self.data_parallel == "hsdp" else self.dp_mesh)
-
-    # ----- the step ---------------------------------------------------------------------------------------
-    def _loss_fn(self, output: Any, index: torch.Tensor) -> torch.Tensor:
-        """Called by the schedule on the last stage per microbatch; ``index`` = the sample positions."""
-        # The microbatch's sample positions, read from the chunk's place in ``target`` (a view of
-        # the arange ``_run`` passes): ``int(index[0])`` would be a host read per microbatch.
-        start = index.storage_offset()
-        stop = start + index.numel()
-        real = max(0, min(stop, self._real) - start)
-        if 0 < real < stop - start:  # padding inside the microbatch: the loss is the real samples' mean
-            output, stop = slice_batch(output, 0, real), start + real
-        loss, metrics = split_step_output(self._module.pipeline_loss(output, slice_batch(self._batch, start, stop)),
-                                          "pipeline_loss")
-        tokens = metrics.pop("num_tokens", None)  # a count (tokens/s, token normalisation), not a metric
-        if tokens is not None:  # a Python count stays one (no copy to the device per microbatch)
-            tokens = tokens * (real > 0) if isinstance(tokens, torch.Tensor) else (tokens if real > 0 else 0)
-        # Keyed by microbatch: the schedule's first run after a (re)start also calls the loss
-        # function once while it infers shapes; the microbatch's real call comes later and wins.
-        self._records[start] = (real, {"loss": plain(loss), **{k: plain(v) for k, v in metrics.items()}}, plain(tokens))
-        if self._scale is None:  # evaluation
-            return loss
-        if self._by_tokens:  # the token sum; the loop divides the gradients by the global token count
-            if tokens is None:
-                raise ValueError("trainer.loss_normalization=tokens needs pipeline_loss to return 'num_tokens' "
-                                 "(the micro-batch's token count) next to 'loss'")
-            # In fp64, never the loss dtype: bf16 cannot hold token counts above 256 exactly.
-            return self._scale_loss(loss.to(torch.float64) * (tokens.to(torch.float64) if isinstance(tokens, torch.Tensor)
-                                                              else float(tokens)))
-        return self._scale_loss(loss * (real * self._scale))
-
-    def _run(self, batch: Any, real: int, scale: float | None, autocast: Any) -> list:
-        # The stages exchange fixed-shape buffers: every batch is padded to data.batch_size samples.
-        size = max(self._batch_size, math.ceil(batch_len(batch) / self.microbatches) * self.microbatches)
-        batch = pad_batch(batch, size)
-        self._batch, self._real, self._scale, self._records = batch, real, scale, {}
-        target = torch.arange(size)
-        inputs = (self._module.pipeline_input(batch),) if self.is_first else ()
-        with autocast, loss_parallel_context(self.tp > 1 and self.loss_parallel):
-            if scale is None:
-                self.schedule.eval(*inputs, target=target if self.is_last else None)
-            else:
-                self.schedule.step(*inputs, target=target if self.is_last else None, return_outputs=False)
-        records, self._batch = [self._records[k] for k in sorted(self._records)], None
-        return records
-
-    def run_step(self, batch: Any, num_real: int, scale: float, sync: bool, sums: WeightedSums | None,
-                 precision: Any, by_tokens: bool = False) -> tuple[Any, list[torch.Tensor]]:
-        """Forward and backward of one of the loop's micro-batches through the pipeline. ``scale``:
-        the loop's factor per real sample (data-parallel size / global count); ``sync``: the last micro-batch
-        of the step (gradients are then averaged over the data-parallel group); ``by_tokens``:
-        backward each microbatch's token sum (trainer.loss_normalization=tokens).
-
-        Returns (this rank's token count: None if ``pipeline_loss`` reports none, a Python number
-        while it returns Python ints, else a device tensor; 0 on the stages without the loss), and
-        the microbatches' losses (detached; none on the stages without the loss). No host sync."""
-        self._scale_loss, self._by_tokens = precision.scale_loss, by_tokens
-        tokens: Any = 0
-        losses = []
-        saw_tokens = False
-        for weight, values, count in self._run(batch, num_real, scale, precision.autocast(self.device)):
-            losses.append(values["loss"].detach())
-            if count is not None:
-                saw_tokens = True
-                if self._reports:  # the loop sums the counts over the world: once per replica
-                    tokens = tokens + count
-            if sums is not None and self._reports:
-                sums.add(values, count if by_tokens else weight)
-        if self._counts_tokens is None:  # agreed once: only the last stage sees pipeline_loss's output
-            self._counts_tokens = any(distributed.all_gather_object(saw_tokens))
-        if sync and self._data_parallel_size > 1 and not self.shards_stages:  # (FSDP reduces in the schedule)
-            average_over_replicas(self.stage_parameters, self.dp_group, self._data_parallel_size)
-        return (tokens if self._counts_tokens else None), losses
-
-    def complete_metrics(self, sums: WeightedSums) -> None:
-        """Stages without the loss add zero-weight zeros under the last stage's metric names, so
-        every rank reduces the same keys (the names are agreed once)."""
-        if self._metric_names is None:
-            self._metric_names = sorted(set().union(*distributed.all_gather_object(sorted(sums.sums))))
-        for name in self._metric_names:
-            if name not in sums.sums:
-                sums.sums[name] = torch.zeros((), dtype=torch.float64, device=self.device)
-
-    def evaluate(self, batch: Any, precision: Any, num_real: int | None = None) -> list:
-        """Forward-only pipeline over a validation batch: ``[(weight, metrics)]`` on the last stage.
-        ``num_real``: samples that count (0 for the padding batches of lockstep validation)."""
-        real = batch_len(batch) if num_real is None else num_real
-        records = self._run(batch, real, None, precision.autocast(self.device))
-        return [(weight, values) for weight, values, _ in records] if self._reports else []
-
-    def after_evaluation(self, wrapped: nn.Module) -> None:
-        from torch.distributed.fsdp import FSDPModule
-
-        for stage in self.stage_modules:  # free what the evaluation forwards left gathered
-            if isinstance(stage, FSDPModule):
-                stage.reshard()
-
-    def grad_norm(self, module: nn.Module) -> torch.Tensor:
-        """The 2-norm over every stage's gradients (each element counted once over the world)."""
-        return pipeline_grad_norm(self.stage_parameters, self._stage_ranks, self.device)
-
-    def clip_grad_value(self, module: nn.Module, value: float) -> None:
-        clip_grad_values(self.stage_parameters, value)  # this rank's stages
-
-    def clip_grad_norm(self, module: nn.Module, max_norm: float) -> torch.Tensor:
-        total = self.grad_norm(module)
-        scale_gradients(self.stage_parameters, total, max_norm)
-        return total
 
     def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return gather_full_state_dict(self.local_names, self._full_order, self.dp_rank == 0 and self.tp_rank == 0)

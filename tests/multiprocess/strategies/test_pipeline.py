@@ -11,7 +11,8 @@ import torch
 
 from tests.support.helpers import BlockRegressor, fit, read_metrics
 from tests.support.same_training import assert_same_training
-from trainer.strategies.pipeline import PipelineStrategy, partition_layers
+from trainer.strategies.pipeline import PipelineStrategy
+from trainer.strategies.pipeline_partition import partition_layers
 
 pytestmark = pytest.mark.timeout(300)
 TOL = dict(rtol=1e-5, atol=1e-6)

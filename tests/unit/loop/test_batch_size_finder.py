@@ -90,7 +90,7 @@ def _local(tensor):
 def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path, caplog, strategy):
     limit_gb = 60e3 / GIB  # about 60 kB of tensors: a micro-batch of some tens of the 200 samples
     common = dict(max_steps=6, num_sanity_val_steps=0, strategy=strategy)  # fsdp: one rank, DTensor shards
-    with caplog.at_level(logging.INFO, logger="trainer.loop.rank_run"):
+    with caplog.at_level(logging.INFO, logger="trainer"):
         trainer = new_trainer(tmp_path / "auto", batch_size=2, auto_batch_size=True, auto_batch_size_limit_gb=limit_gb,
                               **common)
         auto = DropoutRegressor()
@@ -110,7 +110,7 @@ def test_run_after_the_finder_equals_a_run_started_with_the_chosen_size(tmp_path
 
 
 def test_with_a_global_batch_the_choice_divides_it_and_accumulation_keeps_it(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="trainer.loop.rank_run"):
+    with caplog.at_level(logging.INFO, logger="trainer"):
         trainer = new_trainer(tmp_path, batch_size=2, global_batch_size=48, auto_batch_size=True,
                               auto_batch_size_limit_gb=1.0, auto_batch_size_max=20, max_steps=2, num_sanity_val_steps=0)
         trainer.fit(BatchSizeReporter())
@@ -211,7 +211,7 @@ class GreedyRegressor(Regressor):
 def test_on_cuda_the_device_memory_bounds_the_choice_and_out_of_memory_is_a_miss(tmp_path, caplog):
     # Powers of two reach a size whose step cannot fit the GPU (out of memory, caught) or its budget.
     total = torch.cuda.get_device_properties(0).total_memory
-    with caplog.at_level(logging.INFO, logger="trainer.loop.rank_run"):
+    with caplog.at_level(logging.INFO, logger="trainer"):
         trainer = new_trainer(tmp_path, accelerator="cuda", batch_size=1, auto_batch_size=True, max_steps=1,
                               num_sanity_val_steps=0)
         trainer.fit(GreedyRegressor())

@@ -264,7 +264,7 @@ def test_global_step_counts_optimizer_steps_and_resumes(tmp_path, caplog):
         losses = [(r["step"], r["train/d_loss"], r["train/g_loss"]) for r in read_metrics(str(run_dir)) if "train/d_loss" in r]
         return trainer, gan, losses
 
-    with caplog.at_level(logging.WARNING, logger="trainer.loop.rank_run"):
+    with caplog.at_level(logging.WARNING, logger="trainer"):
         trainer, straight, straight_losses = fit(tmp_path / "straight", checkpoint=dict(every_n_steps=2, keep_last=None))
     assert trainer.global_step == straight.global_step == 6 and straight.seen == [(0, 2), (2, 4), (4, 6)]
     assert [step for step, *_ in straight_losses] == [1, 2, 3] and straight.estimated == 6

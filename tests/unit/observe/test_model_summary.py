@@ -45,7 +45,7 @@ def test_counts_of_a_known_model():
 
 
 def test_fit_logs_the_table_and_enable_model_summary_false_turns_it_off(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="trainer.loop.rank_run")  # in-process: pytest's handler, no train.log
+    caplog.set_level(logging.INFO, logger="trainer")  # in-process: pytest's handler, no train.log
     run_trainer(tmp_path / "on", FrozenInput(width=8, depth=2), max_steps=1)
     lines = caplog.text[caplog.text.index("model summary:"):].splitlines()
     assert any(re.match(r"1 \| blocks\s+\| ModuleList \| 176", line) for line in lines)

@@ -34,7 +34,7 @@ from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import MODES, check_enough_shards, first_sample, shard_count
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 EXHAUSTED = {"exhausted": True}  # the position of a rank's stream that has ended in this epoch
 
 

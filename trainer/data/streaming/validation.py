@@ -29,7 +29,7 @@ from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
 
-log = logging.getLogger("trainer.loop.rank_run")  # the same logger as the validation lines
+log = logging.getLogger(__name__)
 
 
 def val_length(dataset: Any, setting: Any) -> int | float:
