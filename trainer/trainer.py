@@ -19,17 +19,16 @@ from trainer.callbacks.model_checkpoint import CHECKPOINT_DEFAULT, checkpointing
 from trainer.call_launch import run_call
 from trainer.entry_points import prepare_call
 from trainer.runtime.launch import detect_environment
-from trainer.trainer_checks import check_accelerator, check_strategy_settings, devices_for, with_timer
+from trainer.trainer_checks import apply_run_limits, check_accelerator, check_strategy_settings, devices_for, with_timer
 from trainer.api.module import TrainModule
 from trainer.precision import Precision
 from trainer.api.run_state import TrainerRunState
 from trainer.api.trainer_resolved import TrainerResolvedSettings
 from trainer.api.batch_settings import BatchArguments, resolve_batch
-from trainer.loop import run_limits
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.data.streaming.protocol import MODES as STREAM_MODES
 from trainer.api.trainer_arguments import check_arguments, check_lightning_flags, profile_options
-from trainer.api.trainer_arguments import is_int as _is_int, require as _require
+from trainer.runtime.value_checks import is_int, require
 from trainer.data.user_loader import DEFAULT_BATCH_SIZE
 
 log = logging.getLogger(__name__)
@@ -297,7 +296,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             self.batch_arguments, batch_size or DEFAULT_BATCH_SIZE, bool(drop_last),
             self.strategy.data_parallel_size(self.world_size), self.world_size, num_workers or 0, bool(pin_memory),
             final=batch_size is not None)
-        if _is_int(batch_size):  # checked now, not in every worker (a null one: once fit reads the loader)
+        if is_int(batch_size):  # checked now, not in every worker (a null one: once fit reads the loader)
             self.strategy.check_batch_size(batch_size, self.world_size)
         self.max_steps = max_steps
         self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
@@ -306,7 +305,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.val_every_n_steps = val_every_n_steps
         self.seed = seed
         self.loss_normalization = loss_normalization
-        _require(stream_mode in STREAM_MODES, f"data.stream_mode={stream_mode!r}: give one of {', '.join(STREAM_MODES)} "
+        require(stream_mode in STREAM_MODES, f"data.stream_mode={stream_mode!r}: give one of {', '.join(STREAM_MODES)} "
                  "(invariant: every rank reads the whole stream; sharded: each rank its own shards)")
         self.stream_mode = stream_mode
         self.run_dir = run_dir or os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -315,7 +314,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.progress_bar = progress_bar
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
-        run_limits.apply(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
+        apply_run_limits(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
                          check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
         #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
         self.datamodule: Any = None

@@ -6,9 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from trainer.api.trainer_arguments import require
+from trainer.runtime.value_checks import require
 from trainer.callbacks import Callback, Timer
 from trainer.checkpoint.config import CheckpointConfig
+from trainer.loggers.base import DummyLogger
+from trainer.loop.run_limits import (check_epoch_interval, check_limit, check_sanity_steps, fast_dev_run_steps,
+                                     merge_val_interval, resolve_run_dir)
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy
@@ -72,3 +75,25 @@ def check_environment(env: ClusterEnvironment, strategy: Strategy, devices: int,
         f"trainer.num_nodes={num_nodes} = {world_size}; make them agree",
     )
     strategy.check_world_size(env.world_size, env.local_world_size)
+
+
+def apply_run_limits(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any, val_check_interval: Any,
+          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None) -> None:
+    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings)."""
+    check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
+    check_limit("limit_val_batches", limit_val_batches, "validation batches")
+    check_epoch_interval(check_val_every_n_epoch)
+    check_sanity_steps(num_sanity_val_steps)
+    trainer.val_every_n_steps, trainer.val_check_fraction = merge_val_interval(trainer.val_every_n_steps,
+                                                                               val_check_interval)
+    trainer.run_dir = resolve_run_dir(run_dir, default_root_dir) or trainer.run_dir
+    trainer.limit_train_batches, trainer.limit_val_batches = limit_train_batches, limit_val_batches
+    trainer.check_val_every_n_epoch = check_val_every_n_epoch
+    trainer.num_sanity_val_steps = num_sanity_val_steps
+    trainer.fast_dev_run = n = fast_dev_run_steps(fast_dev_run)
+    if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
+        log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
+        trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
+        trainer.num_sanity_val_steps, trainer.checkpoint = 0, None
+        # A logger that writes nothing in place of the chosen ones (as Lightning): self.logger still answers.
+        trainer.logger_specs = [DummyLogger()] if trainer.logger_specs else []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainer.api.trainer_arguments import is_int, require
+from trainer.runtime.value_checks import is_int, require
 
 
 @dataclass(frozen=True)

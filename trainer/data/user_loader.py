@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from trainer.api.module import TrainModule
     from trainer.trainer import Trainer
 
-log = logging.getLogger("trainer.loop.rank_run")  # the run's log lines
+log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32
 _LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_memory": False}

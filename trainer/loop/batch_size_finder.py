@@ -34,12 +34,12 @@ import torch
 
 from trainer.loop.step_limits import FitPlan, plan_fit
 from trainer.runtime.seeding import derive_seed, seeded
-from trainer.api.trainer_arguments import is_int, require
+from trainer.runtime.value_checks import is_int, require
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
 
-log = logging.getLogger("trainer.loop.rank_run")
+log = logging.getLogger(__name__)
 GIB = 2**30
 
 

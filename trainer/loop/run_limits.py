@@ -29,27 +29,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from trainer.loggers.base import DummyLogger
+from trainer.runtime.value_checks import is_int, require
 
 log = logging.getLogger(__name__)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_fraction(value: Any) -> bool:
     return isinstance(value, float) and 0.0 < value <= 1.0
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
 def check_limit(name: str, value: Any, unit: str) -> None:
     """``None``, an int >= 1 or a float in (0, 1]; else an error naming the value and what is allowed."""
-    _require(value is None or (_is_int(value) and value >= 1) or _is_fraction(value),
+    require(value is None or (is_int(value) and value >= 1) or _is_fraction(value),
              f"trainer.{name}={value!r}: give an integer >= 1 ({unit}), a float in (0, 1] (a fraction) or null (no limit)")
 
 
@@ -57,18 +48,18 @@ def fast_dev_run_steps(value: Any) -> int:
     """``fast_dev_run`` as a number of steps: True -> 1, False / 0 -> 0 (off), an int n >= 0 -> n."""
     if isinstance(value, bool):
         return int(value)
-    _require(_is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: give true, false or an integer >= 0")
+    require(is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: give true, false or an integer >= 0")
     return value
 
 
 def check_sanity_steps(value: Any) -> None:
-    _require(_is_int(value) and value >= -1,
+    require(is_int(value) and value >= -1,
              f"trainer.num_sanity_val_steps={value!r}: give an integer >= 0 (validation batches before training; "
              "0: none) or -1 (the whole validation set)")
 
 
 def check_epoch_interval(value: Any) -> None:
-    _require(value is None or (_is_int(value) and value >= 1),
+    require(value is None or (is_int(value) and value >= 1),
              f"trainer.check_val_every_n_epoch={value!r}: give an integer >= 1 or null (no validation at epoch ends)")
 
 
@@ -77,15 +68,15 @@ def merge_val_interval(val_every_n_steps: int | None, val_check_interval: Any) -
     both, different, is an error); a float is kept as a fraction of the epoch, resolved at fit."""
     if val_check_interval is None:
         return val_every_n_steps, None
-    _require((_is_int(val_check_interval) and val_check_interval >= 1) or _is_fraction(val_check_interval),
+    require((is_int(val_check_interval) and val_check_interval >= 1) or _is_fraction(val_check_interval),
              f"trainer.val_check_interval={val_check_interval!r}: give an integer >= 1 (optimizer steps, as "
              "val_every_n_steps), a float in (0, 1] (a fraction of an epoch) or null")
-    if _is_int(val_check_interval):
-        _require(val_every_n_steps in (None, val_check_interval),
+    if is_int(val_check_interval):
+        require(val_every_n_steps in (None, val_check_interval),
                  f"trainer.val_check_interval={val_check_interval} and trainer.val_every_n_steps={val_every_n_steps} "
                  "mean the same (validate every N optimizer steps) but differ: give one")
         return val_check_interval, None
-    _require(val_every_n_steps is None,
+    require(val_every_n_steps is None,
              f"trainer.val_check_interval={val_check_interval} (a fraction of an epoch) and "
              f"trainer.val_every_n_steps={val_every_n_steps} both set when to validate: give one")
     return None, val_check_interval
@@ -94,12 +85,12 @@ def merge_val_interval(val_every_n_steps: int | None, val_check_interval: Any) -
 def resolve_run_dir(run_dir: str | None, default_root_dir: str | None) -> str | None:
     """``default_root_dir`` is Lightning's name for our run directory (logs and, unless
     ``checkpoint.dir`` is set, ``checkpoints/``); giving both, different, is an error."""
-    _require(default_root_dir is None or isinstance(default_root_dir, (str, bytes)) or hasattr(default_root_dir, "__fspath__"),
+    require(default_root_dir is None or isinstance(default_root_dir, (str, bytes)) or hasattr(default_root_dir, "__fspath__"),
              f"trainer.default_root_dir={default_root_dir!r}: give a directory path or null")
     if default_root_dir is None:
         return run_dir
     default_root_dir = str(default_root_dir)
-    _require(run_dir in (None, default_root_dir),
+    require(run_dir in (None, default_root_dir),
              f"trainer.default_root_dir={default_root_dir!r} and run_dir={run_dir!r} name the same directory "
              "(where logs and checkpoints go) but differ: give one")
     return default_root_dir
@@ -135,25 +126,3 @@ def val_interval_steps(trainer: Any, steps_per_epoch: int) -> int | None:
     if trainer.val_check_fraction is None:
         return trainer.val_every_n_steps
     return fraction_of(trainer.val_check_fraction, steps_per_epoch) or None
-
-
-def apply(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any, val_check_interval: Any,
-          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None) -> None:
-    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings)."""
-    check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
-    check_limit("limit_val_batches", limit_val_batches, "validation batches")
-    check_epoch_interval(check_val_every_n_epoch)
-    check_sanity_steps(num_sanity_val_steps)
-    trainer.val_every_n_steps, trainer.val_check_fraction = merge_val_interval(trainer.val_every_n_steps,
-                                                                               val_check_interval)
-    trainer.run_dir = resolve_run_dir(run_dir, default_root_dir) or trainer.run_dir
-    trainer.limit_train_batches, trainer.limit_val_batches = limit_train_batches, limit_val_batches
-    trainer.check_val_every_n_epoch = check_val_every_n_epoch
-    trainer.num_sanity_val_steps = num_sanity_val_steps
-    trainer.fast_dev_run = n = fast_dev_run_steps(fast_dev_run)
-    if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
-        log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
-        trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
-        trainer.num_sanity_val_steps, trainer.checkpoint = 0, None
-        # A logger that writes nothing in place of the chosen ones (as Lightning): self.logger still answers.
-        trainer.logger_specs = [DummyLogger()] if trainer.logger_specs else []
