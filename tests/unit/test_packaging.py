@@ -20,20 +20,22 @@ PYPROJECT = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
 
-def _package_folders() -> set[str]:
-    """Dotted names of the folders under trainer/ that hold an ``__init__.py``."""
-    root = Path(REPO)
-    return {p.parent.relative_to(root).as_posix().replace("/", ".") for p in (root / "trainer").rglob("__init__.py")
-            if "__pycache__" not in p.parts}
+def _folders(root: Path, package: str) -> set[str]:
+    """Dotted names (``root`` as ``package``) of the folders under ``root`` with files in them or below them,
+    data-only ones too."""
+    files = [p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return {".".join((package, *folder.parts)) for path in files for folder in path.parents}
 
 
-def test_every_package_folder_is_listed_and_the_mapped_ones_too():
+def test_every_folder_is_a_listed_package_and_the_mapped_ones_too():
     mapped = SETUPTOOLS["package-dir"]
     assert mapped == {"trainer.conf": "conf", "trainer.recipes": "recipes"}
-    # A folder missing from the list would be missing from the wheel, silently.
-    assert sorted(SETUPTOOLS["packages"]) == sorted(_package_folders() | set(mapped))
+    expected = _folders(Path(REPO) / "trainer", "trainer")
     for package, folder in mapped.items():
         assert (Path(REPO) / folder / "__init__.py").is_file(), package  # regular packages: editable installs find them
+        expected |= _folders(Path(REPO) / folder, package)
+    # A folder missing from the list would be missing from the wheel, silently.
+    assert sorted(SETUPTOOLS["packages"]) == sorted(expected)
 
 
 def test_the_tree_holds_no_links():
@@ -48,8 +50,6 @@ def test_the_mapped_packages_answer_from_their_top_level_folders():
         spec = importlib.util.find_spec(package)
         assert spec is not None, f"{package} is not importable: install the checkout (pip install -e .)"
         assert [Path(p).resolve() for p in spec.submodule_search_locations] == [(Path(REPO) / folder).resolve()]
-    assert "*/*.yaml" in SETUPTOOLS["package-data"]["trainer.conf"]
-    assert not list((Path(REPO) / "conf").glob("*/*/*.yaml"))  # deeper yaml files would be left out of the wheel
 
 
 def test_the_distribution_is_meshtrainer_and_the_command_trainer():
