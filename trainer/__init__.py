@@ -14,15 +14,12 @@ The packages are layers; each imports only the layers below it (``.importlinter`
 Each package's docstring lists its files.
 """
 
-from trainer import old_import_paths
 from trainer.api.datamodule import DataModule
 from trainer.api.module import TrainModule
 from trainer.data.streaming import ShardedIterable
 from trainer.runtime.distributed import rank_zero_first
 from trainer.runtime.seeding import seed_everything
 from trainer.trainer import Trainer
-
-old_import_paths.install()
 
 __all__ = ["DataModule", "ShardedIterable", "Trainer", "TrainModule", "rank_zero_first", "seed_everything"]
 __version__ = "0.1.0"

@@ -1,8 +1,11 @@
-"""The package layers: the import contract holds, fails on an inverted import, and the loop's run
-state stays inside trainer/loop (callbacks, checkpoints and tools get public types)."""
+"""The package layers: the import contract holds (and only the top layer imports the recipes), fails on
+an inverted import, and the loop's run state stays inside trainer/loop (callbacks, checkpoints and tools
+get public types)."""
 
 from __future__ import annotations
 
+import ast
+import glob
 import importlib
 import inspect
 import os
@@ -10,15 +13,18 @@ import shutil
 import subprocess
 import sys
 import typing
-import warnings
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest's own dependency reads toml
+    import tomli as tomllib
 
 import trainer
 from trainer.api.callback import Callback
 from trainer.api.run_view import RunView
 from trainer.loop.rank_run import RankRun
-from trainer.old_import_paths import MOVED
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(trainer.__file__)))
 LINT_IMPORTS = shutil.which("lint-imports") or os.path.join(os.path.dirname(sys.executable), "lint-imports")
@@ -34,6 +40,53 @@ def test_the_import_contract_holds():
     done = _lint(REPO, REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 kept, 0 broken" in done.stdout
+
+
+def _top_layer() -> set[str]:
+    """The packages of the contract's first (top) layer, without the parentheses of an optional one."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        (contract,) = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    return {name.strip().strip("()") for name in contract["layers"][0].split(":")}
+
+
+def _importers_of(target: str, package_dir: str) -> list[str]:
+    """Files under ``package_dir`` with an import of ``target`` or of a module inside it, anywhere in the file."""
+    parent, _, child = target.rpartition(".")
+    found = []
+    for path in sorted(glob.glob(os.path.join(package_dir, "**", "*.py"), recursive=True)):
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + ([f"{parent}.{child}"] if node.module == parent and any(
+                    alias.name == child for alias in node.names) else [])
+            else:
+                continue
+            if any(name == target or name.startswith(target + ".") for name in names):
+                found.append(path)
+                break
+    return found
+
+
+def test_only_the_top_layer_imports_the_recipes():
+    """The contract cannot see trainer.recipes (the build maps the top-level recipes/ into the package):
+    the rule it would check, that no layer below the top one imports the recipes, is checked here."""
+    top = _top_layer()
+    assert "trainer.recipes" in top and "trainer.cli" in top
+    importers = _importers_of("trainer.recipes", os.path.join(REPO, "trainer"))
+    assert importers  # the scan sees the command's import of the text preparation
+    modules = [os.path.relpath(path, REPO)[:-3].replace(os.sep, ".") for path in importers]
+    below = [m for m in modules if not any(m == t or m.startswith(t + ".") for t in top)]
+    assert below == [], below
+
+
+def test_the_recipes_scan_finds_an_import_below_the_top_layer(tmp_path):
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "late.py").write_text("def f():\n    from trainer import recipes  # noqa\n")
+    (tmp_path / "runtime" / "plain.py").write_text("import trainer.recipe_book  # noqa\n")
+    assert _importers_of("trainer.recipes", str(tmp_path)) == [str(tmp_path / "runtime" / "late.py")]
 
 
 @pytest.mark.parametrize("where", ["top", "function", "type_checking"])
@@ -150,24 +203,3 @@ def test_no_function_outside_the_loop_receives_the_run(tmp_path):
     kinds = {kind for _, kind in watch.seen}
     assert {"trainer.trainer.Trainer", "tests.support.helpers.Regressor"} <= kinds
     assert not [k for k in kinds if k.startswith("trainer.loop") or "._" in k], kinds
-
-
-def test_old_module_paths_are_the_new_modules_and_warn_once():
-    name = "trainer.schedules"
-    sys.modules.pop(name, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module(name)
-        again = importlib.import_module(name)
-    assert old is again is importlib.import_module(MOVED[name])
-    moved = [w for w in caught if issubclass(w.category, FutureWarning)]
-    assert len(moved) == 1 and "trainer.optim.schedules" in str(moved[0].message)
-    # A Hydra _target_ of the old layout resolves to the same function.
-    from hydra.utils import get_method
-
-    assert get_method("trainer.schedules.warmup_cosine") is importlib.import_module("trainer.optim.schedules").warmup_cosine
-    # Every old path still imports.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        for old_name, new_name in MOVED.items():
-            assert importlib.import_module(old_name) is importlib.import_module(new_name), old_name

@@ -23,11 +23,19 @@ import pytest
 
 from tests.support.helpers import REPO
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest's own dependency reads toml
+    import tomli as tomllib
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TIMEOUT_S = 240  # per command
 #: what the wheel is built from: the repository's files that pyproject.toml packs
 SOURCES = ("pyproject.toml", "README.md", "trainer", "conf", "recipes")
+#: the distribution's name (`trainer` on the package index is another project's); it installs the package trainer
+DISTRIBUTION = "meshtrainer"
+PYPROJECT = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())
 
 
 class Venv:
@@ -55,19 +63,19 @@ class Venv:
 def venv(tmp_path_factory) -> Venv:
     root = tmp_path_factory.mktemp("wheel")
     # Built from a copy: an in-tree build would leave build/ and *.egg-info in the checkout (and an
-    # old build/ could add stale files to the wheel). The links trainer/conf and trainer/recipes
-    # are copied as links, so the copy's build follows them to its own conf/ and recipes/.
+    # old build/ could add stale files to the wheel). The build maps the copy's conf/ and recipes/
+    # into the package (pyproject's package-dir).
     source = root / "source"
     source.mkdir()
     for name in SOURCES:
         path = Path(REPO) / name
         if path.is_dir():
-            shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(path, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(root / "dist"), f"{source}/"], check=True, capture_output=True, timeout=TIMEOUT_S)
-    (wheel,) = (root / "dist").glob("trainer-*.whl")
+    (wheel,) = (root / "dist").glob(f"{DISTRIBUTION}-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=TIMEOUT_S)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "venv" / "bin" / "python"), "install",
                     "--no-deps", "-q", str(wheel)], check=True, capture_output=True, timeout=TIMEOUT_S)
@@ -79,10 +87,17 @@ def venv(tmp_path_factory) -> Venv:
 
 def _files(package: Path) -> set[str]:
     return {p.relative_to(package).as_posix() for p in package.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts} | {
-        # rglob does not enter linked folders: list the checkout's links' files under their link's name
-        f"{link.name}/{p.relative_to(link.resolve()).as_posix()}" for link in package.iterdir() if link.is_symlink()
-        for p in link.resolve().rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _checkout_files() -> set[str]:
+    """The package's files as the build maps them: trainer/'s, and each package-dir folder's under
+    its package's name (conf/ as conf/, recipes/ as recipes/)."""
+    mapped = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    files = _files(Path(REPO) / "trainer")
+    for package, folder in mapped.items():
+        files |= {f"{package.split('.', 1)[1].replace('.', '/')}/{name}" for name in _files(Path(REPO) / folder)}
+    return files
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -95,13 +110,21 @@ def _losses(run_dir: Path) -> list[float]:
 
 def test_the_installed_package_is_the_one_imported_and_holds_everything(venv):
     done = venv.run([str(venv.python), "-c", "import trainer, trainer.recipes.mlp; "
-                     "from trainer.runtime.config_dir import builtin_config_dir as d; print(trainer.__file__); print(d())"])
-    module_file, conf = done.stdout.split()
+                     "from importlib import metadata; from trainer.runtime.config_dir import builtin_config_dir as d; "
+                     "print(trainer.__file__); print(d()); print(trainer.recipes.mlp.__file__); "
+                     f"wheel = metadata.distribution({DISTRIBUTION!r}); "
+                     "print(wheel.locate_file('trainer/__init__.py')); print(wheel.version)"])
+    module_file, conf, recipe_file, distributed_file, version = done.stdout.split()
+    package = Path(module_file).parent
     assert Path(module_file).is_relative_to(venv.root / "venv"), module_file
-    # Every file of the package in the checkout (the recipes and configs through their links) is installed.
-    assert _files(Path(module_file).parent) == _files(Path(REPO) / "trainer")
-    assert sorted(p.name for p in Path(conf).iterdir() if p.is_dir()) == sorted(
-        p.name for p in (Path(REPO) / "conf").iterdir() if p.is_dir())
+    assert Path(conf) == package / "conf" and Path(recipe_file) == package / "recipes" / "mlp.py"
+    # The import package trainer is the distribution meshtrainer's.
+    assert Path(distributed_file) == Path(module_file) and version == PYPROJECT["project"]["version"]
+    # Every file of the package in the checkout (the top-level conf/ and recipes/ at their mapped names) is installed.
+    assert _files(package) == _checkout_files()
+    groups = [sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__")
+              for folder in (Path(conf), Path(REPO) / "conf")]
+    assert groups[0] == groups[1] and "strategy" in groups[0]  # every config group
     assert not Path(conf).is_symlink()  # the files themselves, not a link back into the checkout
     assert "estimate" in venv.run([str(venv.trainer), "--help"]).stdout
 

@@ -1,11 +1,10 @@
 """The ``trainer`` command (``python -m trainer``): the train job as ``train.py`` runs it, the
-subcommands, a project's own folder (its conf/ and modules), ``trainer init``, and the recipes' old
-top-level name. The installed wheel is tested in tests/multiprocess/tools/test_wheel.py."""
+subcommands, a project's own folder (its conf/ and modules) and ``trainer init``. The installed wheel
+is tested in tests/multiprocess/tools/test_wheel.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -59,12 +58,16 @@ def test_an_unknown_command_is_one_line_naming_it_and_the_commands(capsys):
     assert all(name in err for name in command.COMMANDS)
 
 
-def test_the_builtin_configs_are_found_and_their_absence_is_one_clear_error(tmp_path, monkeypatch):
+def test_the_builtin_configs_are_found_and_their_absence_is_one_clear_error(monkeypatch):
     assert (builtin_config_dir() / "config.yaml").is_file()
     assert (builtin_config_dir() / "strategy" / "ddp.yaml").is_file()
     assert builtin_config_dir().resolve() == (Path(REPO) / "conf").resolve()  # the checkout's: one source
-    monkeypatch.setattr(config_dir, "_PACKAGE", tmp_path)
-    with pytest.raises(FileNotFoundError, match=f"no config.yaml in {tmp_path / 'conf'}"):
+    monkeypatch.setattr(config_dir, "CONFIG_PACKAGE", "trainer.no_such_conf")  # installed without the configs
+    with pytest.raises(FileNotFoundError, match="no package trainer.no_such_conf"):
+        builtin_config_dir()
+    runtime = Path(config_dir.__file__).parent
+    monkeypatch.setattr(config_dir, "CONFIG_PACKAGE", "trainer.runtime")  # a package, but no config.yaml in it
+    with pytest.raises(FileNotFoundError, match=f"no config.yaml in {runtime}"):
         builtin_config_dir()
 
 
@@ -128,35 +131,3 @@ def test_init_writes_a_project_whose_experiment_builds_its_own_classes(project_d
 def test_the_projects_package_name_is_importable_and_its_own(tmp_path, folder, name):
     assert package_name(tmp_path / folder) == name
     assert name.isidentifier()
-
-
-_OLD_NAMES = """
-import warnings
-warnings.simplefilter("always")
-with warnings.catch_warnings(record=True) as caught:
-    import trainer, trainer.recipes.mlp
-    import recipes.mlp, recipes.gpt
-    from hydra.utils import get_object
-    target = get_object("recipes.cnn.DigitsCNN")
-moved = [str(w.message) for w in caught if issubclass(w.category, FutureWarning) and "recipes" in str(w.message)]
-print(recipes.mlp is trainer.recipes.mlp, target is trainer.recipes.cnn.DigitsCNN, len(moved))
-"""
-
-
-def test_old_recipes_names_are_the_new_modules_with_one_warning(tmp_path):
-    env = {**os.environ, "PYTHONPATH": REPO}  # a checkout: the top-level recipes/ is on the path too
-    done = subprocess.run([sys.executable, "-c", _OLD_NAMES], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "True", "1"]
-
-
-def test_a_users_own_recipes_package_wins_over_the_old_name(tmp_path):
-    (tmp_path / "recipes").mkdir()
-    (tmp_path / "recipes" / "__init__.py").write_text("MINE = True\n")
-    script = "import trainer, recipes; print(getattr(recipes, 'MINE', False))"
-    done = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", script], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"

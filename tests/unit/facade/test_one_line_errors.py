@@ -166,7 +166,7 @@ COSINE = {"_target_": "trainer.optim.schedules.warmup_cosine", "_partial_": True
 )
 def test_optimizer_setting_torch_refuses_is_named_before_anything_is_built(optimizer, line):
     # The module's node holds a resolved copy of ${optimizer}: the error names the group's key.
-    config = {"module": {"_target_": "recipes.mlp.MLPClassifier", "optimizer": dict(optimizer)},
+    config = {"module": {"_target_": "trainer.recipes.mlp.MLPClassifier", "optimizer": dict(optimizer)},
               "optimizer": optimizer, "scheduler": None}
     with pytest.raises(ValueError) as error:
         check_optimizer_settings(config)

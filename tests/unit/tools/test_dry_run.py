@@ -37,7 +37,7 @@ def stage0(make_llama):
     return {rank: rank_layout(make_llama, DIMS, rank) for rank in range(16)}
 
 
-#: the dim the recipe's plan splits over tp (trainer/recipes/llama.py): ColwiseParallel the output
+#: the dim the recipe's plan splits over tp (recipes/llama.py): ColwiseParallel the output
 #: rows (q, k, v, w1, w3, the vocabulary head), RowwiseParallel the input columns (wo, w2) and an
 #: embedding's vocabulary rows; the norms are sequence-parallel: whole weights on every tp rank.
 TP_DIM = {"tok_embeddings": 0, "wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0, "wo": 1, "w2": 1,
