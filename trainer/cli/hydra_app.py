@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainer.trainer_checks import check_environment
 from trainer.runtime import distributed
 from trainer.runtime import elastic
 from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra_errors_in_one_line
@@ -218,7 +219,8 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
     built: tuple[Any, Any] | None = None
     try:
         built = build(config, run_dir)
-        built[0]._check_environment(detect_environment())
+        trainer = built[0]
+        check_environment(detect_environment(), trainer.strategy, trainer.devices, trainer.num_nodes)
         built[0].strategy.check_module(built[1])  # (nd: the tensor-parallel degree and plan), in one line here
     except Exception as exc:  # reported below, after every rank said how it went
         error = exc
