@@ -155,6 +155,7 @@ class RankRun(RunParts, RunCounters):
         self.validated_at = self.saved_at = -1
         self.counts_check = FirstBatchCheck(manual=self.manual is not None)  # ranks' opt.step() counts (manual)
         self.observing = self.trace.steps is not None or self.comms.enabled  # a profiler or comms-log window is set
+        state = self.__dict__
         try:
             while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
@@ -165,15 +166,16 @@ class RankRun(RunParts, RunCounters):
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx))
                 for step_plan in steps:
-                    if limits.done(self) or self.epoch_step >= self.fit_plan.steps_per_epoch:
+                    last = limits.before_batch(self)  # None: done (also notes global_step before the batch)
+                    if last is None or self.epoch_step >= self.fit_plan.steps_per_epoch:
                         break
-                    last = limits.before_batch(self)  # (also notes global_step before the batch)
                     log_now = (self.step + 1) % self.trainer.log_every_n_steps == 0 or last
                     if self.observing:
                         self.trace.before_step(self.step + 1)
                         self.comms.before_step(self.step + 1)
-                    # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's place)
-                    self.ends_epoch = self.epoch_step + 1 == self.fit_plan.steps_per_epoch
+                    # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's
+                    # place); written past the parts' guard (RunParts.__setattr__), a call per step it need not be
+                    state["ends_epoch"] = self.epoch_step + 1 == self.fit_plan.steps_per_epoch
                     metrics = self.train_step(step_plan, batches, log_now)
                     self.step_done()
                     if self.after_step(metrics):  # log, hooks, stop, validation, checkpoint, preemption

@@ -131,9 +131,12 @@ class StepLimits:
         """Whether the run has reached its end (checked before each batch)."""
         return run.step >= self.batches or (self.manual and run.global_step >= self.max_steps)
 
-    def before_batch(self, run: RankRun) -> bool:
-        """Before a batch: whether it is the last one (a logging step). Automatic: known exactly."""
+    def before_batch(self, run: RankRun) -> bool | None:
+        """Before a batch: None when the run has reached its end (`done`), else whether the batch is
+        the last one (a logging step). Automatic: known exactly."""
         self._before = run.global_step
+        if run.step >= self.batches or (self.manual and self._before >= self.max_steps):
+            return None
         if run.step + 1 >= self.batches:
             return True
         if not self.manual:
