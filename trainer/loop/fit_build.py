@@ -4,11 +4,11 @@
    (``trainer.estimated_stepping_batches`` is known from here: ``configure_optimizers`` may read it);
 2. optimizers and schedulers (``configure_optimizers``, set up by the strategy: ZeRO-1's wrapper; the
    ``ManualStep`` under manual optimization);
-3. the checkpoint manager, then the resume, which restores into the parts built so far;
+3. the checkpoint manager, the resume (which restores into the parts built so far);
 4. the batch-size finder (``trainer.auto_batch_size``: it may choose another split of the batch);
-5. fp16's sync-free steps (after the resume: the scaler's counts), the model summary's per-rank
-   counts, the observers (throughput, the wall-clock breakdown, the profiler and comms windows), the
-   late non-finite check;
+5. fp16 steps, the summary's counts, observers, the non-finite check: fp16's sync-free steps (after
+   the resume: the scaler's counts), the model summary's per-rank counts, the observers (throughput,
+   the wall-clock breakdown, the profiler and comms windows), the late non-finite check;
 6. the training step (a ``TrainStep``, or the ManualStep's).
 """
 

@@ -5,15 +5,18 @@ The order (the docs' architecture page shows the same list):
 
 1. environment and mesh: the process group, the device, the data-parallel size and rank, the run
    directory (rank 0's, under torchrun every rank built its own Trainer);
-2. callbacks and the hook dispatcher (the module's ``configure_callbacks`` joins the Trainer's);
-3. ``prepare_data`` (once per node), then ``setup`` on every rank, under the seed every rank shares;
+2. the callbacks and the hook dispatcher (the module's ``configure_callbacks`` joins the Trainer's),
+   and what ``self.log`` collects;
+3. prepare_data, setup: ``prepare_data`` once per node, then ``setup`` on every rank, under the seed
+   every rank shares;
 4. the model: ``configure_model`` (meta init under a strategy that shards it), eager initialisation,
    precision, tensor parallel, activation checkpointing, compile, SyncBatchNorm;
 5. the data: the module's data hooks, resolved into the run's batch settings (after
    ``configure_model``: Lightning asks for the loaders after it too, and a strategy's wrap may need
    the batch size);
-6. the model summary, then the strategy's wrap (FSDP / DDP / pipeline stages; a meta build is
-   materialised unit by unit), then each rank's own random stream, then ``init_from``'s weights;
+6. summary, wrap, per-rank random streams, init_from: the model summary, the strategy's wrap (FSDP /
+   DDP / pipeline stages; a meta build is materialised unit by unit), each rank's own random stream,
+   ``init_from``'s weights;
 7. the loggers (rank 0 writes; every rank agrees on their versions), with the hyperparameters.
 
 Nothing here writes into the Trainer: the Trainer holds configuration, the parts hold the run.
@@ -70,7 +73,7 @@ def build_run(run: RankRun) -> None:
         # The objects among the hyperparameters, pickled for the checkpoints before the strategy changes the model.
         run.install(hparams_archive=HparamsArchive({"module": module, "datamodule": trainer.datamodule}))
     logged_hparams = merged_for_loggers(module, trainer.datamodule)  # every rank: a clash fails them all alike
-    # 2. what self.log collects, the callbacks and the hook dispatcher
+    # 2. the callbacks and the hook dispatcher (and what self.log collects)
     refused = "not supported under strategy=pipeline; return the metric from pipeline_loss" if strategy.owns_step else None
     module_logs = module._log_collector = LogCollector(run.device, refused, module)
     callbacks = CallbackList(trainer.callbacks, trainer, module, run.view)

@@ -3,6 +3,8 @@ the one dispatcher (trainer/loop/hooks.py)."""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
 import pytest
@@ -163,3 +165,36 @@ def test_parts_are_read_only_once_built(tmp_path, monkeypatch):
     with pytest.raises(AttributeError, match="already built"):
         run.install(optimizer=None)
     assert callable(build_run)
+
+
+def _headings(path: str) -> list[str]:
+    """The build's steps as the code names them: its ``# N. heading`` comments, without a "(...)" tail."""
+    with open(path, encoding="utf-8") as handle:
+        found = re.findall(r"^    # (\d+)\. ([^(\n]+)", handle.read(), flags=re.M)
+    assert [int(n) for n, _ in found] == list(range(1, len(found) + 1)), found
+    return [text.strip() for _, text in found]
+
+
+def _listed(text: str, count: int) -> list[str]:
+    """The first ``count`` items of the first numbered list in ``text``, backticks dropped."""
+    items = re.findall(r"^(\d+)\. (.+)$", text.replace("`", ""), flags=re.M)
+    start = next(i for i, (n, _) in enumerate(items) if n == "1")
+    return [item for _, item in items[start:start + count]]
+
+
+def test_the_documented_build_order_is_the_code_order():
+    """The architecture page and the build modules' docstrings list the steps the code takes, in its order."""
+    import trainer.loop.fit_build as fit_build
+    import trainer.loop.run_build as run_build
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "architecture.md"), encoding="utf-8") as f:
+        page = f.read()
+    page = page[page.index("## The build, in order"):]
+    fit_part = page[page.index("Then, for `fit` only"):]
+    for module, doc_text in ((run_build, page), (fit_build, fit_part)):
+        headings = _headings(module.__file__)
+        for listed_in in (module.__doc__, doc_text):
+            listed = _listed(listed_in, len(headings))
+            assert len(listed) == len(headings), (module.__name__, listed)
+            for heading, item in zip(headings, listed):
+                assert item.startswith(heading), (module.__name__, heading, item)
