@@ -138,9 +138,17 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         fast_dev_run: Lightning's: True or n runs n optimizer steps of one epoch and n validation
             batches, with no sanity pass, no checkpoints and no loggers; False / 0: off.
         limit_train_batches: Lightning's: an int counts optimizer steps (global batches) per epoch; a
-            float in (0, 1] is that fraction of the epoch's steps (None: all).
+            float in (0, 1] is that fraction of the epoch's steps (None: all; 0: fit trains nothing).
         limit_val_batches: Lightning's: an int counts global validation batches (the same samples on
-            any world size); a float in (0, 1] is that fraction of the validation samples (None: all).
+            any world size); a float in (0, 1] is that fraction of the validation samples (None: all;
+            0: no validation, no sanity pass).
+        limit_test_batches: Lightning's: the first N global test batches (a float: that fraction; 0: no pass).
+        limit_predict_batches: Lightning's: the first N global predict batches (a float: that fraction; 0: no pass).
+        overfit_batches: Lightning's: train and validate on the first N batches of each set (a float: that
+            fraction), the training data unshuffled; it wins over ``limit_train/val_batches`` (0: off).
+        min_epochs: Lightning's: a stop (EarlyStopping, ``should_stop``) waits until this many epochs finished.
+        min_steps: Lightning's: a stop waits until ``global_step`` reached this (None: no minimum).
+        detect_anomaly: ``torch.autograd.set_detect_anomaly(True)`` on every rank during each call, restored after.
         val_check_interval: Lightning's: an int is ``val_every_n_steps``; a float in (0, 1] validates
             every that fraction of an epoch's steps.
         check_val_every_n_epoch: Lightning's: also validate at the end of every N epochs (None: not
@@ -221,6 +229,12 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         fast_dev_run: bool | int = False,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
+        detect_anomaly: bool = False,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = None,
         num_sanity_val_steps: int = 2,
@@ -236,14 +250,15 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
             raise unknown_argument_error(unknown_arguments, Trainer.__init__)
         accelerator = accelerator_name(accelerator)
         progress_bar = check_lightning_flags(enable_progress_bar, progress_bar, deterministic, benchmark, inference_mode,
-                                             gradient_clip_algorithm)
+                                             gradient_clip_algorithm, detect_anomaly)
         #: Lightning's flags (trainer/runtime/torch_flags.py, trainer/loop/grad_mode.py)
         self.deterministic, self.benchmark, self.inference_mode = deterministic, benchmark, inference_mode
+        self.detect_anomaly = detect_anomaly
         self.gradient_clip_algorithm = gradient_clip_algorithm or "norm"
         #: as given (None: not given), what an overridden configure_gradient_clipping receives (Lightning's)
         self.gradient_clip_algorithm_arg = gradient_clip_algorithm
         devices = resolve_devices(devices, accelerator, detect_environment())
-        strategy = resolve_strategy_name(strategy, devices, num_nodes)
+        strategy, strategy_options = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
         precision = precision_name(precision)
         check_arguments(
@@ -273,7 +288,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.callback_metrics = self.logged_metrics
         self.callbacks = with_timer(check_callbacks(callbacks), max_time)
         check_accelerator(strategy, accelerator)
-        self.strategy = resolve_strategy(strategy, accelerator=accelerator)
+        self.strategy = resolve_strategy(strategy, accelerator=accelerator, **strategy_options)
         checkpoint, self._checkpoint_callback = checkpointing(  # Lightning's ModelCheckpoint / default checkpointing
             checkpoint, enable_checkpointing, self.callbacks, self.strategy.checkpoint_formats,
             configured=checkpoint is not CHECKPOINT_DEFAULT)
@@ -299,7 +314,6 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         if is_int(batch_size):  # checked now, not in every worker (a null one: once fit reads the loader)
             self.strategy.check_batch_size(batch_size, self.world_size)
         self.max_steps = max_steps
-        self.max_epochs = max_epochs if (max_epochs is not None or max_steps != -1) else 1
         self.gradient_clip_val = gradient_clip_val
         self.log_every_n_steps = log_every_n_steps
         self.val_every_n_steps = val_every_n_steps
@@ -315,7 +329,8 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
         self.config = config
         apply_run_limits(self, fast_dev_run, limit_train_batches, limit_val_batches, val_check_interval,
-                         check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir)
+                         check_val_every_n_epoch, num_sanity_val_steps, default_root_dir, run_dir, max_epochs,
+                         limit_test_batches, limit_predict_batches, overfit_batches, min_epochs, min_steps)
         #: the DataModule of the current (or last) call, and which entry point it is (fit ... predict)
         self.datamodule: Any = None
         self.stage: str | None = None

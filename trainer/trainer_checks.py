@@ -10,8 +10,8 @@ from trainer.runtime.value_checks import require
 from trainer.callbacks import Callback, Timer
 from trainer.checkpoint.config import CheckpointConfig
 from trainer.loggers.base import DummyLogger
-from trainer.loop.run_limits import (check_epoch_interval, check_limit, check_sanity_steps, fast_dev_run_steps,
-                                     merge_val_interval, resolve_run_dir)
+from trainer.loop.run_limits import (check_epoch_interval, check_limit, check_min_run, check_sanity_steps,
+                                     fast_dev_run_steps, merge_val_interval, overfit_limit, resolve_run_dir)
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.strategies import Strategy
@@ -78,22 +78,38 @@ def check_environment(env: ClusterEnvironment, strategy: Strategy, devices: int,
 
 
 def apply_run_limits(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, limit_val_batches: Any, val_check_interval: Any,
-          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None) -> None:
-    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings)."""
-    check_limit("limit_train_batches", limit_train_batches, "optimizer steps per epoch")
-    check_limit("limit_val_batches", limit_val_batches, "validation batches")
+          check_val_every_n_epoch: Any, num_sanity_val_steps: Any, default_root_dir: Any, run_dir: str | None,
+          max_epochs: Any = None, limit_test_batches: Any = None, limit_predict_batches: Any = None,
+          overfit_batches: Any = 0.0, min_epochs: Any = None, min_steps: Any = None) -> None:
+    """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings;
+    ``max_epochs`` as given: unset, it is 1, or ``min_epochs``, when ``max_steps`` does not bound the run)."""
+    for name, value, unit in (("limit_train_batches", limit_train_batches, "optimizer steps per epoch"),
+                              ("limit_val_batches", limit_val_batches, "validation batches"),
+                              ("limit_test_batches", limit_test_batches, "test batches"),
+                              ("limit_predict_batches", limit_predict_batches, "predict batches")):
+        check_limit(name, value, unit)
+    check_min_run(min_epochs, min_steps)
+    overfit = overfit_limit(overfit_batches)
     check_epoch_interval(check_val_every_n_epoch)
     check_sanity_steps(num_sanity_val_steps)
+    trainer.min_epochs, trainer.min_steps, trainer.overfit_batches = min_epochs, min_steps, overfit
+    if max_epochs is None and trainer.max_steps == -1:
+        max_epochs = max(1, min_epochs or 0)
+    trainer.max_epochs = max_epochs
     trainer.val_every_n_steps, trainer.val_check_fraction = merge_val_interval(trainer.val_every_n_steps,
                                                                                val_check_interval)
     trainer.run_dir = resolve_run_dir(run_dir, default_root_dir) or trainer.run_dir
     trainer.limit_train_batches, trainer.limit_val_batches = limit_train_batches, limit_val_batches
+    trainer.limit_test_batches, trainer.limit_predict_batches = limit_test_batches, limit_predict_batches
     trainer.check_val_every_n_epoch = check_val_every_n_epoch
     trainer.num_sanity_val_steps = num_sanity_val_steps
     trainer.fast_dev_run = n = fast_dev_run_steps(fast_dev_run)
     if n:  # as Lightning: n steps, n validation batches, no sanity pass, nothing written
         log.info("fast_dev_run=%d: %d step(s) of one epoch, %d validation batch(es), no checkpoints, no loggers", n, n, n)
         trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches = n, 1, n, n
+        trainer.limit_test_batches = trainer.limit_predict_batches = n
         trainer.num_sanity_val_steps, trainer.checkpoint = 0, None
         # A logger that writes nothing in place of the chosen ones (as Lightning): self.logger still answers.
         trainer.logger_specs = [DummyLogger()] if trainer.logger_specs else []
+    if overfit is not None:  # as Lightning: both passes limited to it, whatever else was given
+        trainer.limit_train_batches = trainer.limit_val_batches = overfit

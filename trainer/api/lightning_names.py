@@ -7,6 +7,10 @@
   of CUDA devices when CUDA is used (``accelerator`` "auto" or "cuda" and a GPU present), else 1.
 - ``strategy="auto"``: "single" for one process in all (devices x num_nodes == 1), else "ddp"
   (Python API; under ``train.py`` the strategy is a config group: ``strategy=single`` / ``strategy=ddp``).
+  Lightning's other data-parallel names are "ddp" (``LIGHTNING_STRATEGIES``): "ddp_spawn", "ddp_fork",
+  "ddp_notebook" (how Lightning starts its processes; here the trainer starts them itself, the training
+  is the same) and their ``_find_unused_parameters_true`` / ``_false`` forms (``DDPStrategy``'s
+  ``find_unused_parameters``); "single_device" is "single".
 - Under ``train.py``: ``trainer.precision=16-mixed`` (any name above; the ``precision`` group keeps
   our names and the loss-scaler options), ``trainer.devices=auto``.
 - ``accelerator="gpu"``: "cuda"; "mps", "tpu", "hpu" are refused (this trainer runs on cpu / cuda).
@@ -33,16 +37,8 @@ LIGHTNING_ARGUMENTS = {
     "plugins": "strategy= / precision= (a Strategy or Precision instance)",
     "val_every_n_epochs": "check_val_every_n_epoch=",
     "every_n_train_steps": "checkpoint={'every_n_steps': N}",
-    "min_epochs": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
-    "min_steps": "nothing: training runs max_steps / max_epochs (EarlyStopping stops only when asked)",
-    "limit_test_batches": "nothing: Trainer.test runs over the whole test set (exact means over every sample); "
-                          "pass a torch.utils.data.Subset of the dataset for fewer",
-    "limit_predict_batches": "nothing: Trainer.predict runs over the whole set (each sample once, in order); "
-                             "pass a torch.utils.data.Subset of the dataset for fewer",
-    "overfit_batches": "limit_train_batches= with the same data for validation",
     "reload_dataloaders_every_n_epochs": "nothing: the data hooks run once per fit",
     "use_distributed_sampler": "nothing: the trainer always spreads the samples over the ranks itself",
-    "detect_anomaly": "nonfinite_loss='error' (or torch.autograd.set_detect_anomaly yourself)",
     "barebones": "progress_bar=False, loggers=[]",
     "sync_dist": "self.log(..., sync_dist=...) in the module, not a Trainer argument",
 }
@@ -96,13 +92,29 @@ def resolve_devices(devices: Any, accelerator: str, environment: Any = None) -> 
     return 1
 
 
-def resolve_strategy_name(strategy: Any, devices: Any, num_nodes: Any) -> Any:
-    """``strategy="auto"``: "single" for one process in all, "ddp" for several."""
+def _lightning_strategies() -> dict[str, tuple[str, dict[str, Any]]]:
+    names: dict[str, tuple[str, dict[str, Any]]] = {"single_device": ("single", {})}
+    for launch in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
+        names[launch] = ("ddp", {})
+        for value in ("true", "false"):
+            names[f"{launch}_find_unused_parameters_{value}"] = ("ddp", {"find_unused_parameters": value == "true"})
+    return names
+
+
+#: Lightning's CPU strategy names -> (our name, the strategy's options).
+LIGHTNING_STRATEGIES = _lightning_strategies()
+
+
+def resolve_strategy_name(strategy: Any, devices: Any, num_nodes: Any) -> tuple[Any, dict[str, Any]]:
+    """``(strategy, options)``: "auto" is "single" for one process in all, "ddp" for several;
+    Lightning's names map to ours (``LIGHTNING_STRATEGIES``); anything else is returned as it is."""
+    if isinstance(strategy, str) and strategy in LIGHTNING_STRATEGIES:
+        return LIGHTNING_STRATEGIES[strategy]
     if strategy != "auto":
-        return strategy
+        return strategy, {}
     if isinstance(devices, int) and isinstance(num_nodes, int) and devices * num_nodes > 1:
-        return "ddp"
-    return "single"
+        return "ddp", {}
+    return "single", {}
 
 
 def unknown_argument_error(unknown: Iterable[str], function: Any, where: str = "Trainer") -> TypeError:

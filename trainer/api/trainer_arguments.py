@@ -60,7 +60,7 @@ def check_arguments(
 
 
 def check_lightning_flags(enable_progress_bar: Any, progress_bar: Any, deterministic: Any, benchmark: Any,
-                          inference_mode: Any, gradient_clip_algorithm: Any) -> Any:
+                          inference_mode: Any, gradient_clip_algorithm: Any, detect_anomaly: Any = False) -> Any:
     """Check Lightning's ``Trainer`` flags; returns ``progress_bar`` merged with ``enable_progress_bar``."""
     for name, value in (("enable_progress_bar", enable_progress_bar), ("benchmark", benchmark)):
         require(value is None or isinstance(value, bool), f"trainer.{name} must be true, false or null, got {value!r}")
@@ -69,7 +69,8 @@ def check_lightning_flags(enable_progress_bar: Any, progress_bar: Any, determini
             "same setting; give one")
     require(deterministic is None or isinstance(deterministic, bool) or deterministic == "warn",
             f"trainer.deterministic must be true, false, 'warn' or null, got {deterministic!r}")
-    require(isinstance(inference_mode, bool), f"trainer.inference_mode must be true or false, got {inference_mode!r}")
+    for name, flag in (("inference_mode", inference_mode), ("detect_anomaly", detect_anomaly)):
+        require(isinstance(flag, bool), f"trainer.{name} must be true or false, got {flag!r}")
     require(gradient_clip_algorithm in (None, "norm", "value"),
             f"trainer.gradient_clip_algorithm={gradient_clip_algorithm!r}: give 'norm' (the global 2-norm) or 'value' "
             "(each element)")

@@ -52,6 +52,7 @@ class CallbackList:
         self.view = view  # where the run stands, for the checkpoint hooks' step and epoch
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
+        self._waiting = False  # a stop was asked for before min_epochs / min_steps (logged once)
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
         self._hooks: Any = None  # the run's hook dispatcher (dispatch_with): calls the checkpoint hooks
 
@@ -82,10 +83,11 @@ class CallbackList:
     def stopping(self) -> bool:
         return self.stop is not None
 
-    def should_stop(self, step: int) -> bool:
+    def should_stop(self, step: int, may_stop: bool = True) -> bool:
         """At the end of ``step``, on every rank: whether training stops here, the same answer on
         every rank. Makes a collective only on steps where a callback's decision may differ
-        between ranks (``Callback.stop_needs_agreement``), none otherwise."""
+        between ranks (``Callback.stop_needs_agreement``), none otherwise. ``may_stop`` False
+        (``min_epochs`` / ``min_steps`` not reached): a stop asked for waits, and training goes on."""
         requested = self.stop is not None
         if self.callbacks and any(callback.stop_needs_agreement(step) for callback in self.callbacks):
             if not distributed.any_rank(requested):
@@ -95,6 +97,12 @@ class CallbackList:
             rank, (who, reason) = next((r, s) for r, s in enumerate(requests) if s is not None)
             self.stop = (who if rank == distributed.rank() else f"{who} on rank {rank}", reason)
         elif not requested:
+            return False
+        if not may_stop:
+            if not self._waiting:
+                self._waiting = True
+                log.info("%s asked to stop at step %d (%s), but trainer.min_epochs / min_steps is not reached: training "
+                         "continues", self.stop[0], step, self.stop[1])
             return False
         log.info("%s stopped training at step %d: %s", self.stop[0], step, self.stop[1])
         return True

@@ -307,13 +307,28 @@ class RunData:
                                           self.train_collate, self.train_options)
             return self.stream_plan  # type: ignore[return-value]
         stream = self._batch_stream
-        if train is not None and train.sampler is not None:
+        if train is not None and train.sampler is not None and not self._overfit_order():
             stream = SamplerStream(train.sampler, len(dataset), trainer.seed, "train", self.hooks.where["train"])
         return GlobalBatchPlan(
             len(stream) if stream is not None else len(dataset), batch.batch_size, batch.accumulate_grad_batches,
-            data_parallel_size, trainer.seed, shuffle=train is None or train.shuffle, drop_last=batch.drop_last,
+            data_parallel_size, trainer.seed, shuffle=self._train_shuffle(), drop_last=batch.drop_last,
             order=stream,
         )
+
+    def _overfit_order(self) -> bool:
+        """``overfit_batches``: the training data in dataset order (a shuffle or sampler asked for is
+        turned off, with a warning, as Lightning)."""
+        if not getattr(self.trainer, "overfit_batches", None):
+            return False
+        train = self.train
+        if train is None or train.shuffle or train.sampler is not None:
+            rank_zero_warn(log, "trainer.overfit_batches=%s: the training data is read in dataset order (its shuffling "
+                           "or sampler is turned off)", self.trainer.overfit_batches)
+        return True
+
+    def _train_shuffle(self) -> bool:
+        """The trainer's seeded permutation: a loader's ``shuffle=True`` or no loader (off when overfitting)."""
+        return (self.train is None or self.train.shuffle) and not self._overfit_order()
 
     def val_shard(self, epoch: int, rank: int, world_size: int, limit: int | None = None) -> ValidationShard:
         """Rank ``rank``'s validation batches (sample indices): every sample, or every position of a

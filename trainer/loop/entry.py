@@ -35,7 +35,7 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
     clean = False
     with live(trainer, run):
         try:
-            with torch_flags(trainer.deterministic, trainer.benchmark):  # deterministic= / benchmark=, on every rank
+            with torch_flags(trainer.deterministic, trainer.benchmark, trainer.detect_anomaly):  # on every rank
                 build_run(run)
                 if mode == "fit":
                     build_fit(run)

@@ -7,6 +7,10 @@ last one short), the same batches on any world size; rank r runs batches r, r + 
 batch's output to rank 0 and returns them as a list in batch order. Strategies whose forward is
 a collective (FSDP) run in lockstep: short ranks run extra forwards of batch 0 that count for
 nothing. The pipeline strategy is refused before any worker starts (``trainer/entry_points.py``).
+
+``limit_test_batches`` / ``limit_predict_batches`` keep the first N of these batches (a float: that
+fraction of them), so the same batches on any world size; 0 skips the pass: no data is read, no
+hook runs, ``test`` returns ``{}`` and ``predict`` None (as Lightning).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from trainer.loop.eval_modes import EvalModes
 from trainer.loop.optimizer_step import transfer_batch
 from trainer.data.user_loader import _collate, check_map_style, kept_samples, read_loader
 from trainer.loop.validation import require_validation_data
+from trainer.loop.run_limits import disables, eval_sample_limit
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
@@ -50,6 +55,9 @@ def run_evaluation(run: RankRun, mode: str) -> Any:
     load_for_evaluation(run)
     if mode == "validate":
         return run.validate()
+    if disables(getattr(run.trainer, f"limit_{mode}_batches")):
+        log.info("trainer.limit_%s_batches=0: the %s pass is skipped", mode, mode)
+        return {} if mode == "test" else None
     return run_test(run) if mode == "test" else run_predict(run)
 
 
@@ -78,7 +86,8 @@ class EvalData:
             check_map_style(self.dataset, f"{stage}_dataset()")
             # As the training data is loaded (data.batch_size, the module's collate_fn, data.* workers).
             self.batch_size, self.options, self.collate = trainer.batch_size, run.data.train_options, module.collate_fn
-            self.size = len(self.dataset)
+            self.size = eval_sample_limit(getattr(trainer, f"limit_{stage}_batches"), self.batch_size,
+                                          len(self.dataset))
             return
         #: the samples run: all, or with drop_last all but the short last batch (as one process)
         self.size = kept_samples(len(self.dataset), user.batch_size, user.drop_last, where)
@@ -90,6 +99,7 @@ class EvalData:
         # test: shuffle=True is accepted and changes nothing, the metrics being means over the whole set.
         self.batch_size, self.options = user.batch_size, user.options
         self.collate = _collate(module, user.collate_fn, where)
+        self.size = eval_sample_limit(getattr(trainer, f"limit_{stage}_batches"), self.batch_size, self.size)
 
 
 def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:

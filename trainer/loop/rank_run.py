@@ -146,6 +146,10 @@ class RankRun(RunParts, RunCounters):
         self.enter_stage("train")  # (Lightning's trainer.training: the whole fit but its evaluation passes)
         hooks.call("on_fit_start")
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was
+        if self.fit_plan.steps_per_epoch == 0:  # limit_train_batches=0 (as Lightning: no training, no validation)
+            log.info("trainer.limit_train_batches=0: no training")
+            hooks.call("on_fit_end")
+            return self.last_metrics
         hooks.call("on_train_start")
         self.progress = ProgressBar(limits.progress_total(), self.trainer.progress_bar if self.rank == 0 else False,
                                     initial=limits.progress_position(self))
@@ -157,7 +161,8 @@ class RankRun(RunParts, RunCounters):
         self.observing = self.trace.steps is not None or self.comms.enabled  # a profiler or comms-log window is set
         state = self.__dict__
         try:
-            while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step):
+            while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step,
+                                                                                                    self.min_run_done()):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
@@ -182,7 +187,7 @@ class RankRun(RunParts, RunCounters):
                         break
                 # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
                 # keeps its position, so a resumed or extended run goes on inside the epoch.
-                if self.preempted or self.callbacks.stopping or \
+                if self.preempted or (self.callbacks.stopping and self.min_run_done()) or \
                         not epoch_over(plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch):
                     break
                 self.end_epoch()
@@ -226,7 +231,13 @@ class RankRun(RunParts, RunCounters):
                     self.save_checkpoint()
                 self.preempted = True
                 return True
-        return self.callbacks.should_stop(self.step)  # the same answer on every rank
+        return self.callbacks.should_stop(self.step, self.min_run_done())  # the same answer on every rank
+
+    def min_run_done(self) -> bool:
+        """Whether a stop may end training now: ``min_epochs`` epochs finished and ``global_step`` at
+        ``min_steps`` (Lightning's; the same on every rank)."""
+        trainer = self.trainer
+        return self.epoch >= (trainer.min_epochs or 0) and self.global_step >= (trainer.min_steps or 0)
 
     def end_epoch(self) -> None:
         """A finished epoch: validation every ``check_val_every_n_epoch``, the epoch-end hooks and epoch

@@ -1,16 +1,30 @@
 """Lightning's run-length arguments, checked and resolved: ``fast_dev_run``, ``limit_train_batches``,
-``limit_val_batches``, ``val_check_interval``, ``check_val_every_n_epoch``, ``num_sanity_val_steps``
-and ``default_root_dir``.
+``limit_val_batches``, ``limit_test_batches``, ``limit_predict_batches``, ``overfit_batches``,
+``min_epochs`` / ``min_steps``, ``val_check_interval``, ``check_val_every_n_epoch``,
+``num_sanity_val_steps`` and ``default_root_dir``.
 
 Units (world-size independent):
 
 - ``limit_train_batches``: an int counts optimizer steps (global batches) per epoch; a float in
-  (0, 1] is that fraction of the epoch's steps (rounded down, at least 1).
+  (0, 1] is that fraction of the epoch's steps (rounded down, at least 1); 0 (or 0.0): ``fit``
+  trains nothing (as Lightning: the sanity pass, ``on_fit_start`` / ``on_fit_end``, no step, no
+  validation, no checkpoint).
 - ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts global validation batches (the
   validation batch size x the data-parallel ranks), i.e. the first ``n x val batch size x ranks``
   samples of the validation order, spread over the ranks: the same samples for the same global
   batch on any world size; a float in (0, 1] is that fraction of the validation samples (rounded
-  down, at least 1).
+  down, at least 1); ``limit_val_batches=0`` (or 0.0): no validation at all, no sanity pass either.
+- ``limit_test_batches`` / ``limit_predict_batches``: an int counts the first global evaluation
+  batches (dataset-order batches of the loader's batch size, the same on any world size,
+  ``trainer/loop/evaluation.py``); a float is that fraction of them (rounded down, as Lightning);
+  0: the pass is skipped (``test`` returns ``{}``, ``predict`` None, no hook runs).
+- ``overfit_batches``: Lightning's: ``limit_train_batches`` and ``limit_val_batches`` both set to it
+  (winning over them) and the training data in dataset order (no shuffling, with a warning when
+  the loader asked for it); 0: off.
+- ``min_epochs`` / ``min_steps``: a stop asked for (EarlyStopping, ``trainer.should_stop``) waits
+  until ``min_epochs`` epochs finished and ``global_step`` reached ``min_steps`` (as Lightning,
+  which logs that training continues); ``max_steps`` / ``max_epochs`` still end the run. Unset
+  ``max_epochs`` (with ``max_steps=-1``) becomes ``min_epochs`` when that is larger than 1.
 - ``val_check_interval``: an int is ``val_every_n_steps`` (optimizer steps; both given and
   different: an error); a float in (0, 1] is that fraction of an epoch's steps (rounded down, at least 1).
 - ``check_val_every_n_epoch``: also validate at the end of every N epochs (None: not at epoch ends).
@@ -39,9 +53,29 @@ def _is_fraction(value: Any) -> bool:
 
 
 def check_limit(name: str, value: Any, unit: str) -> None:
-    """``None``, an int >= 1 or a float in (0, 1]; else an error naming the value and what is allowed."""
-    require(value is None or (is_int(value) and value >= 1) or _is_fraction(value),
-             f"trainer.{name}={value!r}: give an integer >= 1 ({unit}), a float in (0, 1] (a fraction) or null (no limit)")
+    """``None``, an int >= 0 or a float in [0, 1]; else an error naming the value and what is allowed."""
+    require(value is None or (is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
+             f"trainer.{name}={value!r}: give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
+             "null (no limit)")
+
+
+def check_min_run(min_epochs: Any, min_steps: Any) -> None:
+    """``min_epochs`` / ``min_steps``: None or an int >= 0."""
+    for name, value in (("min_epochs", min_epochs), ("min_steps", min_steps)):
+        require(value is None or (is_int(value) and value >= 0),
+                f"trainer.{name}={value!r}: give an integer >= 0 or null (a stop may come at any step)")
+
+
+def overfit_limit(value: Any) -> Any:
+    """``overfit_batches`` checked: 0 / 0.0 (off) -> None, else the limit it puts on both passes."""
+    require((is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
+            f"trainer.overfit_batches={value!r}: give an integer >= 0 (global batches; 0: off) or a float in [0, 1]")
+    return value or None
+
+
+def disables(limit: Any) -> bool:
+    """Whether a ``limit_*_batches`` value turns its pass off (0 or 0.0)."""
+    return limit is not None and not isinstance(limit, bool) and limit == 0
 
 
 def fast_dev_run_steps(value: Any) -> int:
@@ -101,6 +135,8 @@ def fraction_of(limit: Any, total: int) -> int:
     of ``total`` (rounded down, at least 1), None: ``total``."""
     if limit is None:
         return total
+    if limit == 0:
+        return 0
     if isinstance(limit, float):
         return max(1, int(limit * total)) if total else 0
     return min(limit, total)
@@ -119,6 +155,16 @@ def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: i
     if isinstance(limit, float):
         return fraction_of(limit, num_samples)
     return min(limit * val_batch_size * ranks, num_samples)
+
+
+def eval_sample_limit(limit: Any, batch_size: int, num_samples: int) -> int:
+    """The samples a test / predict pass runs under ``limit``: the first ``n`` dataset-order batches
+    of ``batch_size`` (a float: that fraction of the batches, rounded down as Lightning's)."""
+    if limit is None:
+        return num_samples
+    batches = -(-num_samples // batch_size)
+    kept = int(limit * batches) if isinstance(limit, float) else min(limit, batches)
+    return min(kept * batch_size, num_samples)
 
 
 def val_interval_steps(trainer: Any, steps_per_epoch: int) -> int | None:

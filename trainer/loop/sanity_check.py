@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.loop.run_limits import disables
 from trainer.loop.validation import run_validation
 from trainer.runtime.metric_objects import MetricStates, module_metrics
 
@@ -55,9 +56,9 @@ def restore_random_states(states: dict[str, Any]) -> None:
 
 def run_sanity_check(run: RankRun) -> None:
     """Run ``num_sanity_val_steps`` validation batches (-1: all), leaving every random state as it was.
-    Skipped without validation data; a resumed run has one too (as Lightning)."""
+    Skipped without validation data or under ``limit_val_batches=0``; a resumed run has one too (as Lightning)."""
     batches = run.trainer.num_sanity_val_steps
-    if batches == 0 or run.val_set is None:
+    if batches == 0 or run.val_set is None or disables(run.trainer.limit_val_batches):
         return
     with run.stage("sanity_check", sanity=True):  # (for its hooks too)
         _sanity_pass(run, batches)

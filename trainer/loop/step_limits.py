@@ -77,6 +77,8 @@ class StepLimits:
     def __init__(self, trainer: Any, steps_per_epoch: int, manual: bool):
         self.manual = manual
         epoch_limit = steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
+        if steps_per_epoch == 0:  # limit_train_batches=0: fit trains nothing (not endless empty epochs)
+            epoch_limit = 0
         self.max_steps = trainer.max_steps if trainer.max_steps > 0 else math.inf  # global_step units
         # Batches: under automatic optimization max_steps is a batch count too.
         self.batches = epoch_limit if manual else min(epoch_limit, self.max_steps)

@@ -31,9 +31,9 @@ def epoch_length(trainer: Any, plan: Any) -> tuple[int | float, int | None]:
         steps = train_steps_per_epoch(trainer, plan.steps_per_epoch)
         return steps, val_interval_steps(trainer, steps)
     estimate, limit = plan.estimated_steps, trainer.limit_train_batches
-    if isinstance(limit, float) and estimate is None:
+    if isinstance(limit, float) and limit and estimate is None:
         raise _no_length("trainer.limit_train_batches", limit)
-    cap = fraction_of(limit, estimate) if isinstance(limit, float) else (limit or math.inf)
+    cap = fraction_of(limit, estimate) if isinstance(limit, float) else (math.inf if limit is None else limit)
     if trainer.val_check_fraction is None:
         return cap, trainer.val_every_n_steps
     if estimate is None:

@@ -18,7 +18,7 @@ from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.rank_logging import rank_zero_warn
-from trainer.loop.run_limits import val_sample_limit
+from trainer.loop.run_limits import disables, val_sample_limit
 from trainer.loop.stream_limits import is_stream
 from trainer.data.streaming.validation import val_length
 from trainer.loop.eval_modes import EvalModes
@@ -56,7 +56,7 @@ def run_validation(run: RankRun, sanity_batches: int | None = None) -> dict[str,
     ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
     batches (-1: all), the hooks called as in any pass, nothing reduced or logged. The whole pass, its
     hooks included, runs under the evaluation grad mode (``inference_mode``), as Lightning's."""
-    if run.val_set is None:
+    if run.val_set is None or disables(run.trainer.limit_val_batches):  # (limit_val_batches=0: no validation)
         return {}
     with run.stage("validate" if sanity_batches is None else "sanity_check"), evaluation_grad_mode(run):
         return _validation_pass(run, sanity_batches)
