@@ -62,8 +62,8 @@ def test_hydra_takes_the_same_names(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["trainer.precision=15"], "trainer.precision=15 is not a precision; allowed: '32', '32-true', 32"),
-    (["trainer.limit_val_batches=-1"], "trainer.limit_val_batches=-1: give an integer >= 1"),
-    (["trainer.limit_train_batches=1.5"], "trainer.limit_train_batches=1.5: give an integer >= 1"),
+    (["trainer.limit_val_batches=-1"], "trainer.limit_val_batches=-1: give an integer >= 0"),
+    (["trainer.limit_train_batches=1.5"], "trainer.limit_train_batches=1.5: give an integer >= 0"),
     (["trainer.val_check_interval=3"], "trainer.val_check_interval=3 and trainer.val_every_n_steps=50 mean the same"),
     (["trainer.num_sanity_val_steps=-2"], "trainer.num_sanity_val_steps=-2: give an integer >= 0"),
     (["trainer.fast_dev_run=-1"], "trainer.fast_dev_run=-1: give true, false or an integer >= 0"),
@@ -106,7 +106,7 @@ def test_cli_takes_lightning_names_and_refuses_a_bad_value_before_spawning(tmp_p
     bad = subprocess.run([*base, f"hydra.run.dir={tmp_path / 'bad'}", "strategy=ddp", "trainer.devices=2",
                           "trainer.limit_val_batches=-1"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
-    assert bad.stderr.strip().splitlines()[-1].startswith("error: trainer.limit_val_batches=-1: give an integer >= 1")
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: trainer.limit_val_batches=-1: give an integer >= 0")
     assert "rank 1" not in bad.stderr  # refused before any worker started
 
 
