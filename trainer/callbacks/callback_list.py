@@ -4,7 +4,7 @@ across ranks, and gathers their checkpoint state."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from trainer.runtime import distributed
 from trainer.api.callback import Callback
@@ -83,11 +83,12 @@ class CallbackList:
     def stopping(self) -> bool:
         return self.stop is not None
 
-    def should_stop(self, step: int, may_stop: bool = True) -> bool:
+    def should_stop(self, step: int, may_stop: Callable[[], bool] | None = None) -> bool:
         """At the end of ``step``, on every rank: whether training stops here, the same answer on
         every rank. Makes a collective only on steps where a callback's decision may differ
-        between ranks (``Callback.stop_needs_agreement``), none otherwise. ``may_stop`` False
-        (``min_epochs`` / ``min_steps`` not reached): a stop asked for waits, and training goes on."""
+        between ranks (``Callback.stop_needs_agreement``), none otherwise. ``may_stop()`` False
+        (``min_epochs`` / ``min_steps`` not reached; asked only once a stop was requested): a stop asked
+        for waits, and training goes on."""
         requested = self.stop is not None
         if self.callbacks and any(callback.stop_needs_agreement(step) for callback in self.callbacks):
             if not distributed.any_rank(requested):
@@ -98,7 +99,7 @@ class CallbackList:
             self.stop = (who if rank == distributed.rank() else f"{who} on rank {rank}", reason)
         elif not requested:
             return False
-        if not may_stop:
+        if may_stop is not None and not may_stop():
             if not self._waiting:
                 self._waiting = True
                 log.info("%s asked to stop at step %d (%s), but trainer.min_epochs / min_steps is not reached: training "

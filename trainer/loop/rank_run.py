@@ -161,8 +161,8 @@ class RankRun(RunParts, RunCounters):
         self.observing = self.trace.steps is not None or self.comms.enabled  # a profiler or comms-log window is set
         state = self.__dict__
         try:
-            while not limits.done(self) and not self.preempted and not self.callbacks.should_stop(self.step,
-                                                                                                    self.min_run_done()):
+            while not limits.done(self) and not self.preempted and \
+                    not self.callbacks.should_stop(self.step, self.min_run_done):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
@@ -231,7 +231,7 @@ class RankRun(RunParts, RunCounters):
                     self.save_checkpoint()
                 self.preempted = True
                 return True
-        return self.callbacks.should_stop(self.step, self.min_run_done())  # the same answer on every rank
+        return self.callbacks.should_stop(self.step, self.min_run_done)  # the same answer on every rank
 
     def min_run_done(self) -> bool:
         """Whether a stop may end training now: ``min_epochs`` epochs finished and ``global_step`` at
