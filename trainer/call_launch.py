@@ -22,16 +22,21 @@ def run_call(trainer: Trainer, mode: str, module: TrainModule, verbose: bool = F
     returns (validate / test: the metrics, printed as a table with ``verbose``)."""
     env = detect_environment()
     check_environment(env, trainer.strategy, trainer.devices, trainer.num_nodes)
-    if env.launcher == "none" and trainer.world_size > 1:
-        settle_versions(trainer.logger_specs)  # the caller's logger objects name the folders the workers write
-        spawn(_run_spawned, (trainer, module, mode), nprocs=trainer.devices, timeout=trainer.collective_timeout)
-        result = read_result_file(trainer.run_dir)
-        if mode == "fit":
-            deliver_weights(module, result.state_dict, trainer.run_dir)
-        module._trainer = trainer  # as after an in-process run: module.global_step ... read this trainer
-    else:
-        result = _run_here(trainer, module, mode, env)
+    try:
+        if env.launcher == "none" and trainer.world_size > 1:
+            settle_versions(trainer.logger_specs)  # the caller's logger objects name the folders the workers write
+            spawn(_run_spawned, (trainer, module, mode), nprocs=trainer.devices, timeout=trainer.collective_timeout)
+            result = read_result_file(trainer.run_dir)
+            if mode == "fit":
+                deliver_weights(module, result.state_dict, trainer.run_dir)
+            module._trainer = trainer  # as after an in-process run: module.global_step ... read this trainer
+        else:
+            result = _run_here(trainer, module, mode, env)
+    except BaseException:
+        trainer._status = "interrupted"  # trainer.state.status, as Lightning's after a call that raised
+        raise
     _store_result(trainer, result, module, mode)
+    trainer._status = "finished"
     if mode in ("validate", "test"):
         print_metrics_table(result.returned, mode, verbose)
     return result.returned

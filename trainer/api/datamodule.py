@@ -129,7 +129,23 @@ class DataModule(HyperparametersMixin):
 
 
 def _overrides(obj: Any, base: type, name: str) -> bool:
+    if _unset(obj, name):
+        return False
     return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+def _unset(obj: Any, name: str) -> bool:
+    """Whether the hook ``name`` was set to None on the object (Lightning's way to say "not defined":
+    ``model.val_dataloader = None``)."""
+    return name in getattr(obj, "__dict__", {}) and obj.__dict__[name] is None
+
+
+def _hook(owner: Any, name: str, module_base: type) -> Any:
+    """The data hook ``name`` of ``owner``; the base class's (no data) where it was set to None
+    (``module_base``: the module's base class, TrainModule)."""
+    if not _unset(owner, name):
+        return getattr(owner, name)
+    return getattr(DataModule if isinstance(owner, DataModule) else module_base, name).__get__(owner)
 
 
 class GivenLoader:
@@ -174,7 +190,7 @@ class DataHooks:
                 shadowed += [f"{type(module).__name__}.{name}()" for name in names if _overrides(module, TrainModule, name)]
             self.source[stage] = owner
             for name in names:
-                setattr(self, name, getattr(owner, name))
+                setattr(self, name, _hook(owner, name, TrainModule))
         if shadowed:
             rank_zero_warn(log, "%s not called: the datamodule %s gives that data (the datamodule's hooks win)",
                            ", ".join(shadowed), type(datamodule).__name__)

@@ -19,10 +19,23 @@ from trainer.runtime import distributed
 
 
 class TrainerState(NamedTuple):
-    """``trainer.state``: the call (``fn``) and what runs now in it (``stage``), Lightning's values as strings."""
+    """``trainer.state``: the call (``fn``), what runs now in it (``stage``) and where the call stands
+    (``status``: "initializing" before the first call, "running", "finished", or "interrupted" when it
+    raised), Lightning's values as strings."""
 
     fn: str | None
     stage: str | None
+    status: str = "initializing"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the last call finished without an error."""
+        return self.status == "finished"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the last call is over (finished or interrupted)."""
+        return self.status in ("finished", "interrupted")
 
 
 class RankProperties:
@@ -101,9 +114,12 @@ class TrainerRunState(RankProperties):
     @property
     def state(self) -> TrainerState:
         """Lightning's ``trainer.state``: ``fn`` (the call: "fit", "validate", "test", "predict") and
-        ``stage`` (what runs now: "train", "sanity_check", "validate", "test", "predict"; None outside a call)."""
+        ``stage`` (what runs now: "train", "sanity_check", "validate", "test", "predict"; None outside a call)
+        and ``status`` ("running" during a call; after it "finished", or "interrupted" when it raised)."""
         view = self._run_view
-        return TrainerState(getattr(self, "stage", None), view.running_stage if view is not None else None)
+        if view is not None:
+            return TrainerState(getattr(self, "stage", None), view.running_stage, "running")
+        return TrainerState(getattr(self, "stage", None), None, self.__dict__.get("_status", "initializing"))
 
     @property
     def num_training_batches(self) -> int | float:

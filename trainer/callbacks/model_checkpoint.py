@@ -28,7 +28,7 @@ class ModelCheckpoint(Callback):
     """Lightning's ModelCheckpoint with Lightning's meaning, mapped onto ``CheckpointConfig``.
 
     Args:
-        dirpath: where checkpoints go (None: ``<run_dir>/checkpoints``).
+        dirpath: where checkpoints go (None: ``<run_dir>/checkpoints``; ``~`` is the home directory).
         filename: accepted with a warning: checkpoints here are folders named ``step-<n>``.
         monitor: the logged metric that ranks checkpoints (None: none is ranked).
         mode: "min" (the lowest ``monitor`` is best) or "max".
@@ -84,7 +84,7 @@ class ModelCheckpoint(Callback):
             log.warning("ModelCheckpoint: ignoring %s", "; ".join(notes))
         if every_n_train_steps is None and every_n_epochs is None:
             every_n_epochs = 1  # Lightning's default trigger
-        self.dirpath_given = os.fspath(dirpath) if dirpath is not None else None
+        self.dirpath_given = os.path.expanduser(os.fspath(dirpath)) if dirpath is not None else None  # "~/..." as Lightning
         self.filename, self.verbose = filename, verbose
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
         self.every_n_epochs, self.every_n_train_steps = every_n_epochs or None, every_n_train_steps or None

@@ -11,15 +11,21 @@ Every name is this trainer's own implementation of what Lightning's means: ``Lig
 ``utilities/`` (with ``types.py``, ``imports.py``, ``rank_zero.py``), ``core/optimizer.py``
 (``LightningOptimizer``) and ``fabric/utilities/imports.py``. ``trainer.lightning.pytorch`` is this
 module again (``L.pytorch.callbacks...``). A Lightning name this trainer does not have is an
-ImportError that says what to use (``_missing.py``), never a stand-in.
+ImportError that says what to use (``_missing.py``), never a stand-in; so is a Lightning module it
+does not have (``trainer.lightning.tuner``). Importing it sets ``lightning_utilities``' rank as
+importing Lightning does (``utilities/rank_zero.py``).
 """
 
 from trainer.api.callback import Callback
 from trainer.lightning import callbacks, core, fabric, loggers, utilities
-from trainer.lightning._missing import missing_names
+from trainer.lightning._missing import install_missing_module_finder, missing_names
 from trainer.lightning.core import LightningDataModule, LightningModule
 from trainer.lightning.seed import seed_everything
 from trainer.lightning.trainer import Trainer
+from trainer.lightning.utilities.rank_zero import share_rank_with_lightning_utilities
+
+install_missing_module_finder()  # a Lightning module this trainer lacks: an ImportError saying what to use
+share_rank_with_lightning_utilities()  # as importing Lightning does
 
 __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "seed_everything",
            "callbacks", "core", "fabric", "loggers", "pytorch", "utilities"]

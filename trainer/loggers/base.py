@@ -89,7 +89,8 @@ class Logger:
         """Lightning's flush hook (default: nothing; every backend here flushes as it writes)."""
 
     def finalize(self, status: str = "success") -> None:
-        """Flush and close (default: nothing to do)."""
+        """Flush and close at the end of the run (default: nothing to do); ``status``: "success", or "failed"
+        when the run raised (Lightning's values)."""
 
 
 class DummyLogger(Logger):

@@ -76,5 +76,7 @@ def _report(run: RankRun, env: ClusterEnvironment, error: BaseException) -> None
             log.exception("rank %d: an on_exception hook failed", env.rank)
     if isinstance(error, CheckpointError):  # it names the file; a traceback would say nothing more
         log.error("rank %d failed: %s", env.rank, error)
+    elif isinstance(error, KeyboardInterrupt):  # the user's stop, not a failure: no traceback
+        log.warning("rank %d interrupted (KeyboardInterrupt): the run was shut down", env.rank)
     elif env.launcher != "spawned":  # spawned: the launcher shows the first failure once (launch.spawn)
         log.exception("rank %d failed", env.rank)

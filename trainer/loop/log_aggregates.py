@@ -88,6 +88,7 @@ def checked_value(name: str, value: Any) -> Any:
     if isinstance(value, numbers.Real):
         return float(value)
     if is_metric_collection(value):
-        raise TypeError(f"self.log({name!r}, ...): the value is a MetricCollection; log it with self.log_dict")
-    raise TypeError(f"self.log({name!r}, ...): the value is a {type(value).__name__}; log a Python number, a "
+        raise ValueError(f"self.log({name!r}, ...): the value is a MetricCollection; log it with self.log_dict")
+    # (a ValueError, as Lightning's for a value it cannot log)
+    raise ValueError(f"self.log({name!r}, ...): the value is a {type(value).__name__}; log a Python number, a "
                     "one-element tensor or a torchmetrics Metric")

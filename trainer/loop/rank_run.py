@@ -325,5 +325,5 @@ class RankRun(RunParts, RunCounters):
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
         for logger in self.loggers:
-            logger.finalize()
+            logger.finalize("success" if clean else "failed")  # Lightning's status argument
         self.strategy.teardown(clean)

@@ -1,6 +1,7 @@
 """Lightning's ``lightning.pytorch.callbacks``: ``Callback``, and with Lightning's arguments
 ``EarlyStopping`` (``early_stopping.py``), ``LearningRateMonitor`` (``lr_monitor.py``), ``Timer``
-(``timer.py``), ``ModelCheckpoint`` (``model_checkpoint.py``), ``TQDMProgressBar`` (``progress.py``); the
+(``timer.py``), ``ModelCheckpoint`` (``model_checkpoint.py``), ``TQDMProgressBar`` (``progress.py``),
+``BasePredictionWriter`` (``prediction_writer.py``); the
 modules are named as Lightning's. The other Lightning callbacks are an ImportError saying what to use."""
 
 from trainer.api.callback import Callback
@@ -8,13 +9,13 @@ from trainer.lightning._missing import missing_names
 from trainer.lightning.callbacks.early_stopping import EarlyStopping
 from trainer.lightning.callbacks.lr_monitor import LearningRateMonitor
 from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
+from trainer.lightning.callbacks.prediction_writer import BasePredictionWriter
 from trainer.lightning.callbacks.progress import TQDMProgressBar
 from trainer.lightning.callbacks.timer import Timer
 
 _MISSING = {
     "BackboneFinetuning": "a Callback of your own that freezes / unfreezes parameters (requires_grad_)",
     "BaseFinetuning": "a Callback of your own that freezes / unfreezes parameters (requires_grad_)",
-    "BasePredictionWriter": "the list Trainer.predict returns (in dataset order), written by your own code",
     "BatchSizeFinder": "Trainer(auto_batch_size=True, ...) (trainer/loop/batch_size_finder.py)",
     "Checkpoint": "trainer.lightning.callbacks.ModelCheckpoint",
     "DeviceStatsMonitor": "Trainer(profile={'wall_clock_breakdown': True}) and the perf/ metrics the trainer logs",
@@ -35,6 +36,6 @@ _MISSING = {
     "WeightAveraging": "torch.optim.swa_utils.AveragedModel in a Callback of your own",
 }
 
-__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "TQDMProgressBar", "Timer"]
+__all__ = ["BasePredictionWriter", "Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "TQDMProgressBar", "Timer"]
 
 __getattr__ = missing_names(__name__, _MISSING)

@@ -66,3 +66,16 @@ def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs:
     """A ``DeprecationWarning`` on rank 0."""
     kwargs.setdefault("category", DeprecationWarning)
     rank_zero_warn(message, stacklevel=stacklevel, **kwargs)
+
+
+def share_rank_with_lightning_utilities() -> None:
+    """Set ``lightning_utilities``' ``rank_zero_only.rank`` as importing Lightning does (when that
+    library is installed and the rank is not set yet): programs written for Lightning use its
+    rank-zero helpers directly (lightning-hydra-template's ``RankedLogger``), and they refuse to run
+    until the rank is set."""
+    try:
+        from lightning_utilities.core.rank_zero import rank_zero_only as shared
+    except ImportError:  # not installed: nothing to share the rank with
+        return
+    if getattr(shared, "rank", None) is None:
+        shared.rank = _global_rank()

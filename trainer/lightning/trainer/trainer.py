@@ -8,7 +8,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
   and the workers as the Trainer's seed does;
 
 and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics (one
-per dataloader in Lightning; here there is one), ``fit`` returns None.
+per dataloader in Lightning; here there is one), ``fit`` returns None; and Lightning's answer to a
+KeyboardInterrupt during a call: the run shuts down (``on_exception`` hooks, loggers finalized with
+"failed", ``trainer.state.status == "interrupted"``), then ``SystemExit(1)``.
 
 Everything else, and every argument given, is `trainer.Trainer`'s (keyword arguments, as
 Lightning's ``Trainer``)."""
@@ -16,7 +18,9 @@ Lightning's ``Trainer``)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
+
+from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
 
@@ -50,15 +54,29 @@ class Trainer(_Trainer):
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
         """`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
-        super().fit(*args, **kwargs)
+        _exit_on_interrupt(lambda: super(Trainer, self).fit(*args, **kwargs))
 
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(super().validate(*args, **kwargs))
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **kwargs)))
 
     def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(super().test(*args, **kwargs))
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **kwargs)))
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """`trainer.Trainer.predict` (a KeyboardInterrupt exits as under Lightning)."""
+        return _exit_on_interrupt(lambda: super(Trainer, self).predict(*args, **kwargs))
+
+
+def _exit_on_interrupt(call: Callable[[], Any]) -> Any:
+    """``call()``; a KeyboardInterrupt during it (the run already shut down: the on_exception hooks ran,
+    the loggers were finalized with "failed") becomes Lightning's ``SystemExit(1)``."""
+    try:
+        return call()
+    except KeyboardInterrupt as interrupt:
+        rank_zero_info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
+        raise SystemExit(1) from interrupt
 
 
 def _as_list(metrics: dict[str, float] | None) -> list[dict[str, float]] | None:
