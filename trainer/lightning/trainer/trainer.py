@@ -58,11 +58,13 @@ class Trainer(_Trainer):
 
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **kwargs)))
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **kwargs)),
+                        skipped=self.limit_val_batches == 0)
 
     def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **kwargs)))
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **kwargs)),
+                        skipped=self.limit_test_batches == 0)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         """`trainer.Trainer.predict` (a KeyboardInterrupt exits as under Lightning)."""
@@ -79,5 +81,8 @@ def _exit_on_interrupt(call: Callable[[], Any]) -> Any:
         raise SystemExit(1) from interrupt
 
 
-def _as_list(metrics: dict[str, float] | None) -> list[dict[str, float]] | None:
-    return None if metrics is None else [metrics]
+def _as_list(metrics: dict[str, float] | None, skipped: bool = False) -> list[dict[str, float]] | None:
+    """Lightning's list of one metrics dict per loader; ``[]`` for a pass a zero limit skipped."""
+    if metrics is None:
+        return None
+    return [] if skipped else [metrics]
