@@ -314,5 +314,5 @@ class RankRun(RunParts, RunCounters):
         if self.checkpoints is not None:
             self.checkpoints.close(clean)
         for logger in self.loggers:
-            logger.finalize()
+            logger.finalize("success" if clean else "failed")
         self.strategy.teardown(clean)
