@@ -60,7 +60,7 @@ def stop_group(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
     try:
