@@ -14,6 +14,8 @@ name             class                               writes
                                                      hparams.yaml
 ``tensorboard``  `TensorBoardLogger`          ``<run_dir>/events.out.tfevents.*``
 ``wandb``        `WandbLogger`                ``<run_dir>/wandb/``, one run per job
+``mlflow``       `MLFlowLogger`               an MLflow tracking server or local store, one
+                                                     run per job (id in ``<run_dir>/mlflow_run_id``)
 ===============  ==================================  =========================================
 
 Lightning's constructors work too (``TensorBoardLogger(save_dir, name="lightning_logs", version=None)``,
@@ -24,7 +26,8 @@ holds the run's logger objects; only rank 0's write (elsewhere ``experiment`` is
 
 Files: ``base.py`` (the ``Logger`` interface, ``DummyExperiment``), ``versions.py`` (Lightning's version folders), ``registry.py`` (names -> backends; the accepted forms
 of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,
-``tensorboard_logger.py``, ``wandb_logger.py``), ``hparams_file.py`` (``hparams.yaml`` of the file
+``tensorboard_logger.py``, ``wandb_logger.py``, ``mlflow_logger.py``; ``mlflow_store.py``: where an
+MLflow run is kept and what it holds), ``hparams_file.py`` (``hparams.yaml`` of the file
 loggers), ``redact.py`` (secrets kept out of everything a logger writes), ``resume_history.py`` (on
 resume, every logger back at the checkpoint: nothing after it twice, nothing before it missing, filled
 from metrics.jsonl), ``wandb_history.py`` (the steps a W&B run's files hold).
@@ -33,6 +36,7 @@ from metrics.jsonl), ``wandb_history.py`` (the steps a W&B run's files hold).
 from trainer.loggers.base import Logger
 from trainer.loggers.csv_logger import CSVLogger
 from trainer.loggers.jsonl_logger import JSONLLogger
+from trainer.loggers.mlflow_logger import MLFlowLogger
 from trainer.runtime.redact import redact_secrets
 from trainer.loggers.base import DummyExperiment, DummyLogger
 from trainer.loggers.registry import (
@@ -52,6 +56,7 @@ __all__ = [
     "JSONLLogger",
     "Logger",
     "LoggerSpec",
+    "MLFlowLogger",
     "TensorBoardLogger",
     "WandbLogger",
     "adopt_run_id",

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Union
 from trainer.loggers.base import Logger
 from trainer.loggers.csv_logger import CSVLogger
 from trainer.loggers.jsonl_logger import JSONLLogger
+from trainer.loggers.mlflow_logger import MLFlowLogger
 from trainer.loggers.tensorboard_logger import TensorBoardLogger
 from trainer.loggers.wandb_logger import WandbLogger
 
@@ -18,6 +19,7 @@ LOGGERS: dict[str, type[Logger]] = {
     "tensorboard": TensorBoardLogger,
     "csv": CSVLogger,
     "wandb": WandbLogger,
+    "mlflow": MLFlowLogger,
 }
 
 #: What ``Trainer()`` writes with when no logger is chosen (and with Lightning's ``logger=True``).

@@ -34,9 +34,10 @@ def resume_loggers(loggers: Iterable[Any], step: int, logged_rows: int | None, c
     the count: the rows up to ``step`` are kept then). ``checkpoint_run_dir``: the run directory the
     checkpoint belongs to, when it is not the loggers' (a job resumed into a new run directory): the
     files there are left as they are; the new directory's files keep nothing after ``step``, and the
-    W&B run (the one dashboard both directories share) is filled from the checkpoint's run's metrics.jsonl."""
+    W&B and MLflow runs (the dashboards both directories share) are filled from the checkpoint's run's metrics.jsonl."""
     from trainer.loggers.csv_logger import CSVLogger
     from trainer.loggers.jsonl_logger import JSONLLogger
+    from trainer.loggers.mlflow_logger import MLFlowLogger
     from trainer.loggers.wandb_logger import WandbLogger
 
     loggers = list(loggers)
@@ -59,7 +60,7 @@ def resume_loggers(loggers: Iterable[Any], step: int, logged_rows: int | None, c
         log.warning("resumed at step %d without a jsonl or csv logger: TensorBoard and W&B may lack steps before it "
                     "that they had not written out when the run stopped (add the jsonl logger to fill them)", step)
     for logger in loggers:
-        if checkpoint_run_dir is not None and isinstance(logger, WandbLogger):
+        if checkpoint_run_dir is not None and isinstance(logger, (WandbLogger, MLFlowLogger)):
             logger.resume_at(step, earlier_history, None, earlier_run_dir=checkpoint_run_dir)
         elif logger is not jsonl and hasattr(logger, "resume_at"):
             logger.resume_at(step, history, dropped_from)

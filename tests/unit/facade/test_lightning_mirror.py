@@ -58,6 +58,7 @@ def test_every_public_lightning_name_imports_or_says_what_to_use(lightning_name)
     "trainer.lightning.callbacks.lr_monitor:LearningRateMonitor", "trainer.lightning.callbacks.progress:TQDMProgressBar",
     "trainer.lightning.loggers.tensorboard:TensorBoardLogger", "trainer.lightning.loggers.wandb:WandbLogger",
     "trainer.lightning.loggers.csv_logs:CSVLogger", "trainer.lightning.loggers.logger:Logger",
+    "trainer.lightning.loggers.mlflow:MLFlowLogger",
     "trainer.lightning.core.module:LightningModule", "trainer.lightning.core.datamodule:LightningDataModule",
     "trainer.lightning.utilities.rank_zero:rank_zero_only", "trainer.lightning.utilities.grads:grad_norm",
     "trainer.lightning.fabric.utilities.seed:seed_everything", "trainer.lightning.fabric.utilities.rank_zero:rank_zero_info",

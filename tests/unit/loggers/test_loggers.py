@@ -224,7 +224,7 @@ def test_logger_choices_in_every_form(tmp_path):
 @pytest.mark.parametrize(
     "loggers, match",
     [
-        (["jsonl", "tensorbord"], r"unknown logger 'tensorbord'; available: csv, jsonl, tensorboard, wandb"),
+        (["jsonl", "tensorbord"], r"unknown logger 'tensorbord'; available: csv, jsonl, mlflow, tensorboard, wandb"),
         ({"csv": {"file": "x.csv"}}, r"logger 'csv' has no option\(s\) \['file'\]; its options: filename"),
         ({"wandb": {"mode": "onlin"}}, r"logger.wandb.mode='onlin' is not one of"),
         (["csv", {"csv": {"filename": "b.csv"}}], r"\['csv'\] selected more than once"),
