@@ -196,8 +196,11 @@ def test_settings_that_need_the_epoch_length_are_errors_without_len(tmp_path):
         new_trainer(tmp_path / "b", batch_size=8, limit_train_batches=0.5).fit(StreamRegressor())
     # With __len__ the length is an estimate: the schedule gets 7 steps, the epoch still ends with the stream.
     trainer = new_trainer(tmp_path / "c", batch_size=8, max_steps=-1, max_epochs=1, val_check_interval=0.5)
-    trainer.fit(NeedsLength(with_len=True))
-    assert trainer.global_step == 7 and trainer.val_every_n_steps == 3
+    trainer.fit(NeedsLength(with_len=True, val=True))
+    assert trainer.global_step == 7
+    # val_check_interval=0.5 of the estimated 7 steps: validation every 3 steps (and at the end)
+    validated = [row["step"] for row in read_metrics(str(tmp_path / "c")) if any(k.startswith("val/") for k in row)]
+    assert validated == [3, 6, 7], validated
 
 
 @pytest.mark.parametrize("mode, syncs", [("invariant", 0), ("sharded", 1)])
