@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 
-#: the import that warms the server: what ``python -m trainer`` and a training run import
+#: the imports that warm the server: what ``python -m trainer`` and a training run import
 WARM_IMPORTS = ("hydra", "omegaconf", "trainer.cli.command", "trainer.cli.train", "trainer.cli.hydra_app")
 
 
@@ -105,7 +105,7 @@ def _run_command(command: dict, fds: list[int], import_output: str) -> None:
         runpy.run_path(path, run_name="__main__")
 
 
-def _relay(conn: socket.socket) -> tuple[dict, list[int]] | None:
+def _relay(conn: socket.socket) -> tuple[dict, list[int]]:
     """Between the server and one command: fork the command, tell the client its pid, kill its session
     if the client goes away, and send the client its wait status. Returns the command in the command's
     process (which runs it at the top level and exits as an interpreter does), never in the relay."""
