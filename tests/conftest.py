@@ -42,10 +42,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# ----- which tests start processes ------------------------------------------------------------------
+# ----- which tests start processes, and what each costs ----------------------------------------------
 # TRAINER_TEST_PROCESS_LOG=path: every test's count of processes started (subprocess.Popen and
-# multiprocessing's Process.start, the trainer's own workers included), one JSON line per test.
+# multiprocessing's Process.start, the trainer's own workers included; a running total) and its
+# seconds (set-up, call and tear-down: a module fixture's run counts in the first test that uses it),
+# one JSON line per test, written as each test ends (read it while the suite runs).
 _started = [0]
+_seconds: dict[str, float] = {}
 
 
 #: variables of the caller's shell that change what a run prints or where it thinks it runs (a
@@ -79,10 +82,16 @@ def pytest_configure(config):
     multiprocessing.process.BaseProcess.start = counted_start
 
 
+def pytest_runtest_logreport(report):
+    if os.environ.get("TRAINER_TEST_PROCESS_LOG"):
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
 def pytest_runtest_logfinish(nodeid, location):
     path = os.environ.get("TRAINER_TEST_PROCESS_LOG")
     if path:
         import json
 
         with open(path, "a") as f:
-            f.write(json.dumps({"test": nodeid, "processes": _started[0]}) + "\n")
+            f.write(json.dumps({"test": nodeid, "processes": _started[0],
+                                "seconds": round(_seconds.pop(nodeid, 0.0), 2)}) + "\n")

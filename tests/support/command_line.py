@@ -1,15 +1,24 @@
 """Running ``train.py`` (and torchrun) as a user does, from the tests: a subprocess per run with a
 timeout, its process group killed on timeout, and a marker in its environment that finds any
-process it left behind (``_kill_unfinished``, an autouse fixture where imported)."""
+process it left behind (``_kill_unfinished``, an autouse fixture where imported).
+
+``python train.py ...`` runs warm (tests/support/warm_commands.py): its process is forked from a server
+that imported torch and the trainer once, and otherwise runs as the fresh interpreter would (its
+arguments, directory, environment, output, exit status); its ranks come from a fork server of its own,
+started in its session as a fresh run's are. Processes it left behind are found by the marker (what
+the run started with ``exec``: its fork server, its ranks) and by its session (what it forked).
+``torchrun`` and any other command start as fresh interpreters."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,8 +52,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def processes_with_marker(marker: str) -> list[str]:
-    """``pid: command line`` of every live process whose environment carries ``marker``."""
+def _session(pid: str) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[4])  # after "pid (comm)": state ppid pgrp session
+
+
+def processes_with_marker(marker: str, session: int | None = None) -> list[str]:
+    """``pid: command line`` of every live process whose environment carries ``marker`` (or, where
+    ``session`` is given, that runs in that session)."""
     needle = f"{_MARKER}={marker}".encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -52,7 +67,7 @@ def processes_with_marker(marker: str) -> list[str]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
+                if needle not in f.read().split(b"\0") and not (session and _session(entry) == session):
                     continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 command = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -91,10 +106,23 @@ class Started:
         self.marker = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if not _LAUNCHER_VARS.fullmatch(k)}
         env[_MARKER] = self.marker
+        run_args, self._pid_file = self.args, None
+        if self.args[:2] == TRAIN and Path(cwd, "train.py").is_file():
+            from tests.support.warm_commands import session_server
+
+            self._pid_file = Path(tempfile.mkdtemp(prefix="warm-command-")) / "pid"
+            env.update(WARM_COMMAND_PID_FILE=str(self._pid_file), WARM_COMMAND_FORK_SERVER="own")
+            run_args = session_server().client_args(self.args)
         self.start = time.monotonic()
-        self.process = subprocess.Popen(self.args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.process = subprocess.Popen(run_args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, start_new_session=True)
         _UNFINISHED.add(self)
+
+    def _left_behind(self) -> list[str]:
+        session = None
+        if self._pid_file is not None and self._pid_file.is_file():
+            session = int(self._pid_file.read_text())  # the warm command's own session
+        return processes_with_marker(self.marker, session)
 
     def finish(self, timeout: float = TIMEOUT_S) -> Result:
         _UNFINISHED.discard(self)
@@ -108,9 +136,11 @@ class Started:
         seconds = time.monotonic() - self.start
         # Helpers such as multiprocessing's resource tracker end a moment after their parent.
         deadline = time.monotonic() + 5
-        while (leftovers := processes_with_marker(self.marker)) and time.monotonic() < deadline:
+        while (leftovers := self._left_behind()) and time.monotonic() < deadline:
             time.sleep(0.1)
         self.kill_all()  # do not leave them to the next test
+        if self._pid_file is not None:
+            shutil.rmtree(self._pid_file.parent, ignore_errors=True)
         return Result(self.args, self.process.returncode, stdout, stderr, seconds, leftovers)
 
     def kill_all(self) -> None:
@@ -122,7 +152,7 @@ class Started:
             except OSError:
                 pass
         for _ in range(20):
-            found = processes_with_marker(self.marker)
+            found = self._left_behind()
             if not found:
                 return
             for line in found:

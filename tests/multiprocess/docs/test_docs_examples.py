@@ -1,6 +1,9 @@
 """Every shell command and Python block of README.md and docs/ runs as written (tests/support/doc_blocks.py
 says how a page is read). One test per page: its blocks run in order in one fresh directory, where
-``trainer`` is this checkout's command (``python -m trainer``) and ``python`` the suite's interpreter."""
+``trainer`` is this checkout's command (``python -m trainer``) and ``python`` the suite's interpreter.
+Both run warm (tests/support/warm_commands.py): forked from a server that imported torch and the
+trainer once, each command as its own process with its arguments, directory, environment, output,
+signals and exit status; ``torchrun`` and ``python -c`` start fresh interpreters."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pytest
 
 from tests.support.doc_blocks import SHELL, page_blocks, pages, skipped
 from tests.support.helpers import REPO
+from tests.support.warm_commands import WarmCommandServer, session_server
 
 #: The blocks that do not run here, each for the reason its first line gives. Adding one is a change here.
 EXPECTED_SKIPS = {
@@ -30,14 +34,20 @@ EXPECTED_SKIPS = {
 _DROPPED = ("WANDB_API_KEY", "HYDRA_FULL_ERROR", "WANDB_MODE")
 
 
-def _command_dir(tmp_path) -> str:
-    """A folder put first on PATH: ``trainer``, ``python`` and ``torchrun`` of this checkout and interpreter."""
+@pytest.fixture
+def warm_server():
+    return session_server()
+
+
+def _command_dir(tmp_path, server: WarmCommandServer) -> str:
+    """A folder put first on PATH: ``trainer``, ``python`` and ``torchrun`` of this checkout and interpreter
+    (the first two through the warm server)."""
     bin_dir = tmp_path / "_bin"
     bin_dir.mkdir()
     scripts = {
-        "trainer": f'exec "{sys.executable}" -m trainer "$@"',
-        "python": f'exec "{sys.executable}" "$@"',
-        "python3": f'exec "{sys.executable}" "$@"',
+        "trainer": server.command_line("-m trainer"),
+        "python": server.command_line(""),
+        "python3": server.command_line(""),
         "torchrun": f'exec "{sys.executable}" -m torch.distributed.run "$@"',
     }
     for name, line in scripts.items():
@@ -71,8 +81,8 @@ def _run(command, cwd, env, timeout=600) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(page_blocks()))
-def test_page_runs_as_written(page, tmp_path):
-    bin_dir = _command_dir(tmp_path)
+def test_page_runs_as_written(page, tmp_path, warm_server):
+    bin_dir = _command_dir(tmp_path, warm_server)
     work = tmp_path / "work"
     work.mkdir()
     env = _environment(bin_dir)
@@ -88,7 +98,7 @@ def test_page_runs_as_written(page, tmp_path):
             continue
         name = f"_block_{block.line}." + ("py" if block.lang == "python" else "sh")
         (work / name).write_text(block.body)
-        command = [sys.executable, name] if block.lang == "python" else ["bash", "-euo", "pipefail", name]
+        command = [os.path.join(bin_dir, "python"), name] if block.lang == "python" else ["bash", "-euo", "pipefail", name]
         done = _run(command, work, env)
         assert done.returncode == 0, (
             f"{block.where} exited {done.returncode}\n--- block:\n{block.body}--- stdout (end):\n"

@@ -51,6 +51,15 @@ def one_process(one_process_dir):
     return fit_result(one_process_dir)
 
 
+@pytest.fixture(scope="module")
+def one_process_clipped_dir(tmp_path_factory):
+    """The one-process reference with every step's gradient clipped to norm 0.5 (shared by the clipping tests)."""
+    run_dir = tmp_path_factory.mktemp("single-clipped")
+    fit(run_dir, TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS,
+        gradient_clip_val=0.5)
+    return run_dir
+
+
 def fit_result(run_dir):
     return [r["train/loss"] for r in read_metrics(str(run_dir)) if "train/loss" in r], torch.load(run_dir / "params.pt")
 
@@ -126,31 +135,29 @@ def test_accumulation_reduce_scatters_once_per_optimizer_step(tmp_path):
     assert counts[1] == counts[4] > 0, counts
 
 
-def test_partial_plan_with_replicated_layers_equals_one_process(one_process, tmp_path):
+def test_partial_plan_with_replicated_layers_equals_one_process(one_process_clipped_dir, tmp_path):
     # Only the blocks' MLPs split; the input, norms and classifier stay plain tensors (FSDP-sharded alone).
     strategy, batch_size = nd(4, dp_shard=2, tp=2)
     result = fit(tmp_path, TokenClassifier(plan="mlp"), strategy=strategy, devices=4, batch_size=batch_size,
                  max_steps=STEPS, gradient_clip_val=0.5)
-    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
-                    max_steps=STEPS, gradient_clip_val=0.5)
+    reference = fit_result(one_process_clipped_dir)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
     norms = {name: [r["train/grad_norm"] for r in read_metrics(str(path))]
-             for name, path in (("nd", tmp_path), ("single", tmp_path / "single"))}
+             for name, path in (("nd", tmp_path), ("single", one_process_clipped_dir))}
     assert min(norms["single"]) > 0.5  # clipping was active
     torch.testing.assert_close(torch.tensor(norms["nd"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
 
 
-def test_clipping_tp2_equals_one_process(tmp_path):
+def test_clipping_tp2_equals_one_process(one_process_clipped_dir, tmp_path):
     # The global norm over every mesh dimension, clipping every step; the blocks' activations recomputed
     # in backward (activation checkpointing applied after tensor parallel).
     strategy, batch_size = nd(2, tp=2)
     result = fit(tmp_path, TokenClassifier(), strategy=strategy, devices=2, batch_size=batch_size, max_steps=STEPS,
                  gradient_clip_val=0.5, activation_checkpointing=True)
-    reference = fit(tmp_path / "single", TokenClassifier(), strategy="single", devices=1, batch_size=GLOBAL_BATCH,
-                    max_steps=STEPS, gradient_clip_val=0.5)
+    reference = fit_result(one_process_clipped_dir)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
     norms = {name: [r["train/grad_norm"] for r in read_metrics(str(path))]
-             for name, path in (("nd", tmp_path), ("single", tmp_path / "single"))}
+             for name, path in (("nd", tmp_path), ("single", one_process_clipped_dir))}
     torch.testing.assert_close(torch.tensor(norms["nd"]), torch.tensor(norms["single"]), rtol=1e-5, atol=0)
 
 
