@@ -42,7 +42,7 @@ def composing(overrides: list[str]) -> str | None:
         (["strategy=fdsp"], "strategy=fdsp: there is no strategy option fdsp; did you mean strategy=fsdp? "
                             "(the strategy options are fsdp, ddp, nd, pipeline, single)"),
         (["logger=[jsonl,tensorbard]"], "logger=tensorbard: there is no logger option tensorbard; did you mean "
-                                        "logger=tensorboard? (the logger options are tensorboard, csv, jsonl, wandb)"),
+                                        "logger=tensorboard? (the logger options are tensorboard, csv, jsonl, mlflow, wandb)"),
         (["devices=2"], f"devices=2: there is no top-level key devices; did you mean trainer.devices=2? ({TOP})"),
         (["stratgy=ddp"], f"stratgy=ddp: there is no top-level key stratgy; did you mean strategy=ddp? ({TOP})"),
         (["strategy=ddp", "strategy.sharding=full"],
