@@ -106,7 +106,6 @@ from trainer.api.model_hooks import ModelHooks
 from trainer.api.optimization_hooks import OptimizationHooks
 from trainer.api.run_state import ModuleRunState
 from trainer.api.step_hooks import StepHooks
-from trainer.api.lightning_hooks import LIGHTNING_HOOKS, refuse_unknown_hooks  # noqa: F401  (their old import path)
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
