@@ -43,12 +43,8 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
     cfg = OmegaConf.create(config)
     check_config_keys(cfg)
-    check_optimizer_settings(config)  # torch's own checks of lr, betas, ...: here, not in every worker
-    # Layers built in a module's __init__ get the same initial weights in every run of this config.
     if not is_int(cfg.trainer.seed):  # before seeding with it: the Trainer checks it too late for that
         raise ValueError(f"trainer.seed={cfg.trainer.seed!r} must be an integer")
-    seed_everything(cfg.trainer.seed)
-    module = instantiate(cfg.module)
     strategy = instantiate(cfg.strategy)
     trainer_args = OmegaConf.to_container(cfg.trainer)
     data_args = {k: cfg.data[k] for k in _DATA_KEYS if k in cfg.data}
@@ -66,6 +62,12 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
         strategy=strategy, run_dir=run_dir, config=config, loggers=loggers, checkpoint=checkpoint, precision=precision,
         callbacks=callbacks, **trainer_args, **data_args
     )
+    # After the Trainer's own checks: building an optimizer imports torch's compiler stack (~2 s), which a
+    # bad data.batch_size need not wait for. Torch's own checks of lr, betas, ...: here, not in every worker.
+    check_optimizer_settings(config)
+    # Layers built in a module's __init__ get the same initial weights in every run of this config.
+    seed_everything(cfg.trainer.seed)
+    module = instantiate(cfg.module)
     # The ``datamodule`` group (none by default): given to fit as datamodule= (run_job).
     trainer.datamodule = instantiate(cfg.datamodule) if cfg.get("datamodule") is not None else None
     return trainer, module
