@@ -147,8 +147,8 @@ def build_loader(
     reuse: DataLoader | None = None,
 ) -> DataLoader | InProcessLoader:
     """A loader that loads exactly ``batches`` (lists of indices, or a lazy ``RankBatches``) in order:
-    a DataLoader with the given worker and pinning options, or without workers and pinning an
-    ``InProcessLoader`` (the same batches, less work per batch).
+    a DataLoader with the given worker and pinning options, or without workers, pinning and a timeout
+    (which DataLoader refuses without workers) an ``InProcessLoader`` (the same batches, less work per batch).
 
     Batch ``first_batch + i`` is loaded and collated with the generators seeded from
     ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
@@ -170,7 +170,7 @@ def build_loader(
         return reuse
     source = _SeededBatches(dataset, collate_fn)
     keyed = _Batches(batches, None if source.read_batch is not None else seed, first_batch)
-    if not workers and not options.pin_memory:
+    if not workers and not options.pin_memory and not options.timeout:  # (a timeout: DataLoader's error)
         return InProcessLoader(source, keyed)
     return DataLoader(
         source,

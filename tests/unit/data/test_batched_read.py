@@ -93,7 +93,7 @@ def test_without_workers_or_pinning_the_batches_are_read_in_this_process():
     for _ in range(2):  # iterable again, like a DataLoader
         for got, indices in zip(loader, batches, strict=True):
             _same_batch(got, _per_sample(data, indices))
-    for options in (LoaderOptions(pin_memory=True), LoaderOptions(num_workers=1)):
+    for options in (LoaderOptions(pin_memory=True), LoaderOptions(num_workers=1), LoaderOptions(timeout=5)):
         assert isinstance(build_loader(data, batches, default_collate, options, seed=0), DataLoader), options
 
 
