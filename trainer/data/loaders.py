@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from trainer.data.batched_read import batch_reader
 from trainer.data.loading_generators import GENERATORS
