@@ -1,5 +1,6 @@
 """Loaders that load exactly the batches a plan deals out (``build_loader``), each batch loaded and
-collated under a seed keyed by its position in the epoch, with or without worker processes."""
+collated under a seed keyed by its position in the epoch, with or without worker processes; a batch
+of tensors in memory is read in one gather per tensor (``batched_read.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from trainer.api.module import TrainModule
+from trainer.data.batched_read import batch_reader
 from trainer.data.loading_generators import GENERATORS
 from trainer.runtime.seeding import _seed_dataloader_worker, derive_seed, seed_everything
 
@@ -72,11 +73,10 @@ def _loading_generators(seed: int) -> Iterator[None]:
 
 def draws_no_random_numbers(dataset: Any, collate_fn: Callable[[list], Any]) -> bool:
     """Whether loading a batch is known to draw no random number: a ``TensorDataset`` (indexing only,
-    not a subclass) collated by torch's ``default_collate`` (directly or as ``TrainModule.collate_fn``'s
-    default). Such a batch needs no seeded generators: it draws the same with or without them."""
-    if type(dataset) is not TensorDataset:
-        return False
-    return getattr(collate_fn, "__func__", collate_fn) in (default_collate, TrainModule.collate_fn)
+    not a subclass), or a ``Subset`` of one, collated by torch's ``default_collate`` (directly or as
+    ``TrainModule.collate_fn``'s default): the batches read in one gather (``batched_read.py``). Such a
+    batch needs no seeded generators: it draws the same with or without them."""
+    return batch_reader(dataset, collate_fn) is not None
 
 
 def _collated(batch: Any) -> Any:
@@ -92,6 +92,7 @@ class _SeededBatches(Dataset):
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list], Any]):
         self.dataset, self.collate_fn = dataset, collate_fn
         self.getitems = getattr(dataset, "__getitems__", None)
+        self.read_batch = batch_reader(dataset, collate_fn)  # None: per sample (or the dataset's __getitems__)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -113,8 +114,27 @@ class _SeededBatches(Dataset):
             GENERATORS.exit(saved)
 
     def _load(self, indices: list[int]) -> Any:
+        if self.read_batch is not None:
+            return self.read_batch(indices)
         getitems, dataset = self.getitems, self.dataset
         return self.collate_fn(getitems(indices) if getitems is not None else [dataset[i] for i in indices])
+
+
+class InProcessLoader:
+    """The batches read in this process, in order: what a ``DataLoader`` without workers and without
+    pinned memory does (the batch's indices, then its read and collate), without the per-batch
+    machinery it needs for workers, pinning and iterable datasets. Iterable again for each pass."""
+
+    def __init__(self, dataset: _SeededBatches, batch_sampler: _Batches):
+        self.dataset, self.batch_sampler = dataset, batch_sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        read = self.dataset.__getitems__
+        for key in self.batch_sampler:
+            yield read(key)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
 
 
 def build_loader(
@@ -125,8 +145,10 @@ def build_loader(
     seed: int,
     first_batch: int = 0,
     reuse: DataLoader | None = None,
-) -> DataLoader:
-    """A DataLoader that loads exactly ``batches`` (lists of indices, or a lazy ``RankBatches``) in order.
+) -> DataLoader | InProcessLoader:
+    """A loader that loads exactly ``batches`` (lists of indices, or a lazy ``RankBatches``) in order:
+    a DataLoader with the given worker and pinning options, or without workers, pinning and a timeout
+    (which DataLoader refuses without workers) an ``InProcessLoader`` (the same batches, less work per batch).
 
     Batch ``first_batch + i`` is loaded and collated with the generators seeded from
     ``(seed, first_batch + i)``, with or without workers (the same draws either way), so a run
@@ -141,14 +163,17 @@ def build_loader(
             "(__getitem__ + __len__) to keep global batches identical across world sizes"
         )
     workers = options.num_workers > 0
-    batch_seed = None if draws_no_random_numbers(dataset, collate_fn) else seed
-    keyed = _Batches(batches, batch_seed, first_batch)
-    if reuse is not None and workers and options.persistent_workers:
+    if reuse is not None and workers and options.persistent_workers:  # (the same dataset and collate each pass)
         sampler = reuse.batch_sampler
+        batch_seed = None if reuse.dataset.read_batch is not None else seed  # type: ignore[attr-defined]
         sampler.batches, sampler.seed, sampler.first_batch = batches, batch_seed, first_batch  # type: ignore[union-attr]
         return reuse
+    source = _SeededBatches(dataset, collate_fn)
+    keyed = _Batches(batches, None if source.read_batch is not None else seed, first_batch)
+    if not workers and not options.pin_memory and not options.timeout:  # (a timeout: DataLoader's error)
+        return InProcessLoader(source, keyed)
     return DataLoader(
-        _SeededBatches(dataset, collate_fn),
+        source,
         batch_sampler=keyed,
         collate_fn=_collated,
         num_workers=options.num_workers,

@@ -46,7 +46,7 @@ from torch.utils.data.distributed import DistributedSampler
 from trainer.api.batch_settings import BatchSettings, resolve_batch
 from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
 from trainer.data.batch_sampler import BatchSamplerStream
-from trainer.data.loaders import LoaderOptions, build_loader
+from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -284,7 +284,7 @@ class RunData:
                                "validation a map-style dataset", hooks.where["train"])
                 self.val_options = dataclasses.replace(self.train_options, persistent_workers=False)
         self._train_set: Any = train.dataset if train is not None else None
-        self._loaders: dict[str, DataLoader] = {}
+        self._loaders: dict[str, DataLoader | InProcessLoader] = {}
         self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
 
     def train_set(self) -> Any:
@@ -353,7 +353,8 @@ class RunData:
         order = order[:limit] if limit is not None else order
         return ValidationShard(len(order), self.val_batch_size, rank, world_size, order=order)  # batches built lazily
 
-    def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int, first_batch: int = 0) -> DataLoader:
+    def loader(self, dataset: Any, batches: Iterable, purpose: str, seed: int,
+               first_batch: int = 0) -> DataLoader | InProcessLoader:
         train = purpose == "train"
         if getattr(batches, "is_stream", False):
             return batches  # a stream's micro-batches, already collated (trainer/data/streaming/)
