@@ -14,8 +14,8 @@ from typing import Callable
 
 
 def _become_subreaper() -> bool:
-    """Linux: orphans of the processes started here (a launcher's workers) are reaped by this process,
-    so their CPU time is counted in its children's usage."""
+    """Linux: orphans of the processes started here (a launcher's workers, a fork server's children)
+    are reaped by this process, so their CPU time is counted in its children's usage."""
     try:
         import ctypes
 

@@ -45,20 +45,14 @@ from torch import nn  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
 from trainer import TrainModule, Trainer  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _strategy_model import Block  # noqa: E402  (the same block as bench/strategy_baselines.py's)
 from trainer.strategies.pipeline import SCHEDULES, PipelineStrategy  # noqa: E402
 
 DEPTH, BATCH, STAGES = 8, 64, 2
 MICROBATCHES = (2, 4, 8)
 TIMED = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
-
-
-class Block(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.norm, self.up, self.down = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x):
-        return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
 class BubbleModule(TrainModule):
