@@ -4,9 +4,24 @@ of its files and the building of its records happen off the training step's path
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from typing import Any, Callable
+
+#: the writers whose thread runs: what they hold queued is written at interpreter exit (a script that
+#: logged without closing its logger loses nothing the writer's own buffering would have kept)
+_RUNNING: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _write_queued_at_exit() -> None:
+    for writer in list(_RUNNING):
+        try:
+            writer.close()
+        except Exception:  # exiting: an error of a logger's write must not hide the program's own
+            pass
 
 
 class BackgroundWriter:
@@ -35,6 +50,7 @@ class BackgroundWriter:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="logger-writer", daemon=True)
             self._thread.start()
+            _RUNNING.add(self)
         self._jobs.put(job)
 
     def _work(self) -> None:
@@ -77,6 +93,7 @@ class BackgroundWriter:
                 self._jobs.put(None)
                 self._thread.join()
                 self._thread = None
+                _RUNNING.discard(self)
             writer, self._writer = self._writer, None
             if writer is not None:
                 writer.close()

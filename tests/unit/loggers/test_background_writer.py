@@ -106,3 +106,21 @@ def test_tensorboard_events_are_on_disk_after_finalize(tmp_path):
     accumulator.Reload()
     assert [(e.step, round(e.value, 4)) for e in accumulator.Scalars("train/loss")] == [(1, 1.0), (2, 0.5), (3, 0.3333)]
     assert "config/text_summary" in accumulator.Tags()["tensors"]
+
+
+def test_what_is_queued_is_written_at_interpreter_exit(tmp_path):
+    import subprocess
+    import sys
+
+    script = f"""
+from trainer.loggers import TensorBoardLogger
+logger = TensorBoardLogger.in_run_dir({str(tmp_path)!r})
+for step in range(1, 51):
+    logger.log_metrics({{"train/loss": 1.0 / step}}, step=step)
+"""  # no finalize: the program just ends
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=240)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("train/loss")] == list(range(1, 51))
