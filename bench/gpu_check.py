@@ -3,8 +3,10 @@
     python bench/gpu_check.py [--sections NAME ...] [--budget-s 480] [--out bench/results/gpu_check.json]
                               [--dry] [--plumbing]
 
-Sections, in this order, each within what is left of ``--budget-s`` (a section that would start
-past it is recorded as skipped, with the reason):
+Sections (run in the order of ``SECTIONS``: the short checks, then the recipes, then the estimate),
+each within what is left of ``--budget-s`` (a section or a recipe run that would start past it is
+recorded as skipped, with the reason; the recipes run eager first, compile last, and leave
+``ESTIMATE_RESERVE_S`` to the estimate):
 
 - ``gpu_tests``: every test marked ``gpu`` (``pytest -m gpu`` on the files that hold the mark);
 - ``recipes``: the gpt and llama recipes at a size that fills an 80 GB device (about 0.8B and 0.7B
@@ -45,7 +47,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-SECTIONS = ("gpu_tests", "recipes", "fp16", "fsdp_offload", "estimate", "host_syncs")
+#: in the order they run: the short checks first, the recipes' runs (the longest) then, the estimate last
+#: (it compares with the recipes' eager runs)
+SECTIONS = ("gpu_tests", "host_syncs", "fp16", "fsdp_offload", "recipes", "estimate")
+#: seconds of the budget the recipes leave to the estimate
+ESTIMATE_RESERVE_S = 60
 VARIANTS = {"eager": [], "compile": ["trainer.compile=true"], "checkpointing": ["trainer.activation_checkpointing=true"]}
 #: model and batch per recipe: on CUDA (about 0.8B / 0.7B parameters, 16k tokens a step) and for the dry run
 SIZES = {
@@ -80,11 +86,14 @@ def size_overrides(recipe: str, cuda: bool) -> list[str]:
     return [f"{'data' if k in data else 'module'}.{k}={v}" for k, v in size.items()]
 
 
-def trainer_command(recipe: str, cuda: bool, run_dir: str, extra: list[str], precision: str = "bf16-mixed") -> list[str]:
-    steps, every = STEPS[cuda]
+def trainer_command(recipe: str, cuda: bool, run_dir: str, extra: list[str], precision: str = "bf16-mixed",
+                    size: list[str] | None = None, steps: int | None = None) -> list[str]:
+    """``train.py`` for ``recipe`` (each key given once: Hydra refuses a key overridden twice)."""
+    default_steps, every = STEPS[cuda]
     return [sys.executable, os.path.join(ROOT, "train.py"), f"recipe={recipe}", f"precision={precision}",
-            f"trainer.accelerator={'cuda' if cuda else 'cpu'}", f"trainer.max_steps={steps}",
-            f"trainer.log_every_n_steps={every}", *QUIET, *size_overrides(recipe, cuda), *extra, f"hydra.run.dir={run_dir}"]
+            f"trainer.accelerator={'cuda' if cuda else 'cpu'}", f"trainer.max_steps={steps or default_steps}",
+            f"trainer.log_every_n_steps={every}", *QUIET, *(size or size_overrides(recipe, cuda)), *extra,
+            f"hydra.run.dir={run_dir}"]
 
 
 def metrics_rows(run_dir: str) -> list[dict]:
@@ -245,29 +254,30 @@ class Check:
         return {"status": "ok" if done["exit_code"] == 0 else "failed", "files": files, "summary": summary, **done}
 
     def recipes(self) -> dict:
+        """Eager runs of both recipes first, then activation checkpointing, then compile (the slowest),
+        so that a budget running out cuts the last ones."""
+        plan = [(recipe, contender, variant) for variant in ("eager", "checkpointing", "compile")
+                for recipe in ("gpt", "llama") for contender in ("trainer", "hand-written")
+                if not (contender == "hand-written" and variant == "checkpointing")]
         rows = []
-        for recipe in ("gpt", "llama"):
-            for variant, extra in VARIANTS.items():
-                if variant == "compile" and not self.cuda:
-                    rows.append({"recipe": recipe, "contender": "trainer", "variant": variant,
-                                 "status": "skipped", "reason": "compile is checked on CUDA only (minutes on a CPU)"})
-                    continue
+        for recipe, contender, variant in plan:
+            row = {"recipe": recipe, "contender": contender, "variant": variant}
+            if variant == "compile" and not self.cuda:
+                rows.append({**row, "status": "skipped", "reason": "compile is checked on CUDA only (minutes on a CPU)"})
+                continue
+            if not self.plumbing and self.left() < ESTIMATE_RESERVE_S:
+                rows.append({**row, "status": "skipped", "reason": f"the {self.budget_s:.0f} s budget was spent"})
+                continue
+            if contender == "trainer":
                 run_dir = os.path.join(self.work, f"{recipe}_{variant}")
-                done = self.run(trainer_command(recipe, self.cuda, run_dir, extra))
+                done = self.run(trainer_command(recipe, self.cuda, run_dir, VARIANTS[variant]))
                 figures = perf_of(metrics_rows(run_dir))
                 ok = done["exit_code"] == 0 and (self.plumbing or "tokens_per_s" in figures)
-                rows.append({"recipe": recipe, "contender": "trainer", "variant": variant,
-                             "status": "ok" if ok else "failed", **figures, **done})
-            for variant in ("eager", "compile"):
-                if variant == "compile" and not self.cuda:
-                    rows.append({"recipe": recipe, "contender": "hand-written", "variant": variant,
-                                 "status": "skipped", "reason": "compile is checked on CUDA only (minutes on a CPU)"})
-                    continue
+            else:
                 done = self.run(self.own("hand", recipe, *(["--compiled"] if variant == "compile" else [])))
-                figures = _json_line(done["output_tail"])
-                ok = done["exit_code"] == 0 and (self.plumbing or figures is not None)
-                rows.append({"recipe": recipe, "contender": "hand-written", "variant": variant,
-                             "status": "ok" if ok else "failed", **(figures or {}), **done})
+                figures = _json_line(done["output_tail"]) or {}
+                ok = done["exit_code"] == 0 and (self.plumbing or bool(figures))
+            rows.append({**row, "status": "ok" if ok else "failed", **figures, **done})
         failed = [r for r in rows if r["status"] == "failed"]
         return {"status": "failed" if failed else "ok", "rows": rows}
 
@@ -276,7 +286,7 @@ class Check:
             return {"status": "skipped", "reason": "no CUDA: fp16-mixed's loss scaling runs on CUDA"}
         run_dir = os.path.join(self.work, "fp16")
         small = ["module.layers=4", "module.width=512", "module.heads=8", "data.batch_size=16", "data.block_size=256"]
-        done = self.run(trainer_command("gpt", True, run_dir, small + ["trainer.max_steps=100"], precision="fp16-mixed"))
+        done = self.run(trainer_command("gpt", True, run_dir, [], precision="fp16-mixed", size=small, steps=100))
         losses = [row["train/loss"] for row in metrics_rows(run_dir) if "train/loss" in row]
         finite = all(loss == loss and abs(loss) != float("inf") for loss in losses)
         ok = done["exit_code"] == 0 and (self.plumbing or (len(losses) > 1 and finite and losses[-1] < losses[0]))
@@ -286,8 +296,7 @@ class Check:
         if not self.cuda:
             return {"status": "skipped", "reason": "no CUDA: FSDP's CPU offload needs a CUDA device"}
         run_dir = os.path.join(self.work, "fsdp_offload")
-        done = self.run(trainer_command("llama", True, run_dir, ["strategy=fsdp", "strategy.cpu_offload=true",
-                                                                  "trainer.max_steps=10"]))
+        done = self.run(trainer_command("llama", True, run_dir, ["strategy=fsdp", "strategy.cpu_offload=true"], steps=10))
         figures = perf_of(metrics_rows(run_dir))
         ok = done["exit_code"] == 0 and (self.plumbing or "tokens_per_s" in figures)
         return {"status": "ok" if ok else "failed", **figures, **done}
