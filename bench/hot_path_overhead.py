@@ -36,10 +36,8 @@ import argparse
 import json
 import os
 import platform
-import resource
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -149,62 +147,18 @@ RUNS = {"hand-written": run_hand_written, "trainer": run_trainer, "lightning": r
 
 
 # ----- timing whole processes ------------------------------------------------------------------------------
-def _adopt_orphans() -> bool:
-    """Make this process the reaper of its descendants' orphans (Linux): a run's helper processes
-    that outlive it (the trainer's fork server, whose children are the ranks) are then reaped here,
-    and their CPU time, their children's included, is counted."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-ADOPTS = _adopt_orphans()
-
-
-def _reap_orphans(limit_s: float = 60.0) -> bool:
-    """Wait for the adopted orphans to end (True: all of them within ``limit_s``)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if pid == 0:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-
-
 def timed_process(contender: str, steps: int, ranks: int) -> dict[str, float | None]:
-    """One run of ``contender`` in a fresh process: its wall time (start to exit); the CPU time of it
-    and of every process it started (None where they could not all be reaped: no subreaper, or one
-    outlived the minute after its exit); the largest resident set among the process and those it reaped."""
+    """One run of ``contender`` in a fresh process (bench/_paired_runs.py's ``run_once``): its wall time
+    (start to exit), the CPU time of it and of every process it started, its largest resident set.
+    A spawned gloo rank of the hand-written loop or of Lightning's ddp_spawn may abort at interpreter
+    exit after its last step (a gloo thread left running: "terminate called without an active
+    exception"); its training ran, so the run counts, with its exit code recorded. Any other failure
+    stops the bench (the trainer must always exit 0)."""
+    from _paired_runs import run_once
+
     command = [sys.executable, os.path.abspath(__file__), "--run", contender, "--steps", str(steps), "--ranks", str(ranks)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with tempfile.TemporaryFile() as output:
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        all_reaped = _reap_orphans() and ADOPTS
-        output.seek(0)
-        text = output.read().decode(errors="replace")
-        # A spawned gloo rank of the hand-written loop or of Lightning's ddp_spawn may abort at
-        # interpreter exit after its last step (a gloo thread left running: "terminate called without
-        # an active exception"); its training ran, so the run counts, with its exit code recorded.
-        # Any other failure stops the bench (the trainer must always exit 0).
-        finished = {"hand-written": f"step {steps} loss", "lightning": f"max_steps={steps}` reached"}
-        finished_then_aborted = contender in finished and finished[contender] in text
-        if process.returncode != 0 and not finished_then_aborted:
-            raise RuntimeError(f"{contender} ({ranks} rank(s), {steps} steps) exited with {process.returncode}:\n{text[-3000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu if all_reaped else None, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "exit_code": process.returncode}
+    finished = {"hand-written": f"step {steps} loss", "lightning": f"max_steps={steps}` reached"}
+    return run_once(command, ROOT, done_marker=finished.get(contender))
 
 
 def _spread(values: list[float]) -> dict[str, float]:

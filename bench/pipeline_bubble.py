@@ -1,6 +1,7 @@
 """Measured pipeline bubble (idle fraction) of strategy=pipeline per schedule, next to theory.
 
-    python bench/pipeline_bubble.py [--steps 10] [--warmup 3] [--width 512]
+    python bench/pipeline_bubble.py [--steps 10] [--warmup 3] [--width 512] [--schedules gpipe 1f1b ...]
+                                    [--microbatches 2 4 8] [--quick] [--out bench/results/pipeline_bubble.json]
 
 For each schedule (gpipe, 1f1b, interleaved_1f1b, looped_bfs, zero_bubble; the last three with 2
 virtual stages per rank) and m = 2, 4, 8 microbatches, the real Trainer trains 8 equal MLP blocks
@@ -15,7 +16,11 @@ and posting the peer's sends / receives, the last stage's loss function, the sch
 Python. It should sit at or above (p-1)/(m+p-1), or (p-1)/(v*m+p-1) with v virtual stages per rank
 (each row names its formula), and get closer to it as the compute per microbatch grows against
 the fixed per-message costs (``--width``). "on-cpu" checks the machine was quiet: the share of
-the compute calls' wall time that the rank's thread actually ran.
+the compute calls' wall time that the rank's thread actually ran. Every row goes to ``--out``
+(bench/_results.py's format; ``results`` is a list of ``{"schedule", "microbatches", "theory",
+"formula", "ranks": [{"idle", "on_cpu", "step_ms"} per rank] or "refused": why}``). ``--quick`` checks
+that it runs (width 32, 1 measured step after 1 warm-up, m = 4, the result in a temporary file
+unless ``--out`` is given): its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -40,20 +45,14 @@ from torch import nn  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
 from trainer import TrainModule, Trainer  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _strategy_model import Block  # noqa: E402  (the same block as bench/strategy_baselines.py's)
 from trainer.strategies.pipeline import SCHEDULES, PipelineStrategy  # noqa: E402
 
 DEPTH, BATCH, STAGES = 8, 64, 2
 MICROBATCHES = (2, 4, 8)
 TIMED = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
-
-
-class Block(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.norm, self.up, self.down = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x):
-        return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
 class BubbleModule(TrainModule):
@@ -160,7 +159,21 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512,
                         help="block width: compute per microbatch against the fixed per-message costs")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out first (shape inference, allocator)")
+    parser.add_argument("--schedules", nargs="+", choices=SCHEDULES, default=list(SCHEDULES))
+    parser.add_argument("--microbatches", nargs="+", type=int, default=list(MICROBATCHES))
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a check that it runs")
+    parser.add_argument("--out", default=None, help="the result file (default bench/results/pipeline_bubble.json)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.width, args.microbatches = 1, 1, 32, [4]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _results import RESULTS, Recorder
+
+    out = args.out or (os.path.join(tempfile.mkdtemp(), "pipeline_bubble.json") if args.quick
+                       else os.path.join(RESULTS, "pipeline_bubble.json"))
+    recorder = Recorder("pipeline_bubble", {"steps": args.steps, "warmup": args.warmup, "width": args.width,
+                                            "depth": DEPTH, "batch": BATCH, "stages": STAGES, "quick": args.quick}, out)
+    rows = []
     params = DEPTH * sum(p.numel() for p in Block(args.width).parameters())
     print(f"torch {torch.__version__}, {platform.machine()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; "
           f"{STAGES} ranks (gloo, 1 thread each), p={STAGES} stages")
@@ -169,10 +182,12 @@ def main() -> None:
           f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"{'schedule':<18}{'m':>3}{'idle (mean)':>13}{'rank 0':>8}{'rank 1':>8}{'theory':>8}"
           f"{'step ms':>9}{'on-cpu':>8}  formula")
-    for schedule in SCHEDULES:
-        for m in MICROBATCHES:
+    for schedule in args.schedules:
+        for m in args.microbatches:
             bubble, formula = theory(schedule, m)
             ranks = measure(schedule, m, args.steps, args.warmup, args.width)
+            rows.append({"schedule": schedule, "microbatches": m, "theory": bubble, "formula": formula,
+                         **({"refused": ranks} if isinstance(ranks, str) else {"ranks": ranks})})
             if isinstance(ranks, str):
                 print(f"{schedule:<18}{m:>3}  not supported: {ranks}")
                 continue
@@ -182,6 +197,7 @@ def main() -> None:
                   f"{mean['on_cpu']:>8.2f}  {formula}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}. on-cpu: share of the compute calls' wall time the ranks' "
           "threads ran; well below 1, they were descheduled (other load on the machine) and the row is not clean.")
+    recorder.write(rows)
 
 
 if __name__ == "__main__":

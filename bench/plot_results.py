@@ -85,6 +85,77 @@ def strategy_memory_table(result: dict) -> list[str]:
                    "process peak RSS MiB"], rows)
 
 
+def _spread_cell(ratio: dict | None) -> str:
+    return "unknown" if ratio is None else f"{ratio['median']:.3f} [{ratio['min']:.3f}, {ratio['max']:.3f}]"
+
+
+def strategy_baselines_table(result: dict) -> list[str]:
+    rows = []
+    for strategy, r in result["results"].items():
+        hand = sorted(run["wall_s"] for run in r["runs"][r["baseline"]])
+        ratio = r["ratios"]["trainer"]
+        rows.append([strategy, f"{hand[len(hand) // 2]:.2f}", _spread_cell(ratio["wall"]), _spread_cell(ratio["cpu"]),
+                     len(ratio["wall"]["pairs"])])
+    return _table(["strategy", "hand-written s (median)", "trainer / hand-written, wall (median [min, max])",
+                   "CPU (median [min, max])", "pairs"], rows)
+
+
+#: the rows strategy_baselines.py measures (its default --strategies), for the page before a measurement
+STRATEGY_ROWS = ["ddp", "zero1", "fsdp_full", "fsdp_grad_op", "pipeline_gpipe", "pipeline_1f1b", "pipeline_interleaved",
+                 "tp"]
+
+
+def strategy_baselines_placeholder() -> list[str]:
+    return _table(["strategy", "hand-written s (median)", "trainer / hand-written, wall (median [min, max])",
+                   "CPU (median [min, max])", "pairs"], [[s, "not measured yet", "not measured yet", "", ""]
+                                                         for s in STRATEGY_ROWS])
+
+
+def pipeline_bubble_table(result: dict) -> list[str]:
+    rows = []
+    for r in result["results"]:
+        if "refused" in r:
+            rows.append([r["schedule"], r["microbatches"], f"refused: {r['refused']}", "", f"{r['theory']:.3f}", r["formula"]])
+            continue
+        idle = [rank["idle"] for rank in r["ranks"]]
+        rows.append([r["schedule"], r["microbatches"], f"{sum(idle) / len(idle):.3f}", " / ".join(f"{i:.3f}" for i in idle),
+                     f"{r['theory']:.3f}", r["formula"]])
+    return _table(["schedule", "micro-batches", "idle fraction (mean)", "per rank", "theory", "formula"], rows)
+
+
+def pipeline_bubble_placeholder() -> list[str]:
+    return _table(["schedule", "micro-batches", "idle fraction (mean)", "theory"],
+                  [[s, m, "not measured yet", f"{1 / (m + 1):.3f}"] for s in ("gpipe", "1f1b") for m in (2, 4, 8)] +
+                  [["interleaved_1f1b", m, "not measured yet", f"{1 / (2 * m + 1):.3f}"] for m in (2, 4, 8)])
+
+
+def gpu_check_table(result: dict) -> list[str]:
+    sections = [[name, r["status"], f"{r.get('seconds', 0):.0f}", r.get("reason") or r.get("summary") or ""]
+                for name, r in result["results"].items()]
+    speed = []
+    for row in result["results"].get("recipes", {}).get("rows", []):
+        mfu = row.get("mfu")
+        speed.append([row["recipe"], row["contender"], row["variant"], row["status"], f"{row.get('tokens_per_s', 0):.0f}",
+                      f"{row.get('tflops_per_device', 0):.1f}", "" if mfu is None else f"{mfu:.3f}",
+                      f"{row.get('peak_allocated_gb') or 0:.1f}"])
+    memory = [[r["recipe"], f"{r['estimated_gib'] or 0:.2f}", f"{r['max_memory_allocated_gib'] or 0:.2f}",
+               "" if r["ratio"] is None else f"{r['ratio']:.3f}"]
+              for r in result["results"].get("estimate", {}).get("rows", [])]
+    syncs = result["results"].get("host_syncs", {})
+    return [*_table(["section", "status", "seconds", "note"], sections), "",
+            *_table(["recipe", "contender", "variant", "status", "tokens/s", "TFLOP/s per device", "MFU", "peak GB"], speed),
+            "", *_table(["recipe", "estimated GiB", "max_memory_allocated GiB", "estimated / measured"], memory), "",
+            f"Host syncs per quiet step: {syncs.get('syncs_per_quiet_step')} (on a logging step: "
+            f"{syncs.get('syncs_per_logging_step')})."]
+
+
+def gpu_check_placeholder() -> list[str]:
+    return _table(["recipe", "contender", "variant", "tokens/s", "MFU", "peak GB"],
+                  [[recipe, contender, variant, "not measured yet", "", ""] for recipe in ("gpt", "llama")
+                   for contender, variants in (("trainer", ("eager", "compile", "checkpointing")),
+                                               ("hand-written", ("eager", "compile"))) for variant in variants])
+
+
 # ----- the figures as plots (matplotlib) ----------------------------------------------------------------------
 def _bars(ax, labels: list[str], values: list[float], errors=None, unit: str = "x") -> None:
     positions = list(range(len(labels)))
@@ -158,6 +229,46 @@ def draw_strategy_memory(result: dict, plt):
     return fig
 
 
+def _ratio_bars(ax, labels: list[str], ratios: list[dict], xlabel: str) -> None:
+    medians = [r["median"] for r in ratios]
+    errors = [[m - r["min"] for m, r in zip(medians, ratios)], [r["max"] - m for m, r in zip(medians, ratios)]]
+    _bars(ax, labels, medians, errors)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel(xlabel)
+
+
+def draw_strategy_baselines(result: dict, plt):
+    names = list(result["results"])
+    fig, ax = plt.subplots(figsize=(7, 0.4 * len(names) + 1.2))
+    _ratio_bars(ax, names, [result["results"][n]["ratios"]["trainer"]["wall"] for n in names],
+                f"trainer / hand-written torch loop, whole process ({result['settings']['world']} CPU ranks; median, min-max)")
+    return fig
+
+
+def draw_pipeline_bubble(result: dict, plt):
+    rows = [r for r in result["results"] if "ranks" in r]
+    labels = [f"{r['schedule']} m={r['microbatches']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
+    positions = list(range(len(rows)))
+    ax.barh(positions, [sum(k["idle"] for k in r["ranks"]) / len(r["ranks"]) for r in rows], color="#4c72b0",
+            label="measured (mean of the ranks)")
+    ax.scatter([r["theory"] for r in rows], positions, marker="D", color="black", zorder=3, label="theory")
+    ax.set_yticks(positions, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("idle fraction of the pipeline's step")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def draw_gpu_check(result: dict, plt):
+    rows = [r for r in result["results"].get("recipes", {}).get("rows", []) if r.get("tokens_per_s")]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(rows), 1) + 1.2))
+    _bars(ax, [f"{r['recipe']} {r['contender']} {r['variant']}" for r in rows], [r["tokens_per_s"] for r in rows],
+          unit=" tok/s")
+    ax.set_xlabel("tokens/s (one device, bf16-mixed)")
+    return fig
+
+
 @dataclass(frozen=True)
 class Bench:
     name: str  # its result file: bench/results/<name>.json
@@ -165,6 +276,7 @@ class Bench:
     timing: bool  # figures in seconds (a busy machine changes them) or in bytes (it does not)
     table: Callable[[dict], list[str]]
     draw: Callable
+    placeholder: Callable[[], list[str]] | None = None  # the table's rows before a measurement
 
 
 BENCHES = [
@@ -172,6 +284,11 @@ BENCHES = [
     Bench("step_overhead", "python bench/step_overhead.py", True, step_overhead_table, draw_step_overhead),
     Bench("ddp_overhead", "python bench/ddp_overhead.py", True, ddp_overhead_table, draw_ddp_overhead),
     Bench("strategy_memory", "python bench/strategy_memory.py", False, strategy_memory_table, draw_strategy_memory),
+    Bench("strategy_baselines", "python bench/strategy_baselines.py", True, strategy_baselines_table,
+          draw_strategy_baselines, strategy_baselines_placeholder),
+    Bench("pipeline_bubble", "python bench/pipeline_bubble.py", True, pipeline_bubble_table, draw_pipeline_bubble,
+          pipeline_bubble_placeholder),
+    Bench("gpu_check", "bash bench/gpu_check.sh", True, gpu_check_table, draw_gpu_check, gpu_check_placeholder),
 ]
 
 
@@ -217,7 +334,9 @@ def _when(result: dict, timing: bool, script: str) -> list[str]:
 def section(bench: Bench, result: dict | None) -> list[str]:
     """The page's lines between the bench's markers."""
     if result is None:
-        return [f"Not measured yet: run `{bench.script}` on an idle machine, then `python bench/plot_results.py`."]
+        where = "a machine with a CUDA device" if bench.name == "gpu_check" else "an idle machine"
+        return [f"Not measured yet: run `{bench.script}` on {where}, then `python bench/plot_results.py`.",
+                *(["", *bench.placeholder()] if bench.placeholder else [])]
     return [f"![{bench.name}]({FIGURE_LINK}/{bench.name}.svg)", "", *_when(result, bench.timing, bench.script), "",
             *bench.table(result), "", f"Produced by `{result['command']}`, drawn by `python bench/plot_results.py`."]
 

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from trainer.loggers.background_writer import BackgroundWriter
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
 from trainer.loggers.versions import VersionedDir, VersionedFolders
@@ -17,7 +18,9 @@ WRITER_OPTIONS = ("comment", "purge_step", "filename_suffix")
 
 class TensorBoardLogger(VersionedFolders, Logger):
     """Scalars in event files; the config as a text summary named ``config`` and in the HPARAMS tab
-    (secrets redacted). TensorBoard is imported at the first write, only when this logger is used.
+    (secrets redacted). TensorBoard is imported and the event file opened at the first write, on a
+    thread of the logger's own (trainer/loggers/background_writer.py): a logging step only queues
+    its numbers. ``experiment``, ``save()`` and ``finalize()`` first wait for what is queued.
 
     Built as Lightning's: ``TensorBoardLogger(save_dir, name="lightning_logs", version=None)`` writes
     into ``<save_dir>/<name>/version_<n>`` (``log_dir``; the next free version unless given) with
@@ -54,7 +57,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
         self._prefix = prefix
         self._writer_options = dict(writer_options, flush_secs=flush_secs, max_queue=max_queue)
         self._hparams_file = True  # Lightning's hparams.yaml beside the events (not in a run directory)
-        self._writer: Any = None
+        self._events: BackgroundWriter | None = None  # made at the first write
 
     @classmethod
     def in_run_dir(cls, run_dir: str, flush_secs: int = 30, max_queue: int = 10,
@@ -72,35 +75,49 @@ class TensorBoardLogger(VersionedFolders, Logger):
         """The ``torch.utils.tensorboard.SummaryWriter`` (rank 0; a DummyExperiment elsewhere)."""
         if not writes_here():
             return DummyExperiment()
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+        return self._background().writer()
 
-            os.makedirs(self.log_dir, exist_ok=True)
-            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_options)
-        return self._writer
+    def _background(self) -> BackgroundWriter:
+        if self._events is None:
+            self._events = BackgroundWriter(self._open_writer)
+        return self._events
+
+    def _open_writer(self) -> Any:
+        from torch.utils.tensorboard import SummaryWriter
+
+        os.makedirs(self.log_dir, exist_ok=True)
+        return SummaryWriter(log_dir=self.log_dir, **self._writer_options)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if not writes_here():
             return
+        scalars = []
         for name, value in metrics.items():
             if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
                 value = value.item()
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.experiment.add_scalar(f"{self._prefix}-{name}" if self._prefix else name, value, global_step=step)
+                scalars.append((f"{self._prefix}-{name}" if self._prefix else name, value))
+        if scalars:
+            self._background().submit(lambda writer: _add_scalars(writer, scalars, step))
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         if not writes_here():
             return
         redacted = redact_secrets(dict(params))
         text = json.dumps(redacted, indent=2, default=str)
-        self.experiment.add_text("config", "```\n" + text + "\n```")
-        # Also TensorBoard's HPARAMS tab (as Lightning): flat "a/b" names, scalar values.
-        from torch.utils.tensorboard.summary import hparams
-
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
-        for summary in hparams(_flatten(redacted), dict(metrics or {})):
-            self.experiment.file_writer.add_summary(summary)
+        flat, hp_metrics = _flatten(redacted), dict(metrics or {})
+
+        def write(writer: Any) -> None:
+            writer.add_text("config", "```\n" + text + "\n```")
+            # Also TensorBoard's HPARAMS tab (as Lightning): flat "a/b" names, scalar values.
+            from torch.utils.tensorboard.summary import hparams
+
+            for summary in hparams(flat, hp_metrics):
+                writer.file_writer.add_summary(summary)
+
+        self._background().submit(write)
         if metrics:
             self.log_metrics(metrics, 0)
         if self._hparams_file:
@@ -116,6 +133,8 @@ class TensorBoardLogger(VersionedFolders, Logger):
             return
         from trainer.loggers.resume_history import merged_by_step
 
+        if self._events is not None and self._events.is_open:
+            self._events.writer()  # what is queued, written first
         os.makedirs(self.log_dir, exist_ok=True)  # (nothing written yet when the run logged no config)
         rows = merged_by_step(history or [], 0, step)
         again = step + 1 if dropped_from is None else min(step + 1, dropped_from)
@@ -132,7 +151,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
         for row_step, values in rows:
             if row_step >= again:
                 self.log_metrics(values, row_step)
-        self._writer.flush()
+        self.experiment.flush()
 
     def _write_after_older_files(self) -> None:
         """TensorBoard reads a folder's event files in name order, and a name starts with the second
@@ -141,14 +160,13 @@ class TensorBoardLogger(VersionedFolders, Logger):
         a new one opened once the clock is past that second (at most a second's wait)."""
         import time
 
-        own = os.path.basename(self._writer.file_writer.event_writer._file_name) if self._writer is not None else None
+        events = self._background()
+        own = os.path.basename(events.writer().file_writer.event_writer._file_name) if events.is_open else None
         others = [_opened_at(name) for name in os.listdir(self.log_dir) if name != own and _opened_at(name) is not None]
         newest = max(others, default=None)
         if newest is None or (own is not None and _opened_at(own) > newest):
             return
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        events.close()
         while int(time.time()) <= newest and newest - time.time() < 2:
             time.sleep(0.05)
 
@@ -165,18 +183,22 @@ class TensorBoardLogger(VersionedFolders, Logger):
         return shown
 
     def save(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        if self._events is not None and self._events.is_open:
+            self._events.writer().flush()
 
     def finalize(self, status: str = "success") -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._events is not None:
+            self._events.close()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_writer"] = None  # a copy (a spawned worker's) opens its own writer
+        state["_events"] = None  # a copy (a spawned worker's) opens its own writer
         return state
+
+
+def _add_scalars(writer: Any, scalars: list[tuple[str, float]], step: int | None) -> None:
+    for name, value in scalars:
+        writer.add_scalar(name, value, global_step=step)
 
 
 def _is_scalar(value: Any) -> bool:
