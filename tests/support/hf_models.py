@@ -1,0 +1,112 @@
+"""Tiny random transformers models saved with ``save_pretrained`` into a directory (nothing downloads),
+and the test modules that train them (importable by the trainer's spawned workers)."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import torch
+from torch.utils.data import TensorDataset
+
+from trainer.hf import HFCausalLM, HFSequenceClassification
+
+VOCAB = 256  # the byte text's vocabulary: the text recipes' default data trains these models
+
+
+def llama_config(**overrides):
+    from transformers import LlamaConfig
+
+    settings = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False)
+    settings.update(overrides)
+    return LlamaConfig(**settings)
+
+
+def gpt2_config(**overrides):
+    from transformers import GPT2Config
+
+    settings = dict(vocab_size=VOCAB, n_embd=16, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
+                    embd_pdrop=0.0, attn_pdrop=0.0)
+    settings.update(overrides)
+    return GPT2Config(**settings)
+
+
+def bert_config(**overrides):
+    from transformers import BertConfig
+
+    settings = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                    max_position_embeddings=32, num_labels=3, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+    settings.update(overrides)
+    return BertConfig(**settings)
+
+
+def save_model(directory, config, auto: str = "AutoModelForCausalLM", seed: int = 0, max_shard_size=None,
+               tokenizer: bool = False) -> str:
+    """A random model of ``config`` saved to ``directory`` (safetensors; sharded with an index when
+    ``max_shard_size`` is given); ``tokenizer``: a small byte-level tokenizer saved beside it."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = getattr(transformers, auto).from_config(config)
+    kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    model.save_pretrained(str(directory), **kwargs)
+    if tokenizer:
+        save_tokenizer(directory)
+    return str(directory)
+
+
+def save_tokenizer(directory) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {chr(ord("a") + i): i for i in range(26)}
+    vocab["[UNK]"] = 26
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(str(directory))
+
+
+def classification_data(num_samples: int, seed: int = 5, vocab: int = 64, length: int = 8) -> TensorDataset:
+    """Token sequences with padding (a random length each) and 3 classes."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (num_samples, length), generator=generator)
+    lengths = torch.randint(2, length + 1, (num_samples,), generator=generator)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    labels = (ids[:, 0] % 3).long()
+    return TensorDataset(ids * mask, mask, labels)
+
+
+def save_params(module, name: str = "params.pt") -> None:
+    """The full final parameters to ``<run_dir>/params.pt`` (every rank gathers: a collective)."""
+    state = module.trainer.strategy.full_state_dict(module)
+    if state:
+        torch.save(state, os.path.join(module.trainer.run_dir, name))
+
+
+class TinyCausalLM(HFCausalLM):
+    """HFCausalLM on a little of the byte text, saving its final parameters (tests' ``fit``)."""
+
+    def __init__(self, path=None, config=None, lr: float = 0.01, **kwargs):
+        kwargs.setdefault("max_bytes", 20_000)
+        kwargs.setdefault("block_size", 16)
+        super().__init__(path=path, config=config, optimizer=partial(torch.optim.AdamW, lr=lr), **kwargs)
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        save_params(self)
+
+
+class TinyClassifier(HFSequenceClassification):
+    """HFSequenceClassification on ``classification_data``, saving its final parameters."""
+
+    def __init__(self, path=None, config=None, lr: float = 0.01, **kwargs):
+        super().__init__(path=path, config=config, optimizer=partial(torch.optim.AdamW, lr=lr), **kwargs)
+
+    def train_dataset(self):
+        return classification_data(64)
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        save_params(self)
