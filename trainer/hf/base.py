@@ -12,6 +12,7 @@ or a config, and the parallelism read from the model's own declarations.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -62,10 +63,21 @@ class HFModule(TrainModule):
         return self._tokenizer
 
     def configure_model(self) -> None:
-        # Built on each rank after seeding (every rank the same weights); on the meta device under
-        # strategy.meta_init=true, then materialised unit by unit and initialised by init_weights.
-        if self.model is None:
-            self.model = self.model_class(self.hf_config)
+        # Built on each rank after seeding (every rank the same weights). On the meta device under
+        # strategy.meta_init=true, and whenever the weights come from the files: then the strategy
+        # materialises it unit by unit (each rank only its shards) before the files are read.
+        if self.model is not None:
+            return
+        from_files = self.pretrained_dir is not None
+        with torch.device("meta") if from_files else contextlib.nullcontext():
+            model = self.model_class(self.hf_config)
+        if _shares_parameters(model):  # tied embeddings: materialising on its own would untie them
+            if from_files:
+                model = self.model_class(self.hf_config)  # where the strategy builds
+            if any(p.is_meta for p in model.parameters()):
+                raise ValueError(f"{self.model_class.__name__} ties parameters (tie_word_embeddings) and a meta-device "
+                                 "build would untie them; set strategy.meta_init=false")
+        self.model = model
 
     def forward(self, **inputs: Any) -> Any:
         return self.model(**inputs)
@@ -130,3 +142,8 @@ class HFModule(TrainModule):
                          "keyword inputs (attention masks, position embeddings) a stage boundary does not pass on; "
                          "use strategy=fsdp or strategy=nd (tensor parallel)")
 
+
+
+def _shares_parameters(model: nn.Module) -> bool:
+    """Whether two of the model's names hold the same parameter (tied weights)."""
+    return len(list(model.named_parameters(remove_duplicate=False))) != len(list(model.parameters()))
