@@ -117,3 +117,53 @@ class TinyClassifier(HFSequenceClassification):
     def on_fit_end(self):
         super().on_fit_end()
         save_params(self)
+
+
+class FirstBatchLM(TinyCausalLM):
+    """The first ``GLOBAL`` blocks of the byte text as the whole training set, so the first global
+    batch holds exactly them (in some order: the mean loss does not depend on it). Each rank writes
+    ``load_rank<r>.json``: the bytes it read from the safetensors files (every read counted where
+    torch's HuggingFaceStorageReader copies a slice in), its largest single read and the bytes of
+    its own parameters."""
+
+    samples = 8
+
+    def train_dataset(self):
+        from torch.utils.data import Subset
+
+        return Subset(super().train_dataset(), range(self.samples))
+
+    def first_batch(self):
+        """The training set as transformers takes it: whole sequences (inputs and their last target)."""
+        rows = [super(FirstBatchLM, self).train_dataset()[i] for i in range(self.samples)]
+        return torch.stack([torch.cat([x, y[-1:]]) for x, y in rows])
+
+    def configure_model(self):
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        reads = self._reads = []
+        original = self._original_read = HuggingFaceStorageReader._process_read_request
+
+        def counted(reader, f, request, planner):
+            numel = 1
+            for length in request.lengths:
+                numel *= length
+            reads.append(numel * 4)  # the files hold fp32
+            return original(reader, f, request, planner)
+
+        HuggingFaceStorageReader._process_read_request = counted
+        super().configure_model()
+
+    def on_fit_start(self):
+        import json
+
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        from trainer.runtime.tensors import local_tensor
+
+        HuggingFaceStorageReader._process_read_request = self._original_read  # this process only
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        mine = sum(local_tensor(p).numel() * 4 for p in self.parameters())
+        with open(os.path.join(self.trainer.run_dir, f"load_rank{rank}.json"), "w") as f:
+            json.dump({"bytes_read": sum(self._reads), "largest_read": max(self._reads, default=0),
+                       "reads": len(self._reads), "param_bytes": mine}, f)
