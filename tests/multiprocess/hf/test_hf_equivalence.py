@@ -9,6 +9,7 @@ in another order; tensor parallel sums the row-split matmuls' partial products i
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.support.helpers import fit
 from tests.support.hf_models import (TinyClassifier, TinyCausalLM, bert_config, gpt2_config, llama_config,
@@ -75,3 +76,25 @@ def test_bert_classifier_equals_one_process(strategy, tmp_path):
     result = fit(tmp_path / strategy, TinyClassifier(config=config, blocks=["BertLayer"]), strategy=strategy,
                  devices=2, batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
+
+
+def _cli(llama_dir, run_dir, *overrides):
+    from tests.support.command_line import TRAIN, assert_ok, run
+
+    result = run(TRAIN + ["recipe=hf_causal_lm", f"model.path={llama_dir}", "model.pretrained=false", "optimizer=sgd",
+                          "optimizer.lr=0.03", "scheduler=none", "module.max_bytes=20000", "data.block_size=16",
+                          "trainer.max_steps=6", "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=null",
+                          "trainer.progress_bar=false", "checkpoint.save_last=false", f"hydra.run.dir={run_dir}",
+                          *overrides])
+    assert_ok(result)
+    from tests.support.helpers import train_losses
+
+    return train_losses(str(run_dir))
+
+
+def test_command_line_fsdp2_equals_one_process(llama_dir, tmp_path):
+    # recipe=hf_causal_lm model.path=DIR, as a user types it (global batch 8 in both runs)
+    single = _cli(llama_dir, tmp_path / "single", "data.batch_size=8")
+    sharded = _cli(llama_dir, tmp_path / "fsdp", "data.batch_size=4", "strategy=fsdp", "trainer.devices=2")
+    assert len(single) == 6
+    torch.testing.assert_close(torch.tensor(sharded), torch.tensor(single), **TOL)
