@@ -134,3 +134,62 @@ def test_data_vocabulary_larger_than_the_model_is_one_line():
     module = HFCausalLM(config=llama_config(vocab_size=128), max_bytes=2000, block_size=8)
     with pytest.raises(ValueError, match=r"the data's vocabulary of 256 tokens exceeds the model's vocab_size=128"):
         module.train_dataset()
+
+
+def test_init_from_a_directory_without_weights_is_one_line(tmp_path):
+    from trainer import Trainer
+
+    llama_config().save_pretrained(str(tmp_path))  # config.json alone
+    with pytest.raises(ValueError, match=r"trainer.init_from='.*' is neither a file of weights nor a directory of "
+                                         r"safetensors \(model.safetensors or model.safetensors.index.json\)"):
+        Trainer(init_from=str(tmp_path))
+
+
+def test_tied_embeddings_on_the_meta_device_are_refused():
+    module = HFCausalLM(config=gpt2_config())
+    with torch.device("meta"), pytest.raises(ValueError, match=r"GPT2LMHeadModel ties parameters .* set "
+                                                               r"strategy.meta_init=false"):
+        module.configure_model()
+
+
+def test_activation_checkpointing_of_the_declared_blocks_trains_the_same(llama_dir, tmp_path):
+    from tests.support.helpers import fit
+    from tests.support.hf_models import TinyCausalLM
+
+    plain = fit(tmp_path / "plain", TinyCausalLM(path=llama_dir, pretrained=False), strategy="single", devices=1,
+                batch_size=4, max_steps=3)
+    recomputed = fit(tmp_path / "ac", TinyCausalLM(path=llama_dir, pretrained=False), strategy="single", devices=1,
+                     batch_size=4, max_steps=3, activation_checkpointing=True)
+    from tests.support.same_training import assert_same_training
+
+    assert_same_training(recomputed, plain, steps=3, tol=dict(rtol=1e-6, atol=1e-7))
+
+
+def test_tied_gpt2_starts_from_its_weights(tmp_path):
+    from tests.support.helpers import fit
+    from tests.support.hf_models import FirstBatchLM
+    from transformers import AutoModelForCausalLM
+
+    directory = save_model(tmp_path / "gpt2", gpt2_config(), seed=5)
+    module = FirstBatchLM(path=directory)
+    losses, _ = fit(tmp_path / "run", module, strategy="single", devices=1, batch_size=8, max_steps=1)
+    batch = module.first_batch()
+    with torch.no_grad():
+        expected = AutoModelForCausalLM.from_pretrained(directory)(input_ids=batch, labels=batch).loss
+    torch.testing.assert_close(torch.tensor(losses[0]), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_classifier_exports_to_a_directory_from_pretrained_reads(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from trainer.hf.export import export_pretrained
+
+    module = HFSequenceClassification(config=bert_config())
+    module.configure_model()
+    export_pretrained(module.state_dict(), module.hf_config, str(tmp_path / "out"), module.auto_class)
+    ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+    loaded = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "out")).eval()
+    module.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, module.model(input_ids=ids).logits, rtol=1e-5,
+                                   atol=1e-6)
