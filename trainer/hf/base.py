@@ -108,8 +108,8 @@ class HFModule(TrainModule):
     def check_sharding_units(self) -> None:
         if not self._block_names():
             raise ValueError(f"{self.model_class.__name__} declares no _no_split_modules, so FSDP cannot find its "
-                             "blocks; pass the block class names (module.blocks=[BertLayer] or blocks=[...]) or "
-                             "strategy.wrap=[ClassName]")
+                             "blocks; pass its block class names as blocks=[...] (model.blocks=[...] in the recipe) "
+                             "or strategy.wrap=[ClassName]")
 
     def block_classes(self) -> tuple[type[nn.Module], ...]:
         names = set(self._block_names())
