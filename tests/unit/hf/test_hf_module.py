@@ -97,7 +97,7 @@ def test_a_model_without_no_split_modules_is_refused_under_fsdp_before_any_worke
     module = HFSequenceClassification(config=bert_config())
     trainer = new_trainer(tmp_path, strategy="fsdp", devices=2)
     with pytest.raises(ValueError, match=r"BertForSequenceClassification declares no _no_split_modules, so FSDP "
-                                         r"cannot find its blocks; pass the block class names"):
+                                         r"cannot find its blocks; pass its block class names as blocks="):
         trainer.fit(module)
     assert not os.path.exists(tmp_path / "metrics.jsonl")  # nothing ran
     HFSequenceClassification(config=bert_config(), blocks=["BertLayer"]).check_sharding_units()  # named: accepted
