@@ -13,9 +13,8 @@ import json
 import os
 from typing import Any
 
-#: the weight files ``save_pretrained`` writes: one file, or shards listed by an index
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+from trainer.checkpoint.safetensors_dir import INDEX_FILE, SINGLE_FILE  # save_pretrained's weight files
+
 #: the tokenizer files ``save_pretrained`` of a tokenizer writes (those present are copied on export)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja")
@@ -60,11 +59,6 @@ def weight_files(path: str) -> list[str]:
         return [os.path.join(path, name) for name in shards]
     single = os.path.join(path, SINGLE_FILE)
     return [single] if os.path.isfile(single) else []
-
-
-def is_weights_dir(path: Any) -> bool:
-    """Whether ``path`` is a directory of Hugging Face safetensors weights (single file or index)."""
-    return isinstance(path, str) and os.path.isdir(path) and bool(weight_files(path))
 
 
 def load_config(path: str | None, config: Any) -> Any:
