@@ -115,7 +115,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         resume: "auto" (the latest complete checkpoint of the checkpoint dir, if any), a checkpoint
             directory or a directory of checkpoints; None starts from scratch. ``fit`` / ``validate``
             take the same per call as ``ckpt_path=`` ("last" = auto); given both, they must agree.
-        init_from: a file with a full state dict to start from (read on rank 0 only).
+        init_from: a full state dict file (read on rank 0 only) or a directory of HF safetensors (each rank its slices).
         return_weights: after ``fit`` in workers the trainer spawned, copy the trained full weights
             (parameters and buffers, gathered once by rank 0 through a file in the run directory)
             into the module passed to ``fit``. False: for models too big for one process's memory;

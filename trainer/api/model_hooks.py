@@ -24,6 +24,11 @@ class ModelHooks:
         each block its own sharding unit (``strategy.wrap=auto``); () lets the strategy guess."""
         return ()
 
+    def check_sharding_units(self) -> None:
+        """Raise ValueError when FSDP (``strategy.wrap=auto``) cannot find this model's blocks by
+        itself, saying what to declare. Called before any worker starts, without building the
+        model; the default accepts (FSDP then uses ``block_classes()`` or guesses)."""
+
     # ----- tensor parallel (strategy=nd with strategy.tp > 1) ----------------------------------------
     def tensor_parallel_plan(self) -> dict[str, Any] | None:
         """How tensor parallelism splits the model: ``{submodule name: ParallelStyle}`` with names

@@ -52,7 +52,10 @@ def check_arguments(
         resume is None or resume == "auto" or os.path.exists(resume),
         f"trainer.resume={resume!r} does not exist; give auto, a checkpoint directory or a directory of checkpoints",
     )
-    require(init_from is None or os.path.isfile(init_from), f"trainer.init_from={init_from!r} is not a file")
+    require(init_from is None or os.path.isfile(init_from) or os.path.isfile(os.path.join(init_from, "model.safetensors"))
+            or os.path.isfile(os.path.join(init_from, "model.safetensors.index.json")),
+            f"trainer.init_from={init_from!r} is neither a file of weights nor a directory of safetensors "
+            "(model.safetensors or model.safetensors.index.json)")
     require(nonfinite_loss in ("error", "ignore"), f"trainer.nonfinite_loss={nonfinite_loss!r} is not one of error, ignore")
     for name, flag in (("return_weights", return_weights), ("enable_model_summary", enable_model_summary)):
         require(isinstance(flag, bool), f"trainer.{name} must be true or false, got {flag!r}")

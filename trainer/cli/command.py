@@ -10,6 +10,7 @@ commands:
   dry-run [OVERRIDES]       one rank of a strategy=nd layout on a fake process group: its shards and memory
   autotune [OVERRIDES]      try strategies and batch splits for a few steps each; write the best config
   consolidate CKPT OUT      a checkpoint's full model weights in one torch file
+                            (--format hf --model DIR: a directory transformers' from_pretrained reads)
   prepare-text IN OUT       tokenize text files into token shards (then: trainer data.tokens=OUT)
   init DIR                  start a project of your own: a module, its data, conf/ and a test
 
@@ -42,6 +43,10 @@ def _autotune(argv: list[str]) -> int:
 
 
 def _consolidate(argv: list[str]) -> int:
+    if any(arg == "--format" or arg.startswith("--format=") for arg in argv):
+        from trainer.hf.export import main as export_main  # --format hf: a directory from_pretrained reads
+
+        return export_main(argv)
     from trainer.checkpoint.__main__ import main
 
     return main(["consolidate", *argv], prog="trainer")

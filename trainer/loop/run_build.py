@@ -31,6 +31,7 @@ from trainer.api.hparams import for_loggers, merged_for_loggers
 from trainer.api.hparams_archive import HparamsArchive
 from trainer.callbacks import CallbackList
 from trainer.checkpoint import load_weights
+from trainer.checkpoint.safetensors_dir import is_safetensors_dir, load_safetensors_dir
 from trainer.data.user_loader import RunData
 from trainer.loggers import Logger, agree_versions
 from trainer.loggers.wandb_run_id import adopt_run_of_checkpoint
@@ -108,8 +109,11 @@ def build_run(run: RankRun) -> None:
     # tensor-parallel group (strategy.random_stream_rank). Loading draws from its own per-batch seeds,
     # keyed by the data-parallel rank (RankRun.loader).
     seed_everything(derive_seed(trainer.seed, "rank", strategy.random_stream_rank))
-    if trainer.init_from is not None:
-        load_weights(trainer.init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
+    init_from = trainer.init_from if trainer.init_from is not None else _weights_of(module)
+    if init_from is not None and is_safetensors_dir(init_from):
+        load_safetensors_dir(init_from, module)  # each rank reads its own slices of the files
+    elif init_from is not None:
+        load_weights(init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
     # 7. the loggers
     run.install(loggers=_open_loggers(trainer, run_dir, rank, logged_hparams))
 
@@ -140,6 +144,12 @@ def _build_model(trainer: Trainer, module: TrainModule, strategy: Strategy) -> W
         # the data-parallel group of DDP and FSDP (hybrid included).
         convert_sync_batchnorm(module, process_group=None)
     return init
+
+
+def _weights_of(module: TrainModule) -> str | None:
+    """The weights a module starts from by itself (a Hugging Face module's directory), or None."""
+    hook = getattr(module, "initial_weights", None)
+    return hook() if callable(hook) else None
 
 
 def _open_loggers(trainer: Trainer, run_dir: str, rank: int, logged_hparams: Any) -> list[Logger]:

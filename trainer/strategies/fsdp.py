@@ -191,6 +191,12 @@ class FSDPStrategy(Strategy):
             options["offload_policy"] = CPUOffloadPolicy()
         return options
 
+    def check_module(self, module: nn.Module) -> None:
+        # Units found from the module's own declarations (strategy.wrap=auto): it may say it has none.
+        check = getattr(module, "check_sharding_units", None)
+        if self.wrap_classes == "auto" and self.min_num_params is None and callable(check):
+            check()
+
     def wrap(self, module: nn.Module, init: WeightInit | None = None) -> nn.Module:
         sharded = _sharded_root(module)
         if sharded is not None:  # fitted by FSDP earlier in this process: validate / test / predict it as it is

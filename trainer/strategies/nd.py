@@ -201,6 +201,8 @@ class NDStrategy(FSDPStrategy):
 
     # ----- before any worker starts -----------------------------------------------------------------------
     def check_module(self, module: nn.Module) -> None:
+        if (self.dims.dp_shard if self.dims is not None else self.degrees["dp_shard"]) != 1:
+            super().check_module(module)  # FSDP's units (dp_shard=-1 before the world size is known: may shard)
         tp = self.dims.tp if self.dims is not None else self.degrees["tp"]
         if tp == -1 or tp == 1:
             return

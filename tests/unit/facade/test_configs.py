@@ -89,10 +89,21 @@ def test_discovery_found_the_groups():
             assert f"{group}={option}" in selected
 
 
+@pytest.fixture(scope="module")
+def hf_model_dir(tmp_path_factory):
+    """A tiny random Llama's config (recipe=hf_causal_lm needs model.path: a local directory)."""
+    from tests.support.hf_models import llama_config
+
+    directory = tmp_path_factory.mktemp("hf-llama")
+    llama_config().save_pretrained(str(directory))
+    return str(directory)
+
+
 @pytest.mark.parametrize("overrides", COMBINATIONS, ids=[",".join(c) for c in COMBINATIONS])
-def test_config_composes_and_builds(overrides, tmp_path):
+def test_config_composes_and_builds(overrides, tmp_path, request):
     # The options really are the selected ones (a recipe's defaults must not override the command line).
-    cfg = compose_config(overrides, return_hydra_config=True)
+    required = [f"model.path={request.getfixturevalue('hf_model_dir')}"] if "recipe=hf_causal_lm" in overrides else []
+    cfg = compose_config(overrides + required, return_hydra_config=True)
     choices = cfg.hydra.runtime.choices
     for override in overrides:
         group, option = override.split("=", 1)

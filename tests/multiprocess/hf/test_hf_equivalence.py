@@ -1,0 +1,100 @@
+"""Hugging Face models (tiny random Llama, GPT-2 and BERT built from transformers' own configs and
+saved with save_pretrained) train on every layout as one process does on the same global batch.
+
+Tolerance: CPU fp32, SGD with momentum (tests/support/hf_models.py sgd says why not Adam), rtol=1e-5 / atol=1e-6 over 15 steps. DDP and FSDP sum the same gradients
+in another order; tensor parallel sums the row-split matmuls' partial products in another order
+(an all-reduce of two halves): the last bits only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.support.helpers import fit
+from tests.support.hf_models import (TinyClassifier, TinyCausalLM, bert_config, gpt2_config, llama_config,
+                                     save_model)
+from tests.support.same_training import assert_same_training
+from trainer.strategies.fsdp import FSDPStrategy
+from trainer.strategies.nd import NDStrategy
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+TOL = dict(rtol=1e-5, atol=1e-6)
+STEPS = 15
+GLOBAL_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("llama"), llama_config())
+
+
+@pytest.fixture(scope="module")
+def llama_one_process(llama_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("llama-single")
+    return fit(run_dir, TinyCausalLM(path=llama_dir, pretrained=False), strategy="single", devices=1,
+               batch_size=GLOBAL_BATCH, max_steps=STEPS)
+
+
+LAYOUTS = {
+    "ddp2": lambda: ("ddp", 2),
+    "fsdp2-full": lambda: (FSDPStrategy(sharding="full"), 2),
+    "fsdp2-grad_op": lambda: (FSDPStrategy(sharding="grad_op"), 2),
+    "tp2": lambda: (NDStrategy(tp=2), 2),
+    "fsdp2-x-tp2": lambda: (NDStrategy(dp_shard=2, tp=2), 4),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_llama_equals_one_process(layout, llama_dir, llama_one_process, tmp_path):
+    strategy, devices = LAYOUTS[layout]()
+    data_parallel = devices // 2 if layout == "fsdp2-x-tp2" else (1 if layout == "tp2" else devices)
+    result = fit(tmp_path, TinyCausalLM(path=llama_dir, pretrained=False), strategy=strategy, devices=devices,
+                 batch_size=GLOBAL_BATCH // data_parallel, max_steps=STEPS)
+    assert_same_training(result, llama_one_process, steps=STEPS, tol=TOL)
+    losses = llama_one_process[0]
+    assert losses[-1] < 0.9 * losses[0]  # it trained
+
+
+def test_gpt2_with_tied_embeddings_fsdp2_equals_one_process(tmp_path):
+    config = gpt2_config()
+    reference = fit(tmp_path / "single", TinyCausalLM(config=config), strategy="single", devices=1,
+                    batch_size=GLOBAL_BATCH, max_steps=STEPS)
+    result = fit(tmp_path / "fsdp", TinyCausalLM(config=config), strategy="fsdp", devices=2,
+                 batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
+    assert "model.lm_head.weight" in result[1]  # tied to the embedding: equal to it, and to one process's
+    assert (result[1]["model.lm_head.weight"] == result[1]["model.transformer.wte.weight"]).all()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_bert_classifier_equals_one_process(strategy, tmp_path):
+    config = bert_config()
+    reference = fit(tmp_path / "single", TinyClassifier(config=config), strategy="single", devices=1,
+                    batch_size=GLOBAL_BATCH, max_steps=STEPS)
+    # BERT declares no _no_split_modules: under FSDP its blocks are named.
+    result = fit(tmp_path / strategy, TinyClassifier(config=config, blocks=["BertLayer"]), strategy=strategy,
+                 devices=2, batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
+    assert_same_training(result, reference, steps=STEPS, tol=TOL)
+
+
+def _cli(llama_dir, run_dir, *overrides):
+    from tests.support.command_line import TRAIN, assert_ok, run
+
+    result = run(TRAIN + ["recipe=hf_causal_lm", f"model.path={llama_dir}", "model.pretrained=false", "optimizer=sgd",
+                          "optimizer.lr=0.03", "scheduler=none", "module.max_bytes=20000", "data.block_size=16",
+                          "trainer.max_steps=6", "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=null",
+                          "trainer.progress_bar=false", "checkpoint.save_last=false", f"hydra.run.dir={run_dir}",
+                          *overrides])
+    assert_ok(result)
+    from tests.support.helpers import train_losses
+
+    return train_losses(str(run_dir))
+
+
+def test_command_line_fsdp2_equals_one_process(llama_dir, tmp_path):
+    # recipe=hf_causal_lm model.path=DIR, as a user types it (global batch 8 in both runs)
+    single = _cli(llama_dir, tmp_path / "single", "data.batch_size=8")
+    sharded = _cli(llama_dir, tmp_path / "fsdp", "data.batch_size=4", "strategy=fsdp", "trainer.devices=2")
+    assert len(single) == 6
+    torch.testing.assert_close(torch.tensor(sharded), torch.tensor(single), **TOL)
