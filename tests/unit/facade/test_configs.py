@@ -1,8 +1,10 @@
 """Every option of every config group composes, resolves and builds.
 
 The groups and their options are discovered from the yaml files in ``conf/`` (nothing is listed
-by hand): a new ``conf/<group>/<option>.yaml`` is picked up automatically. Every combination of
-one option per group is composed with Hydra's compose API, resolved once (as ``train.py`` does)
+by hand): a new ``conf/<group>/<option>.yaml`` is picked up automatically. Combinations of one
+option per group, chosen so that every option of a group meets every option of every other group in at
+least one of them (all pairs: about 30 combinations, where the whole product is several hundred that
+repeat each pair's check many times), are composed with Hydra's compose API, resolved once (as ``train.py`` does)
 and instantiated with ``trainer.cli.hydra_app.build``; the optimizer and scheduler factories are then
 called on the module's real parameters. Nothing is trained and no process is started, so this
 runs in seconds.
@@ -59,12 +61,36 @@ def discover_multi_select_groups() -> set[str]:
 MULTI_SELECT = discover_multi_select_groups()
 GROUPS = discover_groups()
 SINGLE_GROUPS = {group: options for group, options in GROUPS.items() if group not in MULTI_SELECT}
-# One option per group, every combination: each yaml file is composed with every option of every
-# other group (e.g. each recipe with each strategy, optimizer and scheduler).
-COMBINATIONS = [
-    [f"{group}={option}" for group, option in zip(SINGLE_GROUPS, choice)]
-    for choice in itertools.product(*SINGLE_GROUPS.values())
-]
+
+
+def all_pairs(groups: dict[str, list[str]]) -> list[list[str]]:
+    """Combinations of one option per group in which every option of each group appears with every
+    option of every other group at least once (greedy, deterministic): what two yaml files do to each
+    other shows in a pair; three groups that only break together are not looked for."""
+    names = list(groups)
+    order = {name: index for index, name in enumerate(names)}
+
+    def pair(one: tuple[str, str], other: tuple[str, str]) -> tuple:
+        return (one, other) if order[one[0]] < order[other[0]] else (other, one)
+
+    uncovered = {pair((a, x), (b, y)) for i, a in enumerate(names) for b in names[i + 1:]
+                 for x in groups[a] for y in groups[b]}
+    rows = []
+    while uncovered:
+        (a, x), (b, y) = min(uncovered)  # one pair still missing seeds the next combination
+        row = {a: x, b: y}
+        for group in names:
+            if group not in row:  # the option that meets the most missing pairs (the first on a tie)
+                row[group] = max(groups[group], key=lambda option: sum(
+                    pair((group, option), (other, chosen)) in uncovered for other, chosen in row.items()))
+        uncovered -= {pair((g, row[g]), (h, row[h])) for i, g in enumerate(names) for h in names[i + 1:]}
+        rows.append([f"{group}={row[group]}" for group in names])
+    return rows
+
+
+# Every option of every group composed with every option of every other group (each recipe with each
+# strategy, optimizer, scheduler and precision), in combinations of one option per group.
+COMBINATIONS = all_pairs(SINGLE_GROUPS)
 # Multi-select groups: each option alone, then all of them at once.
 SELECTIONS = [(group, [option]) for group in sorted(MULTI_SELECT) for option in GROUPS.get(group, [])] + [
     (group, GROUPS[group]) for group in sorted(MULTI_SELECT) if len(GROUPS.get(group, [])) > 1
@@ -82,6 +108,10 @@ def test_discovery_found_the_groups():
     for group in ID_ORDER:
         assert GROUPS.get(group), f"no options found for group {group!r} in {CONF_DIR}"
     assert {"logger", "callbacks"} <= MULTI_SELECT
+    met = {(one, other) for combination in COMBINATIONS for one in combination for other in combination}
+    for (a, options_a), (b, options_b) in itertools.combinations(SINGLE_GROUPS.items(), 2):
+        for x, y in itertools.product(options_a, options_b):
+            assert (f"{a}={x}", f"{b}={y}") in met, f"{a}={x} never composed with {b}={y}"
     selected = {override for combination in COMBINATIONS for override in combination}
     selected |= {f"{group}={option}" for group, options in SELECTIONS for option in options}
     for group, options in GROUPS.items():
