@@ -39,6 +39,11 @@ class JobCannotStart(RuntimeError):
     """Some rank could not build the job (the message names the ranks and their errors)."""
 
 
+class SettingError(ValueError):
+    """A sweeper's or launcher's setting that cannot work (the message names the key): raised before any
+    job starts, reported in one line like a config error (`hydra_errors_in_one_line`)."""
+
+
 def _config_error(error: BaseException) -> BaseException | None:
     """The error to report in one line, or None if ``error`` is not a config error."""
     from trainer.checkpoint.manager import CheckpointError
@@ -108,7 +113,7 @@ def hydra_errors_in_one_line() -> Iterator[None]:
             return func()
         except Exception as error:
             try:
-                message = describe(error)
+                message = _setting_error(error) or describe(error)
             except Exception:  # describing failed: Hydra's own report is better than none
                 message = None
             if message is None:  # Hydra reports it, as it would have
@@ -122,6 +127,14 @@ def hydra_errors_in_one_line() -> Iterator[None]:
         yield
     finally:
         hydra_utils.run_and_report = original
+
+
+def _setting_error(error: BaseException) -> str | None:
+    """The message of a `SettingError`, also when Hydra wrapped it (instantiating a sweeper)."""
+    for candidate in (error, error.__cause__):
+        if isinstance(candidate, SettingError):
+            return str(candidate)
+    return None
 
 
 def _raise(error: BaseException) -> None:

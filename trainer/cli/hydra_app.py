@@ -23,6 +23,7 @@ from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
 from trainer.cli.hydra_errors import closest_first, did_you_mean, import_target
+from trainer.cli.objective import check_objective, objective_value
 from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
@@ -43,6 +44,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
     cfg = OmegaConf.create(config)
     check_config_keys(cfg)
+    check_objective(config)
     check_optimizer_settings(config)  # torch's own checks of lr, betas, ...: here, not in every worker
     # Layers built in a module's __init__ get the same initial weights in every run of this config.
     if not is_int(cfg.trainer.seed):  # before seeding with it: the Trainer checks it too late for that
@@ -73,7 +75,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
 # The top-level nodes that conf/config.yaml and its groups define; the ``hydra`` node never reaches ``build``.
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
-                  "callbacks", "checkpoint", "datamodule", "deepspeed_config")
+                  "callbacks", "checkpoint", "datamodule", "deepspeed_config", "objective")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
 #: Lightning's Trainer arguments the Python API takes that train.py sets elsewhere: where.
 _PYTHON_API_ONLY = {"logger": "the logger group (logger=[jsonl,csv]; logger=[] for none)",
@@ -236,8 +238,10 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
     return built
 
 
-def run_job(cfg: Any) -> dict[str, float] | None:
-    """The Hydra task: resolve the config once, share it with the other ranks, fit."""
+def run_job(cfg: Any) -> dict[str, float] | float | None:
+    """The Hydra task: resolve the config once, share it with the other ranks, fit. Returns the run's
+    last metrics, or with ``objective.metric`` set that metric's last value (what a sweeper optimises);
+    None for a multirun job that could not start (its error is printed)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
@@ -264,7 +268,11 @@ def run_job(cfg: Any) -> dict[str, float] | None:
         return None
     with config_errors(multirun, only_checkpoint=True):  # a damaged checkpoint: one line too
         result = trainer.fit(module, datamodule=trainer.datamodule)
-    return result
+    if result is None:
+        return None
+    with config_errors(multirun):
+        return objective_value(config, result)
+    return None  # a multirun job whose objective.metric was never logged (reported)
 
 
 def follow_rank_zero() -> bool:
@@ -283,9 +291,19 @@ def follow_rank_zero() -> bool:
             trainer.fit(module, datamodule=trainer.datamodule)
 
 
+def register_plugins() -> None:
+    """Register the trainer's Hydra plugins (``hydra/sweeper=optuna``) by name: Hydra finds plugins by
+    listing the ``hydra_plugins`` folders, which misses those of an editable install."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.meshtrainer_sweeper import OptunaSweeper
+
+    Plugins.instance().register(OptunaSweeper)
+
+
 def main(hydra_task: Callable[[], Any]) -> None:
     """Entry point for ``train.py``: ``hydra_task`` is the ``@hydra.main`` function."""
     sys.argv = strip_local_rank_argument(sys.argv)
+    register_plugins()
     env = detect_environment()
     if not (env.external and env.distributed):
         with hydra_errors_in_one_line():  # a mistyped key or option: one line, not Hydra's report
