@@ -129,19 +129,22 @@ class OptunaTrialSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("optuna study %s: %d trials, %s %s over %s", study.study_name, self.n_trials, self.direction,
                  self.metric, ", ".join(space))
-        job_index, run_dirs = 0, {}
-        while job_index < self.n_trials:
+        job_index, run_dirs, going_on = 0, {}, True
+        while going_on and job_index < self.n_trials:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - job_index))]
             batch = [fixed + [as_override(k, v) for k, v in trial.params.items()] for trial in trials]
             self.validate_batch_is_legal(batch)
             returns = self.launcher.launch(batch, initial_job_idx=job_index)
             for trial, job in zip(trials, returns):
-                self._tell(study, trial, job)
+                going_on = self._tell(study, trial, job) and going_on
                 run_dirs[trial.number] = _run_dir(job)
             job_index += len(trials)
         return self._results(study, sweep_dir, run_dirs)
 
-    def _tell(self, study: Any, trial: Any, job: Any) -> None:
+    def _tell(self, study: Any, trial: Any, job: Any) -> bool:
+        """Tell Optuna the trial's outcome; False when the sampler asks to stop (a grid or brute-force
+        sampler that tried every point: it calls ``study.stop()``, which outside ``optimize`` raises once the
+        trial is stored)."""
         import optuna
         from hydra.core.utils import JobStatus
 
@@ -158,10 +161,19 @@ class OptunaTrialSweeper(Sweeper):
             value = float(job.return_value)
         if value is None:
             log.warning("trial %d failed: %s", trial.number, " ".join(str(why).split()))
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             log.info("trial %d: %s=%s", trial.number, self.metric, value)
-            study.tell(trial, value)
+        try:
+            if value is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, value)
+        except RuntimeError as error:
+            if "Study.stop" not in str(error):
+                raise
+            log.info("the sampler has tried its whole search space: the sweep ends after trial %d", trial.number)
+            return False
+        return True
 
     def _results(self, study: Any, sweep_dir: Path, run_dirs: dict[int, Any]) -> dict[str, Any]:
         from omegaconf import OmegaConf
