@@ -246,6 +246,10 @@ def run_job(cfg: Any) -> dict[str, float] | float | None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    env = detect_environment()
+    if env.external and env.distributed and not distributed.is_distributed():
+        # A Hydra launcher plugin (submitit with several tasks per job) called this task on every rank.
+        return as_ranks(env, lambda: (False, run_job(cfg)))[1]
     hydra_config = HydraConfig.get()
     multirun = hydra_config.mode == RunMode.MULTIRUN
     applied = False
@@ -291,6 +295,33 @@ def follow_rank_zero() -> bool:
             trainer.fit(module, datamodule=trainer.datamodule)
 
 
+def as_ranks(env: Any, rank_zero_work: Callable[[], tuple[bool, Any]]) -> tuple[bool, Any]:
+    """Every rank a launcher started joins one process group; rank 0 runs ``rank_zero_work`` (which runs
+    the jobs, sending each to the others, and returns whether one failed and a value), the others follow
+    it until it says stop. Returns (whether some job failed, rank 0's value; None on the others)."""
+    # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
+    # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    distributed.init_process_group(env, backend, timedelta(minutes=30))
+    # True once this rank and the others agreed to end (rank 0's "stop"): only then leave together
+    # through a barrier. A rank that fails on its own must not wait there for peers that are
+    # elsewhere; it exits, and the launcher stops the others.
+    agreed, failed, returned = False, True, None
+    try:
+        if env.rank != 0:
+            failed = follow_rank_zero()
+            agreed = True
+        else:
+            try:
+                failed, returned = rank_zero_work()
+            finally:
+                distributed.broadcast_object(("stop", failed))
+                agreed = True
+    finally:
+        distributed.destroy_process_group(clean=agreed)
+    return failed, returned
+
+
 def register_plugins() -> None:
     """Register the trainer's Hydra plugins (``hydra/sweeper=optuna``) by name: Hydra finds plugins by
     listing the ``hydra_plugins`` folders, which misses those of an editable install."""
@@ -313,30 +344,14 @@ def main(hydra_task: Callable[[], Any]) -> None:
         return
     if env.rank == 0:
         sys.argv = elastic.pin_run_dir(sys.argv)  # a torchrun restart continues the first attempt's run
-    # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
-    # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    distributed.init_process_group(env, backend, timedelta(minutes=30))
-    # True once this rank and the others agreed to end (rank 0's "stop"): only then leave together
-    # through a barrier. A rank that fails on its own must not wait there for peers that are
-    # elsewhere; it exits, and the launcher stops the others.
-    agreed = False
-    failed = True
+
+    def rank_zero_work() -> tuple[bool, None]:
+        with hydra_errors_in_one_line():
+            hydra_task()
+        return bool(exit_status()), None
+
     try:
-        try:
-            if env.rank != 0:
-                failed = follow_rank_zero()
-                agreed = True
-            else:
-                try:
-                    with hydra_errors_in_one_line():
-                        hydra_task()
-                    failed = bool(exit_status())
-                finally:
-                    distributed.broadcast_object(("stop", failed))
-                    agreed = True
-        finally:
-            distributed.destroy_process_group(clean=agreed)
+        failed, _ = as_ranks(env, rank_zero_work)
     except SystemExit as stop:  # Hydra ends rank 0 this way after printing an error
         code = stop.code
     else:
