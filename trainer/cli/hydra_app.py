@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -323,12 +324,19 @@ def as_ranks(env: Any, rank_zero_work: Callable[[], tuple[bool, Any]]) -> tuple[
 
 
 def register_plugins() -> None:
-    """Register the trainer's Hydra plugins (``hydra/sweeper=optuna``) by name: Hydra finds plugins by
-    listing the ``hydra_plugins`` folders, which misses those of an editable install."""
+    """Register the trainer's Hydra plugins (``hydra/sweeper=optuna``, ``hydra/launcher=submitit_*``) by
+    name: Hydra finds plugins by listing the ``hydra_plugins`` folders, which misses an editable install's."""
     from hydra.core.plugins import Plugins
-    from hydra_plugins.meshtrainer_sweeper import OptunaSweeper
+    from hydra_plugins.meshtrainer_sweeper import OptunaSweeper, submitit_launchers
 
-    Plugins.instance().register(OptunaSweeper)
+    # conf/hydra/launcher/submitit_*.yaml replace the plugin's configs of the same names (every key, our
+    # launcher class); Hydra then also checks them against the plugin's schema, and says so in a warning.
+    warnings.filterwarnings("ignore", message=r"(?s).*'hydra/launcher/submitit_(local|slurm)' is validated against "
+                            r"ConfigStore schema with the same name")
+    for plugin in (OptunaSweeper, getattr(submitit_launchers, "SubmititLocalLauncher", None),
+                   getattr(submitit_launchers, "SubmititSlurmLauncher", None)):
+        if plugin is not None:  # the launchers need the slurm extra
+            Plugins.instance().register(plugin)
 
 
 def main(hydra_task: Callable[[], Any]) -> None:
