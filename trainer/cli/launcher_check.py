@@ -37,8 +37,9 @@ def _count(key: str, value: Any, least: int, unit: str = "") -> int:
     return value
 
 
-def check_settings(kind: str, params: dict, devices: Any, num_nodes: Any) -> None:
-    """One job's launcher settings with its ``trainer.devices`` and ``trainer.num_nodes``."""
+def check_settings(kind: str, params: dict, devices: Any, num_nodes: Any, save_on_signal: Any = True) -> None:
+    """One job's launcher settings with its ``trainer.devices``, ``trainer.num_nodes`` and
+    ``checkpoint.save_on_signal``."""
     timeout_min = _count("timeout_min", params.get("timeout_min"), 1, " (minutes)")
     tasks = _count("tasks_per_node", params.get("tasks_per_node"), 1)
     nodes = _count("nodes", params.get("nodes"), 1)
@@ -50,7 +51,14 @@ def check_settings(kind: str, params: dict, devices: Any, num_nodes: Any) -> Non
         if delay >= 60 * timeout_min:
             raise SettingError(f"hydra.launcher.signal_delay_s={delay}: the signal to save comes this long before the "
                                f"time limit, which is hydra.launcher.timeout_min={timeout_min} minutes; make it shorter")
-        _count("max_num_timeout", params.get("max_num_timeout"), 0)
+        requeues = _count("max_num_timeout", params.get("max_num_timeout"), 0)
+        if requeues and save_on_signal:
+            # The ranks' own handler answers the signal (save, then end the job): submitit's, which requeues, never runs.
+            raise SettingError(f"hydra.launcher.max_num_timeout={requeues}: with checkpoint.save_on_signal=true the "
+                               f"ranks answer the time-limit signal by saving and ending the job, so submitit never "
+                               f"requeues it; submit the same command again with trainer.resume=auto (and a fixed "
+                               f"hydra.sweep.dir), or set checkpoint.save_on_signal=false with checkpoint.every_n_steps "
+                               f"and trainer.resume=auto to let submitit requeue")
     if not isinstance(devices, int) or not isinstance(num_nodes, int):
         return  # trainer.devices=auto: the trainer checks the processes it finds
     if tasks not in (1, devices):
@@ -72,4 +80,6 @@ def check_jobs(kind: str, launcher: Any, job_overrides: Sequence[Sequence[str]])
     loader = launcher.hydra_context.config_loader
     for overrides in job_overrides:
         config = loader.load_sweep_config(launcher.config, list(overrides))
-        check_settings(kind, launcher.params, config.trainer.get("devices"), config.trainer.get("num_nodes"))
+        save_on_signal = (config.get("checkpoint") or {}).get("save_on_signal", False)
+        check_settings(kind, launcher.params, config.trainer.get("devices"), config.trainer.get("num_nodes"),
+                       save_on_signal)

@@ -20,7 +20,7 @@ DDP = ["strategy=ddp", "trainer.devices=2", "logger=[jsonl]", "checkpoint.save_l
 
 
 def _job_output(sweep_dir: Path) -> str:
-    return "\n".join(p.read_text() for p in sorted(sweep_dir.glob(".submitit/*/*.out")))
+    return "\n".join(p.read_text() for p in sorted(sweep_dir.glob(".submitit/*/*_log.*")))
 
 
 def test_two_jobs_each_spawning_two_ranks_train_as_without_the_launcher(tmp_path):
