@@ -66,3 +66,13 @@ def test_a_bad_launcher_setting_is_one_line_before_any_job(name, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(expected), result.describe()
     assert not (tmp_path / "sweep" / ".submitit").exists(), result.describe()
+
+
+def test_a_job_s_config_error_reaches_the_submitting_command_in_one_line(tmp_path):
+    result = run(TRAIN + ["-m", "hydra/launcher=submitit_local", *FAST, "logger=[jsonl]", "data.batch_size=-4",
+                          f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=300)
+    assert result.returncode == 1, result.describe()
+    assert "Traceback" not in result.output, result.describe()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: data.batch_size must be an integer >= 1, got -4 (or null: the train loader's)"], \
+        result.describe()
