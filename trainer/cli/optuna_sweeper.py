@@ -6,7 +6,8 @@ ships); conf/hydra/sweeper/optuna.yaml selects it and documents its settings. Ea
 returns the run's ``objective.metric`` and the sweeper tells Optuna. A trial whose job fails (a bad value,
 an error while training) or returns a value that is not a finite number (a diverged run) is told to Optuna
 as failed, and the sweep goes on with the next trial. At the end the sweep directory holds
-``optimization_results.yaml``: the best trial's number, parameters, value and run directory.
+``optimization_results.yaml``: the best trial's number, parameters, value and run directory. Trial N runs
+as job N (``<sweep dir>/N``), and its run directory is kept with it in Optuna's storage (``run_dir``).
 
 Every setting is checked when the sweeper is set up, before any trial starts: a bad one ends the
 command with one line naming the key (`SettingError`).
@@ -129,17 +130,20 @@ class OptunaTrialSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("optuna study %s: %d trials, %s %s over %s", study.study_name, self.n_trials, self.direction,
                  self.metric, ", ".join(space))
-        job_index, run_dirs, going_on = 0, {}, True
-        while going_on and job_index < self.n_trials:
-            trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - job_index))]
+        launched, going_on = 0, True
+        while going_on and launched < self.n_trials:
+            trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - launched))]
             batch = [fixed + [as_override(k, v) for k, v in trial.params.items()] for trial in trials]
             self.validate_batch_is_legal(batch)
-            returns = self.launcher.launch(batch, initial_job_idx=job_index)
+            # Job numbers are trial numbers: a stored study continued in the same sweep directory keeps
+            # its earlier trials' run directories.
+            returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
             for trial, job in zip(trials, returns):
+                if _run_dir(job) is not None:  # kept with the trial in Optuna's storage
+                    trial.set_user_attr("run_dir", _run_dir(job))
                 going_on = self._tell(study, trial, job) and going_on
-                run_dirs[trial.number] = _run_dir(job)
-            job_index += len(trials)
-        return self._results(study, sweep_dir, run_dirs)
+            launched += len(trials)
+        return self._results(study, sweep_dir)
 
     def _tell(self, study: Any, trial: Any, job: Any) -> bool:
         """Tell Optuna the trial's outcome; False when the sampler asks to stop (a grid or brute-force
@@ -175,7 +179,7 @@ class OptunaTrialSweeper(Sweeper):
             return False
         return True
 
-    def _results(self, study: Any, sweep_dir: Path, run_dirs: dict[int, Any]) -> dict[str, Any]:
+    def _results(self, study: Any, sweep_dir: Path) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
         import optuna
@@ -187,7 +191,7 @@ class OptunaTrialSweeper(Sweeper):
         best = study.best_trial
         results = {"name": "optuna", "study_name": study.study_name, "metric": self.metric,
                    "direction": self.direction, "best_trial": best.number, "best_params": dict(best.params),
-                   "best_value": best.value, "best_run_dir": run_dirs.get(best.number),
+                   "best_value": best.value, "best_run_dir": best.user_attrs.get("run_dir"),
                    "trials": len(study.trials), "failed": sum(t.state == optuna.trial.TrialState.FAIL
                                                                for t in study.trials)}
         (sweep_dir / "optimization_results.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(results)))

@@ -46,6 +46,7 @@ def _check_trials(tmp_path: Path, storage: str, completed: int, failed: int) -> 
     for trial in study.trials:  # job i is trial i: one study, started empty
         run_dir = sweep_dir / str(trial.number)
         assert (run_dir / ".hydra" / "config.yaml").is_file(), f"trial {trial.number}: no run directory"
+        assert trial.user_attrs["run_dir"] == str(run_dir)  # kept with the trial in Optuna's storage
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert trial.value == _last(run_dir, "val/loss"), f"trial {trial.number}"
     results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
