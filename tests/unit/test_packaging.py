@@ -1,6 +1,6 @@
 """The distribution's layout in pyproject.toml: every package of ``trainer/`` is listed, the top-level
 ``conf/`` and ``recipes/`` are mapped into the package (no links in the tree), and the distribution
-is ``meshtrainer`` with the ``trainer`` command. The built wheel is tested in
+is ``meshtrainer`` with the ``trainer`` command; the Hydra plugins ship as ``hydra_plugins.meshtrainer_sweeper``. The built wheel is tested in
 tests/multiprocess/tools/test_wheel.py."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def test_every_folder_is_a_listed_package_and_the_mapped_ones_too():
     for package, folder in mapped.items():
         assert (Path(REPO) / folder / "__init__.py").is_file(), package  # regular packages: editable installs find them
         expected |= _folders(Path(REPO) / folder, package)
+    # The Hydra plugins: a package of the hydra_plugins namespace (no __init__.py there: other distributions share it).
+    assert not (Path(REPO) / "hydra_plugins" / "__init__.py").exists()
+    expected |= _folders(Path(REPO) / "hydra_plugins" / "meshtrainer_sweeper", "hydra_plugins.meshtrainer_sweeper")
     # A folder missing from the list would be missing from the wheel, silently.
     assert sorted(SETUPTOOLS["packages"]) == sorted(expected)
 

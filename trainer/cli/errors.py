@@ -11,7 +11,10 @@ keep their traceback; only a ``CheckpointError`` from ``fit`` (a damaged or unfi
 by ``trainer.resume``: the message names the file) is reported the same way (`checkpoint_errors`).
 
 In a multirun (``-m``) the failed job is reported the same way and the sweep goes on with the
-next job; the process exits with status 1 at the end (`exit_status`).
+next job; the process exits with status 1 at the end (`exit_status`). A job that a launcher plugin
+(submitit) runs in a process of its own reports the line in its log and fails with it as a
+`SettingError`, which the submitting command prints in one line (the Optuna sweeper counts the trial
+as failed and goes on).
 
 Errors Hydra raises itself while it composes the config (a mistyped key, group option or override)
 are reported the same way, in one line with the valid names (`hydra_errors_in_one_line`).
@@ -37,6 +40,12 @@ _MISSING_FILE = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 class JobCannotStart(RuntimeError):
     """Some rank could not build the job (the message names the ranks and their errors)."""
+
+
+class SettingError(ValueError):
+    """A sweeper's or launcher's setting that cannot work (the message names the key), raised before any
+    job starts; also a config error of a job a launcher plugin ran in a process of its own, handed back to
+    the submitting command. Reported in one line like a config error (`hydra_errors_in_one_line`)."""
 
 
 def _config_error(error: BaseException) -> BaseException | None:
@@ -79,6 +88,10 @@ def config_errors(multirun: bool = False, only_checkpoint: bool = False) -> Iter
             print(one_line(reported), file=sys.stderr, flush=True)
         if not multirun:
             raise SystemExit(1) from None
+        if os.environ.get("SUBMITIT_EXECUTOR"):
+            # A launcher plugin's job, in a process (or on a machine) of its own: the line above went to the
+            # job's log; the command that submitted it learns of the failure from the job's result.
+            raise SettingError(" ".join(str(reported).split())) from None
         _failed_jobs += 1
 
 
@@ -108,7 +121,7 @@ def hydra_errors_in_one_line() -> Iterator[None]:
             return func()
         except Exception as error:
             try:
-                message = describe(error)
+                message = _setting_error(error) or describe(error)
             except Exception:  # describing failed: Hydra's own report is better than none
                 message = None
             if message is None:  # Hydra reports it, as it would have
@@ -122,6 +135,14 @@ def hydra_errors_in_one_line() -> Iterator[None]:
         yield
     finally:
         hydra_utils.run_and_report = original
+
+
+def _setting_error(error: BaseException) -> str | None:
+    """The message of a `SettingError`, also when Hydra wrapped it (instantiating a sweeper)."""
+    for candidate in (error, error.__cause__):
+        if isinstance(candidate, SettingError):
+            return str(candidate)
+    return None
 
 
 def _raise(error: BaseException) -> None:

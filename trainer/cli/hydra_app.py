@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from trainer.cli.errors import JobCannotStart, config_errors, exit_status, hydra
 from trainer.deepspeed_config.apply import apply_deepspeed_config
 from trainer.runtime.launch import detect_environment, strip_local_rank_argument
 from trainer.cli.hydra_errors import closest_first, did_you_mean, import_target
+from trainer.cli.objective import check_objective, objective_value
 from trainer.cli.optimizer_check import check_optimizer_settings
 from trainer.cli.redact_files import redact_hydra_files
 
@@ -43,6 +45,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
     cfg = OmegaConf.create(config)
     check_config_keys(cfg)
+    check_objective(config)
     if not is_int(cfg.trainer.seed):  # before seeding with it: the Trainer checks it too late for that
         raise ValueError(f"trainer.seed={cfg.trainer.seed!r} must be an integer")
     strategy = instantiate(cfg.strategy)
@@ -75,7 +78,7 @@ def build(config: dict, run_dir: str) -> tuple[Any, Any]:
 
 # The top-level nodes that conf/config.yaml and its groups define; the ``hydra`` node never reaches ``build``.
 TOP_LEVEL_KEYS = ("trainer", "data", "module", "strategy", "optimizer", "scheduler", "precision", "logger",
-                  "callbacks", "checkpoint", "datamodule", "deepspeed_config")
+                  "callbacks", "checkpoint", "datamodule", "deepspeed_config", "objective")
 # Trainer arguments that ``build`` fills from other nodes: not settable under ``trainer``.
 #: Lightning's Trainer arguments the Python API takes that train.py sets elsewhere: where.
 _PYTHON_API_ONLY = {"logger": "the logger group (logger=[jsonl,csv]; logger=[] for none)",
@@ -238,12 +241,18 @@ def prepare(config: dict, run_dir: str) -> tuple[Any, Any]:
     return built
 
 
-def run_job(cfg: Any) -> dict[str, float] | None:
-    """The Hydra task: resolve the config once, share it with the other ranks, fit."""
+def run_job(cfg: Any) -> dict[str, float] | float | None:
+    """The Hydra task: resolve the config once, share it with the other ranks, fit. Returns the run's
+    last metrics, or with ``objective.metric`` set that metric's last value (what a sweeper optimises);
+    None for a multirun job that could not start (its error is printed)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    env = detect_environment()
+    if env.external and env.distributed and not distributed.is_distributed():
+        # A Hydra launcher plugin (submitit with several tasks per job) called this task on every rank.
+        return as_ranks(env, lambda: (False, run_job(cfg)))[1]
     hydra_config = HydraConfig.get()
     multirun = hydra_config.mode == RunMode.MULTIRUN
     applied = False
@@ -266,7 +275,11 @@ def run_job(cfg: Any) -> dict[str, float] | None:
         return None
     with config_errors(multirun, only_checkpoint=True):  # a damaged checkpoint: one line too
         result = trainer.fit(module, datamodule=trainer.datamodule)
-    return result
+    if result is None:
+        return None
+    with config_errors(multirun):
+        return objective_value(config, result)
+    return None  # a multirun job whose objective.metric was never logged (reported)
 
 
 def follow_rank_zero() -> bool:
@@ -285,9 +298,53 @@ def follow_rank_zero() -> bool:
             trainer.fit(module, datamodule=trainer.datamodule)
 
 
+def as_ranks(env: Any, rank_zero_work: Callable[[], tuple[bool, Any]]) -> tuple[bool, Any]:
+    """Every rank a launcher started joins one process group; rank 0 runs ``rank_zero_work`` (which runs
+    the jobs, sending each to the others, and returns whether one failed and a value), the others follow
+    it until it says stop. Returns (whether some job failed, rank 0's value; None on the others)."""
+    # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
+    # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    distributed.init_process_group(env, backend, timedelta(minutes=30))
+    # True once this rank and the others agreed to end (rank 0's "stop"): only then leave together
+    # through a barrier. A rank that fails on its own must not wait there for peers that are
+    # elsewhere; it exits, and the launcher stops the others.
+    agreed, failed, returned = False, True, None
+    try:
+        if env.rank != 0:
+            failed = follow_rank_zero()
+            agreed = True
+        else:
+            try:
+                failed, returned = rank_zero_work()
+            finally:
+                distributed.broadcast_object(("stop", failed))
+                agreed = True
+    finally:
+        distributed.destroy_process_group(clean=agreed)
+    return failed, returned
+
+
+def register_plugins() -> None:
+    """Register the trainer's Hydra plugins (``hydra/sweeper=optuna``, ``hydra/launcher=submitit_*``) by
+    name: Hydra finds plugins by listing the ``hydra_plugins`` folders, which misses an editable install's."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.meshtrainer_sweeper import OptunaSweeper, submitit_launchers
+
+    # conf/hydra/launcher/submitit_*.yaml replace the plugin's configs of the same names (every key, our
+    # launcher class); Hydra then also checks them against the plugin's schema, and says so in a warning.
+    warnings.filterwarnings("ignore", message=r"(?s).*'hydra/launcher/submitit_(local|slurm)' is validated against "
+                            r"ConfigStore schema with the same name")
+    for plugin in (OptunaSweeper, getattr(submitit_launchers, "SubmititLocalLauncher", None),
+                   getattr(submitit_launchers, "SubmititSlurmLauncher", None)):
+        if plugin is not None:  # the launchers need the slurm extra
+            Plugins.instance().register(plugin)
+
+
 def main(hydra_task: Callable[[], Any]) -> None:
     """Entry point for ``train.py``: ``hydra_task`` is the ``@hydra.main`` function."""
     sys.argv = strip_local_rank_argument(sys.argv)
+    register_plugins()
     env = detect_environment()
     if not (env.external and env.distributed):
         with hydra_errors_in_one_line():  # a mistyped key or option: one line, not Hydra's report
@@ -297,30 +354,14 @@ def main(hydra_task: Callable[[], Any]) -> None:
         return
     if env.rank == 0:
         sys.argv = elastic.pin_run_dir(sys.argv)  # a torchrun restart continues the first attempt's run
-    # Join early, with a generous timeout (the trainer sets the configured one), so rank 0 can
-    # tell the others what to run. CPU tensors go over gloo, CUDA ones over NCCL.
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    distributed.init_process_group(env, backend, timedelta(minutes=30))
-    # True once this rank and the others agreed to end (rank 0's "stop"): only then leave together
-    # through a barrier. A rank that fails on its own must not wait there for peers that are
-    # elsewhere; it exits, and the launcher stops the others.
-    agreed = False
-    failed = True
+
+    def rank_zero_work() -> tuple[bool, None]:
+        with hydra_errors_in_one_line():
+            hydra_task()
+        return bool(exit_status()), None
+
     try:
-        try:
-            if env.rank != 0:
-                failed = follow_rank_zero()
-                agreed = True
-            else:
-                try:
-                    with hydra_errors_in_one_line():
-                        hydra_task()
-                    failed = bool(exit_status())
-                finally:
-                    distributed.broadcast_object(("stop", failed))
-                    agreed = True
-        finally:
-            distributed.destroy_process_group(clean=agreed)
+        failed, _ = as_ranks(env, rank_zero_work)
     except SystemExit as stop:  # Hydra ends rank 0 this way after printing an error
         code = stop.code
     else:

@@ -99,7 +99,7 @@ def init_process_group(env: ClusterEnvironment, backend: str, timeout: timedelta
             backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
         )
     _control_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
-    if env.launcher in ("torchrun", "slurm"):  # (spawned workers beat for their launcher from the start)
+    if env.external:  # (spawned workers beat for their launcher from the start)
         _start_heartbeat(env, timeout)
     return True
 

@@ -29,11 +29,15 @@ from trainer.runtime.supervision import WorkerFailed, supervise
 __all__ = ["ClusterEnvironment", "RankAgreedError", "WorkerFailed", "detect_environment", "spawn"]
 
 
+#: launchers that start every rank themselves (this process then joins them instead of spawning)
+EXTERNAL_LAUNCHERS = ("torchrun", "slurm", "submitit")
+
+
 @dataclass(frozen=True)
 class ClusterEnvironment:
     """This process's place in the job."""
 
-    launcher: str  # "torchrun" (also torch.distributed.launch and deepspeed), "slurm", "spawned", "none"
+    launcher: str  # "torchrun" (also torch.distributed.launch and deepspeed), "slurm", "submitit", "spawned", "none"
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
@@ -45,7 +49,7 @@ class ClusterEnvironment:
     @property
     def external(self) -> bool:
         """True when another program started every rank (so this process must not spawn)."""
-        return self.launcher in ("torchrun", "slurm")
+        return self.launcher in EXTERNAL_LAUNCHERS
 
     @property
     def distributed(self) -> bool:
@@ -121,6 +125,19 @@ def detect_environment(environ: dict[str, str] | None = None) -> ClusterEnvironm
             master_addr=env.get("MASTER_ADDR", hosts[0] if hosts else "127.0.0.1"),
             # Every task derives the same port from the job id, so no extra rendezvous is needed.
             master_port=int(env.get("MASTER_PORT", 15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)),
+        )
+    # submitit's local executor (hydra/launcher=submitit_local with tasks_per_node > 1) starts the tasks of a
+    # job on this machine with variables of its own (on SLURM, submitit's tasks carry SLURM's, read above).
+    if "SUBMITIT_LOCAL_GLOBALID" in env and int(env.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:
+        world_size = int(env["SUBMITIT_LOCAL_NTASKS"])
+        return ClusterEnvironment(
+            launcher="submitit",
+            rank=int(env["SUBMITIT_LOCAL_GLOBALID"]),
+            local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", env["SUBMITIT_LOCAL_GLOBALID"])),
+            world_size=world_size,
+            local_world_size=world_size,
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", 15000 + int(env.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000)),
         )
     return ClusterEnvironment(launcher="none")
 

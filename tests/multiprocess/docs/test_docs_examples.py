@@ -26,7 +26,7 @@ EXPECTED_SKIPS = {
     "docs/development.md": 2,  # a new environment; parts of this suite
     "docs/how-to/logging.md": 1,  # an upload to a W&B account
     "docs/benchmarks.md": 1,  # benchmarks: minutes each, meaningful only on an idle machine
-    "docs/how-to/slurm.md": 1,  # sbatch on a cluster (the page's simulated srun run is run here)
+    "docs/how-to/slurm.md": 2,  # sbatch and submitit_slurm on a cluster (the page's simulated srun run and submitit_local run here)
     "docs/how-to/nd-parallelism.md": 1,  # 8 processes of the llama recipe (their layouts are tested small in tests/)
 }
 

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TIMEOUT_S = 240  # per command
 #: what the wheel is built from: the repository's files that pyproject.toml packs
-SOURCES = ("pyproject.toml", "README.md", "trainer", "conf", "recipes")
+SOURCES = ("pyproject.toml", "README.md", "trainer", "conf", "recipes", "hydra_plugins")
 #: the distribution's name (`trainer` on the package index is another project's); it installs the package trainer
 DISTRIBUTION = "meshtrainer"
 PYPROJECT = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())
@@ -127,6 +127,10 @@ def test_the_installed_package_is_the_one_imported_and_holds_everything(venv):
     assert groups[0] == groups[1] and "strategy" in groups[0]  # every config group
     assert not Path(conf).is_symlink()  # the files themselves, not a link back into the checkout
     assert "estimate" in venv.run([str(venv.trainer), "--help"]).stdout
+    # The Hydra plugins land in the hydra_plugins namespace, where Hydra's own scan finds them.
+    plugins = venv.run([str(venv.python), "-c", "from hydra.core.plugins import Plugins; "
+                        "print(sorted(Plugins.instance().class_name_to_class))"]).stdout
+    assert "hydra_plugins.meshtrainer_sweeper.OptunaSweeper" in plugins, plugins
 
 
 def test_init_then_the_projects_two_commands(venv):

@@ -22,8 +22,8 @@ from trainer.cli.optimizer_check import check_optimizer_settings
 CONF_DIR = os.path.join(REPO, "conf")
 STRATEGY_KEYS = ("accelerator, find_unused_parameters, static_graph, gradient_as_bucket_view, bucket_cap_mb, "
                  "broadcast_buffers, zero1")
-TOP = ("the top-level keys: module, data, checkpoint, trainer, strategy, optimizer, scheduler, precision, logger; "
-       "the config groups: callbacks, datamodule, recipe")
+TOP = ("the top-level keys: module, data, objective, checkpoint, trainer, strategy, optimizer, scheduler, precision, "
+       "logger; the config groups: callbacks, datamodule, hparams_search, recipe")
 
 
 def composing(overrides: list[str]) -> str | None:

@@ -49,3 +49,13 @@ def test_local_rank_argument_is_removed_and_exported(monkeypatch):
 
     assert os.environ["LOCAL_RANK"] == "1"
     assert strip_local_rank_argument(["train.py", "--local_rank", "0", "x=1"]) == ["train.py", "x=1"]
+
+
+def test_submitit_local_tasks_are_ranks():
+    # hydra/launcher=submitit_local with tasks_per_node=2: each task has submitit's variables, no SLURM ones.
+    env = detect_environment({"SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
+                              "SUBMITIT_LOCAL_JOB_ID": "4321", "SUBMITIT_EXECUTOR": "local"})
+    assert (env.launcher, env.rank, env.local_rank, env.world_size, env.local_world_size) == ("submitit", 1, 1, 2, 2)
+    assert env.external and env.distributed and (env.master_addr, env.master_port) == ("127.0.0.1", 15000 + 4321)
+    # One task: the trainer spawns its ranks itself, as without a launcher.
+    assert detect_environment({"SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_NTASKS": "1"}).launcher == "none"
