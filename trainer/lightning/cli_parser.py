@@ -136,6 +136,11 @@ class LightningArgumentParser(ArgumentParser):
             args = mirror_args(sys.argv[1:])
         return super().parse_args(args, *more, **kwargs)
 
+    def error(self, message: str, ex: Exception | None = None) -> Any:
+        """jsonargparse's error, with this trainer's advice for a Trainer argument it does not take
+        (Lightning's ``profiler``, ``plugins`` ... : what to use instead; a typo: the closest names)."""
+        return super().error(message + trainer_argument_advice(message), ex)
+
     def add_lightning_class_args(self, lightning_class: Any, nested_key: str, subclass_mode: bool = False,
                                  required: bool = True) -> list[str]:
         """Add the arguments of ``lightning_class`` (a Trainer, LightningModule, LightningDataModule or
@@ -195,6 +200,18 @@ class LightningArgumentParser(ArgumentParser):
         else:
             self.add_class_arguments(classes, nested_key, **options)
         register[nested_key] = (classes, link_to)
+
+
+def trainer_argument_advice(message: str) -> str:
+    """For each ``trainer.NAME`` in ``message`` that the Trainer does not take, a line saying what to
+    use (``unknown_argument_error``); "" when there is none."""
+    import inspect
+
+    from trainer.api.lightning_names import unknown_argument_error
+
+    known = set(inspect.signature(_BaseTrainer.__init__).parameters)
+    unknown = sorted({name for name in re.findall(r"trainer\.(\w+)", message) if name not in known})
+    return f"\n  {unknown_argument_error(unknown, _BaseTrainer.__init__)}" if unknown else ""
 
 
 def _plain(value: Any) -> bool:

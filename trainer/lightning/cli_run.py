@@ -189,7 +189,8 @@ class LightningCLI:
 
     def instantiate_classes(self) -> None:
         """Build the datamodule, the model (and its ``configure_optimizers``) and the Trainer."""
-        self.config_init = self.parser.instantiate_classes(self.config)
+        build = getattr(self.parser, "instantiate", None) or self.parser.instantiate_classes  # (jsonargparse < 4.49)
+        self.config_init = build(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
         self._add_configure_optimizers_method_to_model(self.subcommand)
@@ -222,12 +223,13 @@ class LightningCLI:
     def configure_optimizers(lightning_module: LightningModule, optimizer: Optimizer,
                              lr_scheduler: Any = None) -> Any:
         """What the model's ``configure_optimizers`` returns when ``--optimizer`` is given: the optimizer,
-        with the scheduler (a `ReduceLROnPlateau` with its ``monitor``). Override to change it."""
+        with the scheduler stepping once per epoch as under Lightning (a `ReduceLROnPlateau` with its
+        ``monitor``). Override to change it."""
         if lr_scheduler is None:
             return optimizer
         if isinstance(lr_scheduler, ReduceLROnPlateau):
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "monitor": lr_scheduler.monitor}}
-        return [optimizer], [lr_scheduler]
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "interval": "epoch"}}
 
     def _add_configure_optimizers_method_to_model(self, subcommand: str | None) -> None:
         """With ``--optimizer`` given (an AUTOMATIC group), the model's ``configure_optimizers`` builds

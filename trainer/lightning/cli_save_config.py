@@ -7,7 +7,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from jsonargparse import ArgumentParser
+
 from trainer.api.callback import Callback
+
+#: keep the arguments whose value is None in the file (the option's name changed in jsonargparse 4.49)
+_KEEP_NONE = {"skip_unset": False} if hasattr(ArgumentParser, "instantiate") else {"skip_none": False}
 
 
 class SaveConfigCallback(Callback):
@@ -36,7 +41,7 @@ class SaveConfigCallback(Callback):
             raise ValueError("SaveConfigCallback(save_to_log_dir=False) writes nothing unless a subclass overrides "
                              "save_config(trainer, pl_module, stage); override it or keep save_to_log_dir=True")
         #: the configuration as yaml, made here: the callback travels to spawned ranks without its parser
-        self.config_text = parser.dump(config, skip_none=False)
+        self.config_text = parser.dump(config, **_KEEP_NONE)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -71,7 +76,7 @@ class SaveConfigCallback(Callback):
 
     def _write(self, path: str) -> None:
         if self.multifile:
-            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=True)
+            self.parser.save(self.config, path, overwrite=True, multifile=True, **_KEEP_NONE)
             return
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.config_text)

@@ -1,7 +1,7 @@
 """A program of our own written with Lightning's LightningCLI: a model, a datamodule and a callback,
 all configured from the command line / a config file. It imports only ``lightning`` and ``torch``; the
 tests run it under Lightning as written and under this trainer with its imports rewritten
-(tests/support/lightning_rewrite.py).
+(``tests.support.lightning_as_ours.regression_cli``; tests/support/lightning_cli_runs.py).
 
 ``LossRecorder(path)`` writes ``path``: rank 0's per-step ``train_loss`` (the logged value), the
 ``test_loss`` and, after fit, the trained weights to ``path + ".pt"``; ``Regressor(init_weights=...)``
@@ -90,7 +90,3 @@ class LossRecorder(Callback):
 
 def main(args=None):
     return LightningCLI(Regressor, RegressionData, args=args)
-
-
-if __name__ == "__main__":
-    main()
