@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Sequence, Union
 
 import torch
 import yaml
-from jsonargparse import ArgumentParser, Namespace, class_from_function, set_dumper, set_loader
+from jsonargparse import (ArgumentParser, Namespace, class_from_function, register_unresolvable_import_paths,
+                          set_dumper, set_loader)
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -47,11 +48,12 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
         self.monitor = monitor
 
 
-LRSchedulerTypeTuple = (LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-LRSchedulerTypeUnion = Union[LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]
-LRSchedulerType = Union[type[LRScheduler], type[torch.optim.lr_scheduler.ReduceLROnPlateau]]
+# the schedulers --lr_scheduler takes: ReduceLROnPlateau is the one above (it knows its monitor), as in Lightning
+LRSchedulerTypeTuple = (LRScheduler, ReduceLROnPlateau)
+LRSchedulerTypeUnion = Union[LRScheduler, ReduceLROnPlateau]
+LRSchedulerType = Union[type[LRScheduler], type[ReduceLROnPlateau]]
 OptimizerCallable = Callable[[Iterable], Optimizer]
-LRSchedulerCallable = Callable[[Optimizer], Union[LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]]
+LRSchedulerCallable = Callable[[Optimizer], Union[LRScheduler, ReduceLROnPlateau]]
 ArgsType = Union[list[str], dict[str, Any], Namespace, None]
 
 
@@ -91,6 +93,7 @@ def _dump(data: Any) -> str:
     return yaml.safe_dump(data, default_flow_style=False, allow_unicode=True, sort_keys=False)
 
 
+register_unresolvable_import_paths(torch)  # torch's classes by their public paths (torch.optim.SGD)
 set_loader(MIRROR_MODE, _load, (yaml.YAMLError,))
 set_dumper(MIRROR_MODE, _dump)
 
@@ -167,12 +170,16 @@ class LightningArgumentParser(ArgumentParser):
         """A Trainer argument whose default is an object a config file cannot hold (the ``checkpoint``
         default "Lightning's checkpointing") defaults to None here: not given, the Trainer's default
         (the CLI leaves arguments at their parser default to the Trainer)."""
-        group = self.get_defaults().get(nested_key)
-        if group is None:
-            return
-        unset = {f"{nested_key}.{key}": None for key, value in vars(group).items() if not _plain(value)}
+        unset = {key: None for key, value in self.group_defaults(nested_key).items() if not _plain(value)}
         if unset:
-            self.set_defaults(unset)
+            self.set_defaults({f"{nested_key}.{key}": None for key in unset})
+
+    def group_defaults(self, nested_key: str) -> dict[str, Any]:
+        """The defaults of the arguments under ``nested_key`` (read from the arguments themselves:
+        ``get_defaults()`` would read the default config files before every group is added)."""
+        prefix = nested_key + "."
+        return {action.dest[len(prefix):]: action.default for action in self._actions
+                if action.dest.startswith(prefix) and "." not in action.dest[len(prefix):]}
 
     def add_optimizer_args(self, optimizer_class: Any = (Optimizer,), nested_key: str = "optimizer",
                            link_to: str = "AUTOMATIC") -> None:

@@ -128,10 +128,11 @@ class LightningCLI:
         """The ``trainer``, ``model`` and ``data`` groups."""
         parser.add_lightning_class_args(self.trainer_class, "trainer")
         lightning = {f"trainer.{k}": v for k, v in LIGHTNING_DEFAULTS.items()}
-        if "trainer.seed" in parser.get_defaults():
+        baseline = parser.group_defaults("trainer")
+        if "seed" in baseline:
             lightning["trainer.seed"] = None  # (None: the seed seed_everything set, as the Trainer reads it)
         parser.set_defaults(lightning)
-        self._trainer_baseline = dict(vars(parser.get_defaults().get("trainer") or Namespace()))
+        self._trainer_baseline = {**baseline, **{k[len("trainer."):]: v for k, v in lightning.items()}}
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data,

@@ -175,3 +175,52 @@ def test_cli_lightning_logo_needs_no_jsonargparse():
             "try:\n    from trainer.lightning.cli import LightningCLI\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'meshtrainer[cli]'" in out
+
+
+def test_any_model_by_class_path_and_parser_kwargs(program, tmp_path):
+    from trainer.lightning.cli import LightningCLI
+
+    defaults = tmp_path / "defaults.yaml"
+    path = "tests.support.lightning_as_ours.regression_cli.Regressor"
+    defaults.write_text(f"model:\n  class_path: {path}\n  init_args:\n    hidden: 5\n")
+    cli = LightningCLI(None, program.RegressionData, run=False, parser_kwargs={"default_config_files": [str(defaults)]},
+                       args=[f"--model={path}", "--model.lr=0.2"])
+    assert type(cli.model) is program.Regressor and cli.model.hparams.hidden == 5 and cli.model.hparams.lr == 0.2
+    with pytest.raises(SystemExit):  # a class that is not a LightningModule
+        LightningCLI(None, program.RegressionData, run=False, args=["--model=torch.nn.Linear"])
+
+
+def test_an_optimizer_group_linked_to_a_model_argument_and_a_callback_group(program):
+    from torch.optim import SGD
+
+    from trainer.lightning.callbacks import EarlyStopping
+    from trainer.lightning.cli import LightningCLI
+
+    class Configured(program.Regressor):
+        def __init__(self, optimizer: dict | None = None, hidden: int = 8):
+            super().__init__(hidden=hidden)
+            self.optimizer_init = optimizer
+
+    class LinkingCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser):
+            parser.add_optimizer_args(SGD, link_to="model.optimizer")
+            parser.add_lightning_class_args(EarlyStopping, "early_stopping")
+            parser.set_defaults({"early_stopping.monitor": "val_loss"})
+
+    cli = LinkingCLI(Configured, program.RegressionData, run=False,
+                     args=["--optimizer.lr=0.3", "--early_stopping.patience=4"])
+    assert cli.model.optimizer_init["class_path"] == "torch.optim.sgd.SGD"  # (Lightning's path of one class)
+    assert cli.model.optimizer_init["init_args"]["lr"] == 0.3
+    assert "configure_optimizers" not in vars(cli.model)  # (linked: the model's own configure_optimizers)
+    stops = [c for c in cli.trainer.callbacks if isinstance(c, EarlyStopping)]
+    assert len(stops) == 1 and stops[0].patience == 4 and stops[0].monitor == "val_loss"
+
+
+def test_the_automatic_optimizer_builds_on_the_models_parameters(program):
+    cli = _cli(program, "--optimizer=Adam", "--optimizer.lr=0.02", "--lr_scheduler=ReduceLROnPlateau",
+               "--lr_scheduler.monitor=val_loss", run=False)
+    configured = cli.model.configure_optimizers()
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.param_groups[0]["lr"] == 0.02
+    assert optimizer.param_groups[0]["params"] == list(cli.model.parameters())
+    assert scheduler["monitor"] == "val_loss" and scheduler["scheduler"].optimizer is optimizer
