@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from jsonargparse import ActionConfigFile, Namespace, class_from_function
+from torch.optim import Optimizer
 
 from trainer.lightning.cli_optimizers import ConfiguredOptimizers, automatic_optimizer_keys, class_init, link_optimizers
 from trainer.lightning.cli_parser import ArgsType, LightningArgumentParser, LRSchedulerTypeTuple, ReduceLROnPlateau
@@ -27,7 +28,6 @@ from trainer.lightning.core import LightningDataModule, LightningModule
 from trainer.lightning.seed import seed_everything
 from trainer.lightning.trainer.trainer import LIGHTNING_DEFAULTS, Trainer
 from trainer.lightning.utilities.rank_zero import rank_zero_warn
-from torch.optim import Optimizer
 
 
 class LightningCLI:
@@ -244,9 +244,7 @@ class LightningCLI:
         if not optimizer_init:
             return
         scheduler_init = self._get(self.config_init, keys[1]) if keys[1] else None
-        if "configure_optimizers" in vars(type(self.model)) or any(
-                "configure_optimizers" in vars(c) for c in type(self.model).__mro__[1:]
-                if issubclass(c, LightningModule) and c is not LightningModule):
+        if type(self.model).configure_optimizers is not LightningModule.configure_optimizers:
             rank_zero_warn(f"`{type(self.model).__name__}.configure_optimizers` will be overridden by "
                            f"`{type(self).__name__}.configure_optimizers` (--optimizer was given)")
         parser = self._parser(subcommand)

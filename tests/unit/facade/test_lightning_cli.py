@@ -217,8 +217,9 @@ def test_an_optimizer_group_linked_to_a_model_argument_and_a_callback_group(prog
 
 
 def test_the_automatic_optimizer_builds_on_the_models_parameters(program):
-    cli = _cli(program, "--optimizer=Adam", "--optimizer.lr=0.02", "--lr_scheduler=ReduceLROnPlateau",
-               "--lr_scheduler.monitor=val_loss", run=False)
+    with pytest.warns(UserWarning, match="Regressor.configure_optimizers` will be overridden"):  # (as Lightning)
+        cli = _cli(program, "--optimizer=Adam", "--optimizer.lr=0.02", "--lr_scheduler=ReduceLROnPlateau",
+                   "--lr_scheduler.monitor=val_loss", run=False)
     configured = cli.model.configure_optimizers()
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]
     assert isinstance(optimizer, torch.optim.Adam) and optimizer.param_groups[0]["lr"] == 0.02
