@@ -225,3 +225,11 @@ def test_the_automatic_optimizer_builds_on_the_models_parameters(program):
     assert isinstance(optimizer, torch.optim.Adam) and optimizer.param_groups[0]["lr"] == 0.02
     assert optimizer.param_groups[0]["params"] == list(cli.model.parameters())
     assert scheduler["monitor"] == "val_loss" and scheduler["scheduler"].optimizer is optimizer
+
+
+def test_settings_from_the_environment_with_default_env(program, monkeypatch):
+    monkeypatch.setenv("PL_TRAINER__MAX_EPOCHS", "4")
+    monkeypatch.setenv("PL_MODEL__HIDDEN", "3")
+    cli = _cli(program, run=False, parser_kwargs={"default_env": True})
+    assert cli.trainer.max_epochs == 4 and cli.model.hparams.hidden == 3
+    assert _cli(program, run=False).trainer.max_epochs == 1000  # (off by default: Lightning's 1000 epochs)
