@@ -63,14 +63,24 @@ def mirror_class_path(value: str) -> str:
     match = _LIGHTNING_PATH.match(value)
     if match:
         rest = match.group(1)
-        return "trainer.lightning." + (rest[len("pytorch."):] if rest.startswith("pytorch.") else rest)
+        target = "trainer.lightning." + (rest[len("pytorch."):] if rest.startswith("pytorch.") else rest)
+        module, _, name = target.rpartition(".")
+        return target if _names_a_class(module, name) else value  # (a string that only looks like a path)
     if value.isidentifier():
-        import importlib
-
         for module in _SHORT_NAME_MODULES:
-            if isinstance(getattr(importlib.import_module(module), value, None), type):
+            if _names_a_class(module, value):
                 return f"{module}.{value}"
     return value
+
+
+def _names_a_class(module: str, name: str) -> bool:
+    """Whether ``module.name`` is a class of the mirror (a name it lacks, or no such module: False)."""
+    import importlib
+
+    try:
+        return isinstance(getattr(importlib.import_module(module), name, None), type)
+    except ImportError:
+        return False
 
 
 def _mirror_paths(data: Any, key: str | None = None) -> Any:

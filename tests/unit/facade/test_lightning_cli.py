@@ -233,3 +233,14 @@ def test_settings_from_the_environment_with_default_env(program, monkeypatch):
     cli = _cli(program, run=False, parser_kwargs={"default_env": True})
     assert cli.trainer.max_epochs == 4 and cli.model.hparams.hidden == 3
     assert _cli(program, run=False).trainer.max_epochs == 1000  # (off by default: Lightning's 1000 epochs)
+
+
+def test_only_lightning_class_paths_the_mirror_has_are_rewritten():
+    from trainer.lightning.cli_parser import mirror_args, mirror_class_path
+
+    assert mirror_class_path("pytorch_lightning.loggers.CSVLogger") == "trainer.lightning.loggers.CSVLogger"
+    assert mirror_class_path("lightning.Trainer") == "trainer.lightning.Trainer"
+    assert mirror_class_path("lightning.ai") == "lightning.ai"  # (a value that only looks like a path)
+    assert mirror_class_path("lightning.pytorch.callbacks.RichProgressBar").startswith("lightning.")  # (not here)
+    assert mirror_args(["--model.name=lightning.ai", "--trainer.logger", "CSVLogger", "--model.tag=Timer"]) == [
+        "--model.name=lightning.ai", "--trainer.logger", "trainer.lightning.loggers.CSVLogger", "--model.tag=Timer"]
