@@ -1,5 +1,5 @@
 """Runs of the LightningCLI program (tests/support/lightning_programs/regression_cli.py) from its own
-command line, as its user runs it: a fresh interpreter whose ``sys.argv[1:]`` is the command line,
+command line, as its user runs it: a process whose ``sys.argv[1:]`` is the command line,
 under Lightning (``side="lightning"``) or under this trainer with the program's imports rewritten
 (``side="ours"``). The command line is the same on both sides."""
 
@@ -13,6 +13,7 @@ import sys
 import torch
 
 from tests.support.helpers import REPO
+from tests.support.warm_commands import session_server
 
 #: the program's module on each side
 MODULES = {"lightning": "tests.support.lightning_programs.regression_cli",
@@ -44,11 +45,15 @@ def write_config(directory: str) -> str:
 
 
 def run_cli(side: str, directory: str, *args: str, check: bool = True, timeout: int = 400) -> subprocess.CompletedProcess:
-    """``python -c 'main()' ARGS`` in ``directory`` (the program's ``main`` builds its LightningCLI)."""
+    """``python program.py ARGS`` in ``directory`` (``program.py`` calls the program's ``main``, which
+    builds its LightningCLI), started warm (tests/support/warm_commands.py: forked from a server that
+    imported torch once; the command otherwise runs as a fresh process)."""
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    code = f"from {MODULES[side]} import main; main()"
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=directory, env=env, capture_output=True,
-                            text=True, timeout=timeout)
+    program = os.path.join(directory, f"program_{side}.py")
+    with open(program, "w") as f:
+        f.write(f"from {MODULES[side]} import main\n\nif __name__ == '__main__':\n    main()\n")
+    result = subprocess.run(session_server().client_args([sys.executable, program, *args]), cwd=directory, env=env,
+                            capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{side} {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
