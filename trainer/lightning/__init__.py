@@ -20,6 +20,7 @@ from trainer.api.callback import Callback
 from trainer.lightning import callbacks, core, fabric, loggers, utilities
 from trainer.lightning._missing import install_missing_module_finder, missing_names
 from trainer.lightning.core import LightningDataModule, LightningModule
+from trainer.lightning.cli import cli_lightning_logo
 from trainer.lightning.seed import seed_everything
 from trainer.lightning.trainer import Trainer
 from trainer.lightning.utilities.rank_zero import share_rank_with_lightning_utilities
@@ -27,7 +28,7 @@ from trainer.lightning.utilities.rank_zero import share_rank_with_lightning_util
 install_missing_module_finder()  # a Lightning module this trainer lacks: an ImportError saying what to use
 share_rank_with_lightning_utilities()  # as importing Lightning does
 
-__all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "seed_everything",
+__all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "cli_lightning_logo", "seed_everything",
            "callbacks", "core", "fabric", "loggers", "pytorch", "utilities"]
 
 __getattr__ = missing_names(__name__, {

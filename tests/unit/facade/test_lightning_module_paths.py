@@ -63,8 +63,8 @@ def test_a_lightning_module_the_mirror_lacks_says_what_to_use():
         importlib.import_module("trainer.lightning.tuner")
     with pytest.raises(ImportError, match=r"lightning\.pytorch\.utilities\.model_helpers .*use .*docs/lightning\.md"):
         importlib.import_module("trainer.lightning.utilities.model_helpers")
-    with pytest.raises(ImportError, match=r"LightningCLI .*use "):
-        from trainer.lightning.cli import LightningCLI  # noqa: F401
+    with pytest.raises(ImportError, match=r"cli\.instantiate_module .*use "):
+        from trainer.lightning.cli import instantiate_module  # noqa: F401
     with pytest.raises(ModuleNotFoundError):  # other packages' missing modules are not its business
         importlib.import_module("trainer.no_such_module")
 
