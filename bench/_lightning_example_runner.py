@@ -19,6 +19,8 @@ neither in its code:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import runpy
@@ -67,6 +69,7 @@ class LossRecorder(_callback_base()):
 def _patch_trainer(trainer_class: type, out_dir: str, defaults: dict) -> None:
     original = trainer_class.__init__
 
+    @functools.wraps(original)  # (LightningCLI reads the Trainer's arguments from its signature)
     def __init__(self, *args, **kwargs):
         for name, value in defaults.items():
             kwargs.setdefault(name, value)
@@ -75,6 +78,7 @@ def _patch_trainer(trainer_class: type, out_dir: str, defaults: dict) -> None:
         kwargs["callbacks"] = callbacks + [LossRecorder(out_dir)]
         original(self, *args, **kwargs)
 
+    __init__.__signature__ = inspect.signature(original)
     trainer_class.__init__ = __init__
 
 
