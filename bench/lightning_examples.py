@@ -17,8 +17,8 @@ place of its downloads, and run through its own command line with small sizes
 3. here, one process accumulating 2 batches per step, then DDP 2 and FSDP 2: per-step losses against that
    one process (rel ``1e-5``) where every rank draws the same random numbers (no dropout, no per-step noise).
 
-The results go to ``OUT/lightning_examples.json`` and ``.md`` (default bench/results/), the table that
-docs/lightning-examples.md shows. ``--pythonpath`` adds folders to the programs' import path (a
+The results go to ``OUT/lightning_examples.json`` and ``.md`` (default bench/results/; the rows of programs
+not run this time are kept), and with ``--docs`` into docs/lightning-examples.md's table. ``--pythonpath`` adds folders to the programs' import path (a
 ``torchvision`` built for the installed torch, for the programs that need it).
 """
 
@@ -69,6 +69,31 @@ def _wikitext(mode_root: str, cwd: str) -> None:
             f.write(" ".join(words[i] for i in torch.randint(0, 36, (11,), generator=generator).tolist()) + "\n")
 
 
+def _images(folder: str, count: int, size: tuple[int, int], mode: str, seed: int) -> None:
+    import torch
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed)
+    os.makedirs(folder, exist_ok=True)
+    channels = 3 if mode == "RGB" else 1
+    for index in range(count):
+        pixels = torch.randint(0, 256, (size[1], size[0], channels), dtype=torch.uint8, generator=generator)
+        Image.fromarray(pixels.squeeze(-1).numpy(), mode).save(os.path.join(folder, f"{index}.png"))
+
+
+def _kitti(mode_root: str, cwd: str) -> None:
+    """``./kitti/training/{image_2,semantic}/``: 5 images and masks (the program keeps 4 for training)."""
+    _images(os.path.join(cwd, "kitti", "training", "image_2"), 5, (64, 32), "RGB", 1)
+    _images(os.path.join(cwd, "kitti", "training", "semantic"), 5, (64, 32), "L", 2)
+
+
+def _image_folder(mode_root: str, cwd: str) -> None:
+    """``./imagenet/{train,val}/<class>/``: 2 classes of 2 small images each."""
+    for split, seed in (("train", 3), ("val", 4)):
+        for label in ("c0", "c1"):
+            _images(os.path.join(cwd, "imagenet", split, label), 2, (32, 32), "RGB", seed + len(label))
+
+
 #: program -> how it is run: its arguments, its stand-in data, how 2 ranks are asked for (its own command
 #: line, or Trainer defaults for a program without one), and why a comparison cannot hold where it cannot
 EXAMPLES = {
@@ -83,12 +108,17 @@ EXAMPLES = {
                                              "--trainer.limit_val_batches=2", "--trainer.accelerator=cpu"],
                                        data=None, cli=True),
     "domain_templates/generative_adversarial_net.py": dict(args=[], data=_mnist, cli=False),
-    "domain_templates/imagenet.py": dict(args=["fit", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
-                                               "--trainer.accelerator=cpu"], data=None, cli=True),
+    "domain_templates/imagenet.py": dict(
+        args=["fit", "--model.data_path=imagenet", "--model.batch_size=2", "--model.workers=0",
+              "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+              "--trainer.accelerator=cpu", "--trainer.log_every_n_steps=1"], data=_image_folder, cli=True,
+        lightning_order="its training loader shuffles and its crops are random"),
     "domain_templates/computer_vision_fine_tuning.py": dict(args=["fit", "--trainer.max_epochs=1",
                                                                   "--trainer.limit_train_batches=2"],
                                                             data=None, cli=True),
-    "domain_templates/semantic_segmentation.py": dict(args=[], data=None, cli=False),
+    "domain_templates/semantic_segmentation.py": dict(
+        args=["--data_path=kitti", "--batch_size=4", "--num_layers=2", "--features_start=4"], data=_kitti, cli=False,
+        defaults={"max_epochs": 2}),
     "domain_templates/reinforce_learn_Qnet.py": dict(args=["--max_episode_reward=1"], data=None, cli=False),
     "domain_templates/reinforce_learn_ppo.py": dict(args=["--epoch_len=8"], data=None, cli=False),
     "servable_module/production.py": dict(args=["--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
@@ -134,17 +164,17 @@ def run_example(name: str, spec: dict, examples_dir: str, work: str, pythonpath:
         result = harness.run(mode, os.path.join(mode_root, "pytorch", name), [*spec["args"], *extra_args],
                              os.path.join(work, "out", name.replace("/", "_"), label), cwd, defaults,
                              env={"PL_USE_MOCKED_MNIST": "1"},
-                             pythonpath=[*pythonpath, mode_root], timeout=timeout)
+                             pythonpath=[*pythonpath, os.path.join(mode_root, "pytorch")], timeout=timeout)
         row.setdefault("seconds", {})[label] = round(time.perf_counter() - started, 1)
         runs[label] = result
         return result
 
-    lightning = one("lightning", "lightning")
+    lightning = one("lightning", "lightning", defaults=spec.get("defaults"))
     row["lightning_cpu"] = lightning.error is None
     if lightning.error is not None:
         row["lightning_error"] = lightning.error
         return row
-    mirror = one("here", "mirror")
+    mirror = one("here", "mirror", defaults=spec.get("defaults"))
     row["runs_here"] = mirror.error is None
     if mirror.error is not None:
         row["error_here"] = mirror.error
@@ -157,6 +187,7 @@ def run_example(name: str, spec: dict, examples_dir: str, work: str, pythonpath:
     single = None
     for label, layout in LAYOUTS.items():
         extra, defaults = _layout_arguments(spec, layout)
+        defaults = {**spec.get("defaults", {}), **defaults}
         result = one(label, "mirror", extra, defaults)
         if result.error is not None:
             row[label] = {"runs": False, "error": result.error}
@@ -199,6 +230,16 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_docs_table(table: str, page: str = os.path.join(os.path.dirname(HERE), "docs", "lightning-examples.md")) -> None:
+    """The results table into ``page``, between its ``lightning-examples`` markers."""
+    begin, end = "<!-- lightning-examples begin -->", "<!-- lightning-examples end -->"
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    head, rest = text.split(begin, 1)
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(f"{head}{begin}\n{table}{end}{rest.split(end, 1)[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkout", help="a clone of Lightning's repository (its examples/pytorch/ is read)")
@@ -206,6 +247,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--pythonpath", nargs="*", default=[], help="folders added to the programs' import path")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one run of one program")
+    parser.add_argument("--docs", action="store_true", help="also write the table into docs/lightning-examples.md")
     args = parser.parse_args()
     examples_dir = os.path.join(args.checkout, "examples", "pytorch")
     if not os.path.isdir(examples_dir):
@@ -228,10 +270,18 @@ def main() -> None:
     header = (f"Lightning {lightning.__version__}, torch {torch.__version__}, {platform.platform()}, "
               f"{time.strftime('%Y-%m-%d')}; rel tolerance {RTOL:g}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "lightning_examples.json"), "w") as f:
+    path = os.path.join(args.out, "lightning_examples.json")
+    if os.path.exists(path):  # the rows of programs not run this time are kept
+        with open(path) as f:
+            kept = {row["program"]: row for row in json.load(f)["rows"]}
+        kept.update({row["program"]: row for row in rows})
+        rows = [kept[name] for name in EXAMPLES if name in kept]
+    with open(path, "w") as f:
         json.dump({"header": header, "rows": rows}, f, indent=1, default=str)
     with open(os.path.join(args.out, "lightning_examples.md"), "w") as f:
         f.write(markdown(rows, header))
+    if args.docs:
+        write_docs_table(markdown(rows, header))
     print(markdown(rows, header))
 
 

@@ -27,7 +27,8 @@ EXPECTED_SKIPS = {
     "docs/how-to/logging.md": 1,  # an upload to a W&B account
     "docs/benchmarks.md": 1,  # benchmarks: minutes each, meaningful only on an idle machine
     "docs/how-to/slurm.md": 1,  # sbatch on a cluster (the page's simulated srun run is run here)
-    "docs/how-to/nd-parallelism.md": 1,  # 8 processes of the llama recipe (their layouts are tested small in tests/)
+    "docs/how-to/nd-parallelism.md": 1,
+    "docs/lightning-examples.md": 1,  # Lightning's example programs, read from a clone of Lightning's repository  # 8 processes of the llama recipe (their layouts are tested small in tests/)
 }
 
 # Variables of the caller's shell that would change what a run does (a W&B account, Hydra's tracebacks).
