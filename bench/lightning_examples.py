@@ -220,14 +220,22 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def markdown(rows: list[dict], header: str) -> str:
     lines = [header, "", "| program | under Lightning on a CPU | here | per-step losses vs Lightning | "
              "DDP 2 vs one process | FSDP 2 vs one process |", "|---|---|---|---|---|---|"]
     for row in rows:
-        if not row["lightning_cpu"]:
-            lines.append(f"| `{row['program']}` | no: {row['lightning_error'][:120]} | not counted | | | |")
+        if not row["lightning_cpu"] and row["lightning_error"].startswith("TimeoutError"):
+            lines.append(f"| `{row['program']}` | not known: {row['lightning_error'][14:]} (give a longer --timeout) "
+                         "| not run | | | |")
             continue
-        here = "yes" if row.get("runs_here") else f"no: {row.get('error_here', '')[:120]}"
+        if not row["lightning_cpu"]:
+            lines.append(f"| `{row['program']}` | no: {_short(row['lightning_error'])} | not counted | | | |")
+            continue
+        here = "yes" if row.get("runs_here") else f"no: {_short(row.get('error_here', ''))}"
         lines.append(f"| `{row['program']}` | yes | {here} | {_cell(row.get('vs_lightning'))} | "
                      f"{_cell(row.get('ddp'))} | {_cell(row.get('fsdp'))} |")
     return "\n".join(lines) + "\n"
