@@ -28,6 +28,7 @@ EXPECTED_SKIPS = {
     "docs/benchmarks.md": 1,  # benchmarks: minutes each, meaningful only on an idle machine
     "docs/how-to/slurm.md": 2,  # sbatch and submitit_slurm on a cluster (the page's simulated srun run and submitit_local run here)
     "docs/how-to/nd-parallelism.md": 1,  # 8 processes of the llama recipe (their layouts are tested small in tests/)
+    "docs/lightning-examples.md": 1,  # Lightning's example programs, read from a clone of Lightning's repository
 }
 
 # Variables of the caller's shell that would change what a run does (a W&B account, Hydra's tracebacks).
