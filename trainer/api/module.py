@@ -132,10 +132,16 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         scheduler: a factory ``optimizer -> LRScheduler``, stepped once per optimizer step (for other
             intervals, override ``configure_optimizers``).
 
+    ``scheduler_interval`` (class attribute, ``"step"``): how often a scheduler that
+    ``configure_optimizers`` returns without an ``interval`` steps; ``LightningModule`` sets
+    ``"epoch"``, Lightning's default, so that a ported program's schedule keeps its meaning.
+
     Run state (Lightning's names; ``trainer/api/run_state.py``): ``self.device``, ``self.global_step``
     (optimizer steps), ``self.current_epoch``, ``self.global_rank``, ``self.local_rank``,
     ``self.world_size``, ``self.trainer``; ``self.hparams`` after ``save_hyperparameters()``.
     """
+
+    scheduler_interval: str = "step"
 
     def __init__(self, optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None):
         super().__init__()

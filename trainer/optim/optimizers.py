@@ -80,7 +80,12 @@ def configure_optimizers(module: Any) -> tuple[Any, list[LRSchedulerConfig]]:
     automatic = getattr(module, "automatic_optimization", True)
     if not isinstance(automatic, bool):
         raise TypeError(f"{type(module).__name__}.automatic_optimization={automatic!r}; it must be True or False")
-    return split_optimizers(configured) if automatic else split_manual(configured)
+    if not automatic:
+        return split_manual(configured)
+    interval = getattr(module, "scheduler_interval", "step")
+    if interval not in INTERVALS:
+        raise ValueError(f"{type(module).__name__}.scheduler_interval={interval!r}; the intervals are {list(INTERVALS)}")
+    return split_optimizers(configured, default_interval=interval)
 
 
 def _describe_factory(factory: Any) -> str:
@@ -90,8 +95,10 @@ def _describe_factory(factory: Any) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
 
 
-def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
-    """``(optimizer, scheduler configs)`` from what ``configure_optimizers`` returned."""
+def split_optimizers(configured: Any, default_interval: str = "step") -> tuple[torch.optim.Optimizer,
+                                                                             list[LRSchedulerConfig]]:
+    """``(optimizer, scheduler configs)`` from what ``configure_optimizers`` returned; a scheduler
+    without an ``interval`` steps every ``default_interval``."""
     monitor = None
     if _is_optimizer(configured):
         optimizer, schedulers = configured, []
@@ -116,7 +123,7 @@ def split_optimizers(configured: Any) -> tuple[torch.optim.Optimizer, list[LRSch
         raise TypeError(f"configure_optimizers returned {_describe(configured)}. {ACCEPTED}")
     if not _is_optimizer(optimizer):
         raise TypeError(f"configure_optimizers gave optimizer={_describe(optimizer)}, not a torch.optim.Optimizer. {ACCEPTED}")
-    configs = [_read_scheduler(s, optimizer, monitor) for s in schedulers]
+    configs = [_read_scheduler(s, optimizer, monitor, default_interval) for s in schedulers]
     names = [c.name for c in configs if c.name is not None]
     if len(set(names)) != len(names):
         raise ValueError(f"configure_optimizers: lr_scheduler names {names} repeat; give each scheduler its own name")
@@ -239,7 +246,8 @@ def _read_optimizer_dict(configured: dict) -> tuple[Any, list, Any]:
     return configured["optimizer"], [] if scheduler is None else [scheduler], monitor
 
 
-def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) -> LRSchedulerConfig:
+def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any,
+                    default_interval: str = "step") -> LRSchedulerConfig:
     """One scheduler (or scheduler dict) as an LRSchedulerConfig, every key checked."""
     options = dict(given) if isinstance(given, dict) else {"scheduler": given}
     unknown = sorted(set(options) - set(SCHEDULER_DICT_KEYS), key=str)
@@ -265,7 +273,7 @@ def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any) 
     if plateau is not is_plateau:
         raise ValueError(f"lr_scheduler dict: reduce_on_plateau={plateau!r} for a {kind}; it is "
                          f"{is_plateau} for this scheduler (only ReduceLROnPlateau steps with a metric)")
-    interval = options.get("interval", "step")
+    interval = options.get("interval", default_interval)
     if interval not in INTERVALS:
         raise ValueError(f"lr_scheduler dict: interval={interval!r}; the intervals are {list(INTERVALS)}")
     frequency = options.get("frequency", 1)

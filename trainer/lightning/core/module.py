@@ -15,7 +15,11 @@ from trainer.api.module import TrainModule
 
 class LightningModule(TrainModule):
     """A `TrainModule` built as Lightning builds its modules: every
-    hook, ``self.log``, ``save_hyperparameters``, ``self.optimizers()`` ... are TrainModule's."""
+    hook, ``self.log``, ``save_hyperparameters``, ``self.optimizers()`` ... are TrainModule's; a
+    scheduler ``configure_optimizers`` returns without an ``interval`` steps once per epoch, as
+    under Lightning."""
+
+    scheduler_interval = "epoch"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if args or kwargs:
