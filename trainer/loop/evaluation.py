@@ -31,6 +31,7 @@ from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
 from trainer.loop.eval_modes import EvalModes
+from trainer.loop.eval_step_logs import EvalStepLogs
 from trainer.loop.optimizer_step import transfer_batch
 from trainer.data.user_loader import _collate, check_map_style, kept_samples, read_loader
 from trainer.loop.validation import require_validation_data
@@ -111,9 +112,9 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:
     data = EvalData(run, stage)
     mine = eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)
     weights = [len(indices) for _, indices in mine]
+    most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))  # rank 0's: the busiest
     if strategy.lockstep_forward:
-        # Every rank runs as many forwards as rank 0 (the busiest); the extra ones re-read sample 0.
-        most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))
+        # Every rank runs as many forwards as rank 0; the extra ones re-read sample 0.
         mine += [(0, [0])] * (most - len(mine))
         weights += [0] * (most - len(weights))
 
@@ -130,6 +131,7 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:
     hooks.call(f"on_{stage}_epoch_start")
     bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
                       leave=False)
+    step_logs = EvalStepLogs(run, stage, most)  # self.log(..., on_step=True) (test; predict refuses self.log)
     with evaluation_grad_mode(run):
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
@@ -141,6 +143,8 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:
             on_output(index, weight, output)
             if weight:
                 hooks.call(f"on_{stage}_batch_end", output, batch, index)
+            step_logs.after_batch()
+    step_logs.finish()
     bar.close()
     strategy.after_evaluation(run.wrapped)
     hooks.call(f"on_{stage}_epoch_end")

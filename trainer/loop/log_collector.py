@@ -90,6 +90,7 @@ class LogCollector(LogReduction):
         self._log_step = False  # this optimizer step is a logging step
         self._step = Scope()
         self._pending = Scope()  # on_step values logged between two steps: the next step's
+        self._eval_step = Scope()  # on_step values of the current evaluation batch
         self._epochs: dict[str, Scope] = {}
         self._options: dict[str, dict[str, LogOptions]] = {}  # stage -> name -> options (first call's)
         self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
@@ -166,6 +167,13 @@ class LogCollector(LogReduction):
         self.batch_values.clear()  # the reduced values take over
         return reduced
 
+    def drop_step(self) -> None:
+        """An optimizer step abandoned before its end (``on_train_batch_start`` returned -1): its
+        ``on_step`` values are dropped; ``on_epoch`` values its micro-batches logged stay."""
+        self._in_step = False
+        self._batch_weight = None
+        self._step = Scope()
+
     def peek_step_metrics(self, strategy: Any) -> None:
         """On a logging step, before the step's last ``on_train_batch_end``: the step's values so far,
         reduced, shown in ``callback_metrics`` (as Lightning's, synced when read there); `end_step`
@@ -229,10 +237,6 @@ class LogCollector(LogReduction):
             if given not in allowed:
                 raise ValueError(f"self.log({name!r}, {level}={given}) in {hook}(): {hook} logs with {level} in "
                                  f"{list(allowed)}")
-        if on_step and stage != "train":
-            raise ValueError(f"self.log({name!r}, on_step=True) in {hook}(): per-step values exist only in training "
-                             "here (an evaluation's batches differ with the number of ranks); give on_step=False (the "
-                             f"value is aggregated over the whole {stage} run with on_epoch=True)")
         if not on_step and not on_epoch:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) would log nothing; set one of them")
         metric = is_metric(value)
@@ -270,19 +274,42 @@ class LogCollector(LogReduction):
                                      "value for this batch; call the metric object (metric(preds, target)), not only "
                                      "its update(), or log it with on_step=False")
             step_value = checked_value(name, step_value)
-            self.batch_values[name + "_step" if on_epoch else name] = step_value
-            if on_epoch:
-                self.bare[name] = step_value
-            if not self._in_step:  # (a hook between two steps: the next step's)
-                self._add(self._pending, name, options, step_value, weight)
-            elif self._log_step:  # on other steps it would never be written: not even kept
-                self._add(self._step, name, options, step_value, weight)
-        if on_epoch:
-            scope = self._epochs.setdefault(stage, Scope())
-            if metric:
-                scope.values[name] = Aggregate(options, metric=value)
+            if stage != "train":  # an evaluation batch's value: reduced over the ranks after the batch
+                self._add(self._eval_step, name, options, step_value, weight)
             else:
-                self._add(scope, name, options, checked_value(name, value), weight)
+                self._add_train_step(name, options, step_value, weight)
+        if on_epoch:
+            self._add_epoch(stage, name, options, value, metric, weight)
+
+    def _add_train_step(self, name: str, options: LogOptions, step_value: Any, weight: float) -> None:
+        self.batch_values[name + "_step" if options.on_epoch else name] = step_value
+        if options.on_epoch:
+            self.bare[name] = step_value
+        if not self._in_step:  # (a hook between two steps: the next step's)
+            self._add(self._pending, name, options, step_value, weight)
+        elif self._log_step:  # on other steps it would never be written: not even kept
+            self._add(self._step, name, options, step_value, weight)
+
+    def _add_epoch(self, stage: str, name: str, options: LogOptions, value: Any, metric: bool, weight: float) -> None:
+        scope = self._epochs.setdefault(stage, Scope())
+        if metric:
+            scope.values[name] = Aggregate(options, metric=value)
+        else:
+            self._add(scope, name, options, checked_value(name, value), weight)
+
+    # ----- evaluation batches' on_step values ----------------------------------------------------------
+    def logs_eval_steps(self, stage: str) -> bool:
+        """Whether ``self.log(..., on_step=True)`` was called in evaluation ``stage`` (on this rank)."""
+        return any(options.on_step for options in self._options.get(stage, {}).values())
+
+    def eval_step_metrics(self, strategy: Any) -> dict[str, float]:
+        """The ``on_step`` values of the evaluation batch just run, reduced over the ranks (every rank
+        calls it once per batch position, a rank without a batch there with nothing of its own)."""
+        scope, self._eval_step = self._eval_step, Scope()
+        return self._reduce(scope, strategy, "_step", always_agree=True)
+
+    def discard_eval_step(self) -> None:
+        self._eval_step = Scope()
 
     def _note_metric(self, stage: str, name: str, metric: Any) -> None:
         """Remember the metric object logged under ``name`` (reset at its stage's epoch end)."""

@@ -1,0 +1,42 @@
+"""Lightning's loop semantics on 2 ranks (the trainer spawns them) equal one process at the same global
+batch: each rank loads half the one-process batch. The one-process runs are checked against Lightning
+itself in tests/unit/api/test_lightning_loop_semantics.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import trainer.lightning as L
+from tests.support.lightning_loop_modules import EvalStep, Recording, Skip, recorded_rows, run_call
+
+pytestmark = pytest.mark.timeout(600)
+TWO_RANKS = dict(strategy="ddp", devices=2, accelerator="cpu")
+
+
+def test_minus_one_on_one_rank_skips_the_epoch_on_every_rank(tmp_path):
+    # Sample 6 is in the second global batch (4..7): on 2 ranks only rank 1 holds it, and every rank skips.
+    one_module, two_module = Skip(batch_size=4, skip_sample=6), Skip(batch_size=2, skip_sample=6)
+    one, _ = run_call(L, one_module, "fit", str(tmp_path / "one"), max_epochs=2)
+    two, _ = run_call(L, two_module, "fit", str(tmp_path / "two"), max_epochs=2, **TWO_RANKS)
+    assert one.global_step == two.global_step == 5
+    torch.testing.assert_close(two_module.layer.weight, one_module.layer.weight, rtol=1e-6, atol=1e-7)
+    for name in ("l_epoch", "v"):
+        assert float(two.callback_metrics[name]) == pytest.approx(float(one.callback_metrics[name]), rel=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_evaluation_step_values_are_the_global_batches_values(tmp_path, strategy):
+    # One process: batches of 2; two ranks: batches of 1 each (the same global batches; 5 samples, so
+    # the last global batch has one rank's batch only). FSDP runs the forwards in lockstep.
+    names = ("vs_step", "vo", "ts_step")
+    rows = {}
+    for ranks, flags in ((1, {}), (2, dict(TWO_RANKS, strategy=strategy))):
+        path = str(tmp_path / f"{ranks}.jsonl")
+        module = EvalStep(batch_size=4 // ranks, eval_batch=2 // ranks)
+        trainer, _ = run_call(L, module, "fit", str(tmp_path / str(ranks)), max_epochs=1, logger=Recording(path),
+                              **flags)
+        trainer.test(module, verbose=False)
+        rows[ranks] = recorded_rows(path, names)
+    assert [row["step"] for row in rows[2]] == [0, 1, 2, 0, 1, 2]
+    assert rows[2] == [pytest.approx(row, rel=1e-5) for row in rows[1]]
