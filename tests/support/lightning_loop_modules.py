@@ -51,6 +51,13 @@ class ModuleSteps:
     def on_train_epoch_end(self):
         self.calls.append(("on_train_epoch_end", self.current_epoch, self.global_step))
 
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.global_step == self.options.get("stop_at_step"):  # (a stop asked for in the middle of an epoch)
+            self.trainer.should_stop = True
+
+    def on_train_end(self):
+        self.calls.append(("on_train_end", self.current_epoch, self.global_step))
+
     def on_validation_epoch_end(self):
         self.calls.append(("on_validation_epoch_end", self.current_epoch, self.global_step))
 
@@ -127,5 +134,6 @@ def recorded_rows(path: str, names: tuple[str, ...]) -> list[dict[str, float]]:
 
 
 Skip = build(ours, SkipSteps)
+Module = build(ours, ModuleSteps)
 EvalStep = build(ours, EvalStepSteps)
 Recording = type("Recording", (RecordingSteps, ours.loggers.Logger), {"__module__": __name__})

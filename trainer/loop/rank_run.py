@@ -182,12 +182,14 @@ class RankRun(RunParts, RunCounters):
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx))
                 skipped = self.train_epoch(steps, batches)
-                # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
-                # keeps its position, so a resumed or extended run goes on inside the epoch.
-                if not skipped and (self.preempted or (self.callbacks.stopping and self.min_run_done()) or
-                                    not epoch_over(plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch)):
+                # A stop (EarlyStopping, should_stop, a Timer) ends the epoch as Lightning does: its hooks,
+                # its epoch values, the next epoch's position in the checkpoint. One cut short by max_steps
+                # or preemption has no epoch end: a resumed or extended run goes on inside the epoch.
+                stopped = self.callbacks.stopping and self.min_run_done()
+                if self.preempted or not (skipped or stopped or epoch_over(
+                        plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch)):
                     break
-                self.end_epoch(validate=not skipped)  # (a skipped epoch's rest validates nothing, as Lightning)
+                self.end_epoch(validate=not skipped, stopped=stopped)  # (a skipped epoch's rest validates nothing)
         finally:
             self.progress.close()
             self.trace.close()
@@ -264,12 +266,13 @@ class RankRun(RunParts, RunCounters):
         trainer = self.trainer
         return self.epoch >= (trainer.min_epochs or 0) and self.global_step >= (trainer.min_steps or 0)
 
-    def end_epoch(self, validate: bool = True) -> None:
-        """A finished epoch: validation every ``check_val_every_n_epoch`` (``validate``), the epoch-end
-        hooks and epoch values (Lightning's order: the metric watchers last), epoch schedulers, the
-        epoch checkpoint."""
+    def end_epoch(self, validate: bool = True, stopped: bool = False) -> None:
+        """A finished epoch: validation every ``check_val_every_n_epoch`` (``validate``; without that
+        setting, where a stop ended the epoch, as Lightning), the epoch-end hooks and epoch values
+        (Lightning's order: the metric watchers last), epoch schedulers, the epoch checkpoint."""
         every_epochs = self.trainer.check_val_every_n_epoch
-        if validate and every_epochs and (self.epoch + 1) % every_epochs == 0 and self.validated_at != self.step:
+        due = (self.epoch + 1) % every_epochs == 0 if every_epochs else stopped
+        if validate and due and self.validated_at != self.step:
             self.validate()
         with self.module_logs.epoch_end_hooks():
             # The epoch's values so far, as Lightning's callback_metrics show them in these hooks.
@@ -292,7 +295,7 @@ class RankRun(RunParts, RunCounters):
         preemption: the run ends where it saved)."""
         if self.module_logs.pending_epoch_values("train"):
             rank_zero_warn(log, "self.log(..., on_epoch=True) values of training epoch %d are not logged: the epoch did "
-                           "not finish (max_steps, a stop or preemption), and epoch values are logged at epoch ends",
+                           "not finish (max_steps or preemption), and epoch values are logged at epoch ends",
                            self.epoch)
         if self.preempted:
             return self.last_metrics

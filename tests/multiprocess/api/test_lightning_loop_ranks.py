@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainer.lightning as L
-from tests.support.lightning_loop_modules import EvalStep, Recording, Skip, recorded_rows, run_call
+from tests.support.lightning_loop_modules import EvalStep, Module, Recording, Skip, recorded_rows, run_call
 
 pytestmark = pytest.mark.timeout(600)
 TWO_RANKS = dict(strategy="ddp", devices=2, accelerator="cpu")
@@ -40,3 +40,14 @@ def test_evaluation_step_values_are_the_global_batches_values(tmp_path, strategy
         rows[ranks] = recorded_rows(path, names)
     assert [row["step"] for row in rows[2]] == [0, 1, 2, 0, 1, 2]
     assert rows[2] == [pytest.approx(row, rel=1e-5) for row in rows[1]]
+
+
+def test_a_stop_mid_epoch_ends_the_epoch_alike_on_two_ranks(tmp_path):
+    # trainer.should_stop = True after step 2 (of 4 per epoch): the epoch ends (its hooks, l_epoch) on both.
+    one_module, two_module = Module(batch_size=4, stop_at_step=2), Module(batch_size=2, stop_at_step=2)
+    one, _ = run_call(L, one_module, "fit", str(tmp_path / "one"), max_epochs=3)
+    two, _ = run_call(L, two_module, "fit", str(tmp_path / "two"), max_epochs=3, **TWO_RANKS)
+    assert (one.global_step, one.current_epoch) == (two.global_step, two.current_epoch) == (2, 1)
+    torch.testing.assert_close(two_module.layer.weight, one_module.layer.weight, rtol=1e-6, atol=1e-7)
+    for name in ("l_epoch", "v"):
+        assert float(two.callback_metrics[name]) == pytest.approx(float(one.callback_metrics[name]), rel=1e-6)

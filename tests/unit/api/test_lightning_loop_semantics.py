@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import EvalStepSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
+from tests.support.lightning_loop_modules import EvalStepSteps, ModuleSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -69,3 +69,45 @@ def test_on_step_values_in_validation_and_test_are_written_per_batch_as_lightnin
     assert validated[0] == pytest.approx(pl_validated[0], rel=1e-6) and set(validated[0]) == {"vs_epoch"}
     assert tested[0] == pytest.approx(pl_tested[0], rel=1e-6) and set(tested[0]) == {"ts_epoch"}
     assert {k: v for k, v in our_metrics.items() if k in pl_metrics} == pytest.approx(pl_metrics, rel=1e-6)
+
+
+def _same_run(pl_run, our_run):
+    (pl_module, pl_trainer, _), (module, trainer, _) = pl_run, our_run
+    assert module.calls == pl_module.calls
+    assert (trainer.global_step, trainer.current_epoch) == (pl_trainer.global_step, pl_trainer.current_epoch)
+    expected = metrics(pl_trainer)
+    assert {k: v for k, v in metrics(trainer).items() if k in expected} == pytest.approx(expected, rel=1e-6)
+    assert set(expected) <= set(metrics(trainer))
+    torch.testing.assert_close(module.layer.weight, pl_module.layer.weight, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("stop_at_step", [2, 4])
+def test_a_stop_mid_epoch_ends_the_epoch_as_lightning(tmp_path, stop_at_step):
+    # Step 2: in the middle of epoch 0 (validation, the epoch's hooks and l_epoch, then the end); step 4:
+    # at the end of epoch 0.
+    _same_run(*both(tmp_path, ModuleSteps, {"stop_at_step": stop_at_step}, max_epochs=3))
+
+
+def _callback(package, name, **arguments):
+    return getattr(package.callbacks, name)(**arguments)
+
+
+@pytest.mark.parametrize("name, arguments, epochs", [
+    # the first check sets the best; the second sees no improvement by min_delta
+    ("EarlyStopping", dict(monitor="l_epoch", check_on_train_epoch_end=True, patience=1, min_delta=10.0), 2),
+    ("EarlyStopping", dict(monitor="v", divergence_threshold=-10.0), 1),
+    ("EarlyStopping", dict(monitor="v", stopping_threshold=10.0), 1),
+    ("EarlyStopping", dict(monitor="missing", strict=False), 3),
+    ("Timer", dict(duration={"microseconds": 1}, interval="epoch"), 1),
+])
+def test_early_stopping_and_timer_settings_stop_as_lightning(tmp_path, name, arguments, epochs, caplog):
+    runs = []
+    for side, package in (("lightning", pl), ("ours", ours)):
+        module = build(package, ModuleSteps)()
+        trainer, _ = run_call(package, module, "fit", str(tmp_path / side), max_epochs=3,
+                              callbacks=[_callback(package, name, **arguments)])
+        runs.append((module, trainer, None))
+    _same_run(*runs)
+    assert runs[1][1].current_epoch == epochs
+    if arguments.get("strict") is False:
+        assert "EarlyStopping(monitor='missing')" in caplog.text
