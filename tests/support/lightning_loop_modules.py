@@ -88,6 +88,23 @@ class SkipSteps(ModuleSteps):
         return None
 
 
+class ManualSkipSteps(SkipSteps):
+    """`SkipSteps` under manual optimization."""
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.calls.append(("training_step", self.current_epoch, batch_idx))
+        self.log("l", loss, on_step=True, on_epoch=True)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+
+
 class EvalStepSteps(ModuleSteps):
     """``self.log(..., on_step=True)`` in validation and test steps (with and without on_epoch)."""
 

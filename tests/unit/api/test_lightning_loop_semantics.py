@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import EvalStepSteps, ModuleSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
+from tests.support.lightning_loop_modules import EvalStepSteps, ManualSkipSteps, ModuleSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -39,6 +39,14 @@ def test_on_train_batch_start_minus_one_skips_the_rest_of_the_epoch(tmp_path, sk
     # (with accumulation a step value is the global batch's mean here, the last micro-batch's in Lightning)
     expected = {k: v for k, v in metrics(pl_trainer).items() if accumulate == 1 or k != "l_step"}
     assert {k: v for k, v in metrics(trainer).items() if k in expected} == pytest.approx(expected, rel=1e-6)
+
+
+def test_minus_one_under_manual_optimization_skips_as_lightning(tmp_path):
+    (pl_module, pl_trainer, _), (module, trainer, _) = both(tmp_path, ManualSkipSteps, {"skip_sample": 6},
+                                                            max_epochs=2)
+    assert module.calls == pl_module.calls
+    assert trainer.global_step == pl_trainer.global_step == 5
+    torch.testing.assert_close(module.layer.weight, pl_module.layer.weight, rtol=1e-6, atol=1e-7)
 
 
 def test_callbacks_returning_minus_one_are_not_read(tmp_path):
