@@ -150,7 +150,35 @@ def recorded_rows(path: str, names: tuple[str, ...]) -> list[dict[str, float]]:
     return [{k: v for k, v in row.items() if k in names or k == "step"} for row in rows if any(n in row for n in names)]
 
 
+class SeveralLoadersSteps(ModuleSteps):
+    """Two test / predict loaders (a list, or a dict with ``options["as_dict"]``) of 5 and 3 samples."""
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.calls.append(("test_step", batch_idx, dataloader_idx))
+        self.log("t", self.layer(batch[0]).mean())
+
+    def on_test_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0):
+        self.calls.append(("on_test_batch_end", batch_idx, dataloader_idx))
+
+    def on_test_epoch_end(self):
+        self.calls.append(("on_test_epoch_end",))
+        self.log("e", 1.0)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        self.calls.append(("predict_step", batch_idx, dataloader_idx))
+        return self.layer(batch[0])
+
+    def _loaders(self):
+        size = self.options.get("eval_batch", 2)
+        first = DataLoader(TensorDataset(torch.arange(10.0).view(5, 2) / 10), batch_size=size)
+        second = DataLoader(TensorDataset(torch.arange(6.0).view(3, 2) + 1), batch_size=size)
+        return {"first": first, "second": second} if self.options.get("as_dict") else [first, second]
+
+    test_dataloader = predict_dataloader = _loaders
+
+
 Skip = build(ours, SkipSteps)
+SeveralLoaders = build(ours, SeveralLoadersSteps)
 Module = build(ours, ModuleSteps)
 EvalStep = build(ours, EvalStepSteps)
 Recording = type("Recording", (RecordingSteps, ours.loggers.Logger), {"__module__": __name__})

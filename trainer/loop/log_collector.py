@@ -91,6 +91,7 @@ class LogCollector(LogReduction):
         self._step = Scope()
         self._pending = Scope()  # on_step values logged between two steps: the next step's
         self._eval_step = Scope()  # on_step values of the current evaluation batch
+        self._dataloader_suffix = ""  # "/dataloader_idx_N" while one of several loaders runs
         self._epochs: dict[str, Scope] = {}
         self._options: dict[str, dict[str, LogOptions]] = {}  # stage -> name -> options (first call's)
         self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
@@ -210,10 +211,14 @@ class LogCollector(LogReduction):
 
     # ----- self.log ------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
-            logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+            logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None,
+            add_dataloader_idx: bool = True) -> None:
         if self.refused:
             raise RuntimeError(f"self.log({name!r}): {self.refused}")
         hook, function = calling_hook()
+        if self._dataloader_suffix and add_dataloader_idx and hook is not None and \
+                (hook.endswith("_step") or "_batch_" in hook) and isinstance(name, str):
+            name += self._dataloader_suffix  # one of several loaders (Lightning's names)
         rule = HOOKS.get(hook) if hook is not None else None
         if rule is None:
             where = f"{hook}()" if hook is not None else f"{function}(), which is not a hook Lightning logs from,"
@@ -307,6 +312,10 @@ class LogCollector(LogReduction):
         calls it once per batch position, a rank without a batch there with nothing of its own)."""
         scope, self._eval_step = self._eval_step, Scope()
         return self._reduce(scope, strategy, "_step", always_agree=True)
+
+    def use_dataloader(self, dataloader_idx: int | None) -> None:
+        """The evaluation loader that runs now (None: the stage's only one; names are kept as given)."""
+        self._dataloader_suffix = "" if dataloader_idx is None else f"/dataloader_idx_{dataloader_idx}"
 
     def discard_eval_step(self) -> None:
         self._eval_step = Scope()

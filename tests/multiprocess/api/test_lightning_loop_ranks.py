@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainer.lightning as L
-from tests.support.lightning_loop_modules import EvalStep, Module, Recording, Skip, recorded_rows, run_call
+from tests.support.lightning_loop_modules import EvalStep, Module, Recording, SeveralLoaders, Skip, recorded_rows, run_call
 
 pytestmark = pytest.mark.timeout(600)
 TWO_RANKS = dict(strategy="ddp", devices=2, accelerator="cpu")
@@ -51,3 +51,19 @@ def test_a_stop_mid_epoch_ends_the_epoch_alike_on_two_ranks(tmp_path):
     torch.testing.assert_close(two_module.layer.weight, one_module.layer.weight, rtol=1e-6, atol=1e-7)
     for name in ("l_epoch", "v"):
         assert float(two.callback_metrics[name]) == pytest.approx(float(one.callback_metrics[name]), rel=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_several_test_and_predict_loaders_on_two_ranks_as_one_process(tmp_path, strategy):
+    # Each loader has its own plan: loader 1 (3 samples) leaves rank 1 without a batch at its last position.
+    results = {}
+    for ranks, flags in ((1, {}), (2, dict(TWO_RANKS, strategy=strategy))):
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=str(tmp_path / str(ranks)), **flags)
+        module = SeveralLoaders(eval_batch=2 // ranks)
+        results[ranks] = (trainer.test(module, verbose=False), trainer.predict(module))
+    (tested_one, predicted_one), (tested_two, predicted_two) = results[1], results[2]
+    assert tested_two == [pytest.approx(d, rel=1e-6) for d in tested_one]
+    assert len(predicted_two) == len(predicted_one) == 2
+    for two, one in zip(predicted_two, predicted_one):
+        torch.testing.assert_close(torch.cat(two), torch.cat(one))

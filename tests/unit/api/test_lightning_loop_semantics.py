@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import EvalStepSteps, ManualSkipSteps, ModuleSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
+from tests.support.lightning_loop_modules import EvalStepSteps, ManualSkipSteps, ModuleSteps, SeveralLoadersSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -119,3 +119,20 @@ def test_early_stopping_and_timer_settings_stop_as_lightning(tmp_path, name, arg
     assert runs[1][1].current_epoch == epochs
     if arguments.get("strict") is False:
         assert "EarlyStopping(monitor='missing')" in caplog.text
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_several_test_and_predict_loaders_run_as_lightning(tmp_path, as_dict):
+    runs = []
+    for side, package in (("lightning", pl), ("ours", ours)):
+        module = build(package, SeveralLoadersSteps)(as_dict=as_dict)
+        trainer, predicted = run_call(package, module, "predict", str(tmp_path / side))
+        tested = trainer.test(module, verbose=False)
+        runs.append((module, tested, predicted))
+    (pl_module, pl_tested, pl_predicted), (module, tested, predicted) = runs
+    assert module.calls == pl_module.calls  # each loader in turn, dataloader_idx in the steps and hooks
+    assert [set(d) for d in tested] == [{"t/dataloader_idx_0", "e"}, {"t/dataloader_idx_1", "e"}]
+    assert tested == [pytest.approx(d, rel=1e-6) for d in pl_tested]
+    assert [len(loader) for loader in predicted] == [len(loader) for loader in pl_predicted] == [3, 2]
+    for ours_loader, pl_loader in zip(predicted, pl_predicted):
+        torch.testing.assert_close(torch.cat(ours_loader), torch.cat(pl_loader))
