@@ -52,10 +52,13 @@ def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], 
         if isinstance(loader, (str, os.PathLike)):
             raise TypeError(f"Trainer.{mode}: {name}={loader!r} is a path; Lightning's argument order puts the "
                             f"loaders first: give the checkpoint by keyword, trainer.{mode}(model, ckpt_path={loader!r})")
-        if not isinstance(loader, DataLoader):
+        several = list(loader.values()) if isinstance(loader, dict) else loader if isinstance(loader, (list, tuple)) else None
+        if mode in ("test", "predict") and several and all(isinstance(each, DataLoader) for each in several):
+            pass  # several test / predict loaders, run one after the other (dataloader_idx 0, 1, ...)
+        elif not isinstance(loader, DataLoader):
             raise TypeError(f"Trainer.{mode}: {name}= must be one torch.utils.data.DataLoader (or a DataModule), got "
-                            f"{type(loader).__name__}; several loaders (a list, a dict, a CombinedLoader) are not "
-                            "supported: give one DataLoader")
+                            f"{type(loader).__name__}; several loaders (a list or dict of DataLoaders) are supported "
+                            "by test and predict only: give one DataLoader")
         by_stage[LOADER_ARGUMENTS[mode][name]] = loader
     if by_stage and datamodule is not None:
         raise ValueError(f"Trainer.{mode}: give the data either as {' / '.join(LOADER_ARGUMENTS[mode])}= or as "

@@ -37,11 +37,14 @@ def _binds(method: Any, *args: Any) -> bool:
 _TAKES_BATCH_IDX: dict[Any, bool] = {}
 
 
-def call_step(module: Any, name: str, batch: Any, batch_idx: int) -> Any:
+def call_step(module: Any, name: str, batch: Any, batch_idx: int, *dataloader_idx: int) -> Any:
     """``module.<name>(batch, batch_idx)`` (``training_step``, ``validation_step`` ...), or
     ``module.<name>(batch)`` for a step written without ``batch_idx`` (Lightning passes it only
-    where the signature has room for it)."""
+    where the signature has room for it); with several evaluation loaders
+    ``module.<name>(batch, batch_idx, dataloader_idx)``."""
     method = getattr(module, name)
+    if dataloader_idx:
+        return method(batch, batch_idx, *dataloader_idx)
     key = getattr(method, "__func__", method)
     takes = _TAKES_BATCH_IDX.get(key)
     if takes is None:

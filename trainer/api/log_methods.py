@@ -31,7 +31,8 @@ class ModuleLogMethods:
         the epoch end (the metric syncs its own states over the ranks), after which it is reset.
         ``prog_bar``: shown in the progress bar; ``logger=False``: only in
         ``trainer.callback_metrics`` (and the hooks' metrics). ``rank_zero_only=True``: logged by
-        rank 0 alone (not synced). ``add_dataloader_idx`` has no effect (one dataloader per stage);
+        rank 0 alone (not synced). ``add_dataloader_idx``: with several test loaders a name logged in a step or batch hook gets
+        ``/dataloader_idx_N`` (False: kept as given);
         ``metric_attribute`` names the module attribute holding a logged ``Metric`` (checked, else
         unused); ``enable_graph=True`` and ``sync_dist_group`` are refused (values are detached and
         reduced over the data-parallel ranks)."""
@@ -67,7 +68,7 @@ class ModuleLogMethods:
             return
         collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
                       reduce_fx=reduce_fx, sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
-                      batch_size=batch_size)
+                      batch_size=batch_size, add_dataloader_idx=add_dataloader_idx)
 
     def log_dict(self, dictionary: Any, **options: Any) -> None:
         """``self.log(name, value, **options)`` for each item of ``dictionary``: a mapping of names to

@@ -36,7 +36,8 @@ the callbacks first, then on the module (Lightning's order; the table: ``trainer
             for step in global batches of the epoch:      # one optimizer step each
                 for micro_batch in the step's K micro-batches:   # gradient sync only on the last
                     on_before_batch_transfer / transfer_batch_to_device / on_after_batch_transfer
-                    on_train_batch_start(micro_batch, index)
+                    on_train_batch_start(micro_batch, index)   # the module's -1 (any rank): no step, the
+                                                               # epoch's rest skipped, end_epoch without validation
                     (last micro-batch: module.optimizer_step(epoch, index, optimizer, closure) -> optimizer.step(closure),
                      the closure running the lines below up to the clipping)
                     out = module.training_step(micro_batch, index)   # loss or {"loss": ..., **metrics}
@@ -62,9 +63,9 @@ the callbacks first, then on the module (Lightning's order; the table: ``trainer
                 checkpoint if due (on rank 0: callbacks' state_dict and on_save_checkpoint, the module's)
                 a preemption signal: checkpoint and stop
                 stop here, on every rank, if a callback called run.request_stop(reason)
-            end_epoch:                        # finished epochs only: not after a stop or max_steps
-                                              # mid-epoch (a resume goes on inside it)
-                validation every check_val_every_n_epoch epochs (the hooks above)
+            end_epoch:                        # finished, stopped or skipped epochs: not after max_steps
+                                              # mid-epoch or preemption (a resume goes on inside it)
+                validation every check_val_every_n_epoch epochs, or without it after a stop (the hooks above)
                 on_train_epoch_end: callbacks, module (epoch), [self.log's on_epoch values logged],
                     then the callbacks that watch metrics (EarlyStopping)
                 interval="epoch" schedulers (every frequency finished epochs)

@@ -53,6 +53,7 @@ class CallbackList:
         #: (who asked, why) once a stop was requested; after ``should_stop`` the same on every rank
         self.stop: tuple[str, str] | None = None
         self._waiting = False  # a stop was asked for before min_epochs / min_steps (logged once)
+        self._agreed = False  # every rank learnt the stop request (should_stop): not gathered again
         self._calling: Callback | None = None  # whose hook runs now: names the requester in the log
         self._hooks: Any = None  # the run's hook dispatcher (dispatch_with): calls the checkpoint hooks
 
@@ -90,13 +91,15 @@ class CallbackList:
         (``min_epochs`` / ``min_steps`` not reached; asked only once a stop was requested): a stop asked
         for waits, and training goes on."""
         requested = self.stop is not None
-        if self.callbacks and any(callback.stop_needs_agreement(step) for callback in self.callbacks):
+        # (once agreed, a stop stays agreed: asked again at the next epoch's start, no collective)
+        if not self._agreed and self.callbacks and any(callback.stop_needs_agreement(step) for callback in self.callbacks):
             if not distributed.any_rank(requested):
                 return False
             # Once per run: learn who asked, also on the ranks that did not.
             requests = distributed.all_gather_object(self.stop)
             rank, (who, reason) = next((r, s) for r, s in enumerate(requests) if s is not None)
             self.stop = (who if rank == distributed.rank() else f"{who} on rank {rank}", reason)
+            self._agreed = True
         elif not requested:
             return False
         if may_stop is not None and not may_stop():

@@ -30,6 +30,12 @@ class EarlyStopping(Callback):
         min_delta: an improvement must beat the best value by more than this (>= 0).
         check_finite: stop as soon as the metric is NaN or infinite.
         stopping_threshold: stop as soon as the metric is better than this (e.g. a target loss).
+        divergence_threshold: stop as soon as the metric is worse than this (a diverging run).
+        strict: a monitor missing from the metrics is an error (True); False: one warning, and that
+            check is skipped.
+        check_on_train_epoch_end: True: check at the end of each training epoch, on
+            ``trainer.callback_metrics`` (the epoch's logged values, a training metric may be the
+            monitor); False / None: at the end of each validation.
     """
 
     def __init__(
@@ -40,7 +46,13 @@ class EarlyStopping(Callback):
         min_delta: float = 0.0,
         check_finite: bool = True,
         stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        strict: bool = True,
+        check_on_train_epoch_end: bool | None = None,
     ):
+        for name, flag in (("strict", strict), ("check_on_train_epoch_end", check_on_train_epoch_end)):
+            if not isinstance(flag, bool) and not (flag is None and name == "check_on_train_epoch_end"):
+                raise ValueError(f"EarlyStopping {name}={flag!r}: give True or False")
         if mode not in MODES:
             raise ValueError(f"EarlyStopping mode={mode!r} is not one of {MODES}")
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
@@ -53,6 +65,10 @@ class EarlyStopping(Callback):
         self.min_delta = float(min_delta)
         self.check_finite = check_finite
         self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.strict, self.check_on_train_epoch_end = strict, bool(check_on_train_epoch_end)
+        self._warned_missing = False
+        self._agree_next = False  # a training-epoch-end check happened: the next stop decision is agreed
         self.best = math.inf if mode == "min" else -math.inf
         self.best_step: int | None = None
         self.wait = 0  # validations in a row without improvement
@@ -68,6 +84,8 @@ class EarlyStopping(Callback):
         return value < than if self.mode == "min" else value > than
 
     def on_fit_start(self, trainer: Any, module: Any) -> None:
+        if self.check_on_train_epoch_end:  # (a training metric may be the monitor)
+            return
         if not run_of(trainer).has_validation:  # it could never stop the run it was asked to watch
             raise ValueError(f"EarlyStopping(monitor={self.monitor!r}) needs validation metrics, but "
                              f"{type(module).__name__} has no val_dataset() / val_dataloader(): return one, or "
@@ -78,14 +96,33 @@ class EarlyStopping(Callback):
                         "check) runs only once, at the end of training", self.monitor)
 
     def on_validation_end(self, trainer: Any, module: Any, metrics: dict[str, float]) -> None:
-        if trainer.sanity_checking:  # the sanity pass reduces and logs nothing
+        if trainer.sanity_checking or self.check_on_train_epoch_end:  # (the sanity pass reduces and logs nothing)
             return
+        self._check(trainer, metrics, "validation")
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.check_on_train_epoch_end:
+            # A step value among callback_metrics is this rank's own: the decision is agreed next.
+            self._agree_next = True
+            self._check(trainer, trainer.callback_metrics, "logged")
+
+    def stop_needs_agreement(self, step: int) -> bool:
+        """Once after each training-epoch-end check (every rank checked there)."""
+        pending, self._agree_next = self._agree_next, False
+        return pending
+
+    def _check(self, trainer: Any, metrics: Any, what: str) -> None:
         view = run_of(trainer)
         if self.monitor not in metrics:
-            raise ValueError(
-                f"EarlyStopping(monitor={self.monitor!r}): no such validation metric; "
-                f"the validation metrics are {sorted(metrics)}"
-            )
+            message = (f"EarlyStopping(monitor={self.monitor!r}): no such {what} metric; the {what} metrics are "
+                       f"{sorted(metrics)}")
+            if self.strict:
+                raise ValueError(message)
+            if not self._warned_missing:
+                self._warned_missing = True
+                rank_zero_warn(log, "%s (strict=False: this check and later ones are skipped while it is missing)",
+                               message)
+            return
         value = float(metrics[self.monitor])
         reason = self._reason_to_stop(value, view.step)
         if reason is not None:
@@ -98,6 +135,8 @@ class EarlyStopping(Callback):
             return f"{self.monitor}={value} is not finite (best {self.best:.6g} at step {self.best_step})"
         if self.stopping_threshold is not None and self._better(value, self.stopping_threshold):
             return f"{self.monitor}={value:.6g} reached stopping_threshold={self.stopping_threshold}"
+        if self.divergence_threshold is not None and self._better(self.divergence_threshold, value):
+            return f"{self.monitor}={value:.6g} is worse than divergence_threshold={self.divergence_threshold}"
         # An improvement beats the best by more than min_delta (in the direction of mode).
         shifted = value + self.min_delta if self.mode == "min" else value - self.min_delta
         if self._better(shifted, self.best):

@@ -223,13 +223,14 @@ class RunData:
         from trainer.api.datamodule import DataHooks
 
         self.module, self.trainer = module, trainer
-        # The datamodule's hooks where it defines a stage's data; test / predict call only their own
-        # stage's hooks (as Lightning), so a datamodule set up for "test" need not build training data.
+        # The datamodule's hooks where it defines a stage's data; validate / test / predict call only their
+        # own stage's hooks (as Lightning), so a datamodule set up for "validate" need not build training data.
         self.hooks = hooks = DataHooks(module, getattr(trainer, "datamodule", None), getattr(trainer, "given_loaders", None))
-        self.evaluating = getattr(trainer, "stage", "fit") in ("test", "predict")
+        stage = getattr(trainer, "stage", None) or "fit"
+        self.evaluating = stage in ("test", "predict")  # no validation data either
         seed = trainer.seed
         with seeded(derive_seed(seed, "data", "train")):
-            loader = None if self.evaluating else hooks.train_dataloader()
+            loader = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
         self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True) if loader is not None else None
         given = trainer.batch_arguments  # as the user gave them, None = unset

@@ -31,6 +31,7 @@ from trainer.loop.log_collector import merge_logged
 from trainer.observe.progress import ProgressBar
 from trainer.runtime.tensors import move_to_device
 from trainer.loop.eval_modes import EvalModes
+from trainer.loop.eval_step_logs import EvalStepLogs
 from trainer.loop.optimizer_step import transfer_batch
 from trainer.data.user_loader import _collate, check_map_style, kept_samples, read_loader
 from trainer.loop.validation import require_validation_data
@@ -67,21 +68,25 @@ def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) 
     return [(start // batch_size, list(range(start, min(start + batch_size, num_samples)))) for start in starts]
 
 
-class EvalData:
-    """The test or predict data of a run, read from the data hooks (the datamodule's where it has
-    them) under the seed every rank shares for that stage."""
+def several_loaders(loader: Any) -> list[Any] | None:
+    """The loaders of a list, tuple or dict of DataLoaders (in order), or None for a single one."""
+    if isinstance(loader, dict):
+        return list(loader.values())
+    if isinstance(loader, (list, tuple)):
+        return list(loader)
+    return None
 
-    def __init__(self, run: RankRun, stage: str):
-        hooks, module, trainer = run.data.hooks, run.module, run.trainer
-        source = type(hooks.source[stage]).__name__
-        where = hooks.where[stage]
-        with seeded(derive_seed(trainer.seed, "data", stage)):
-            loader = getattr(hooks, f"{stage}_dataloader")()
-            user = read_loader(loader, where) if loader is not None else None
-            self.dataset = user.dataset if user is not None else getattr(hooks, f"{stage}_dataset")()
+
+class EvalData:
+    """One test or predict loader of a run (``loader`` None: the ``<stage>_dataset()`` hook's data)."""
+
+    def __init__(self, run: RankRun, stage: str, loader: Any, where: str):
+        module, trainer = run.module, run.trainer
+        user = read_loader(loader, where) if loader is not None else None
+        self.dataset = user.dataset if user is not None else getattr(run.data.hooks, f"{stage}_dataset")()
         if self.dataset is None:
-            raise ValueError(f"Trainer.{stage}: {source} has no {stage} data; define {stage}_dataset() or {where} "
-                             "(on the module, or on a DataModule passed as datamodule=)")
+            raise ValueError(f"Trainer.{stage}: {type(run.data.hooks.source[stage]).__name__} has no {stage} data; define "
+                             f"{stage}_dataset() or {where} (on the module, or on a DataModule passed as datamodule=)")
         if user is None:
             check_map_style(self.dataset, f"{stage}_dataset()")
             # As the training data is loaded (data.batch_size, the module's collate_fn, data.* workers).
@@ -102,49 +107,79 @@ class EvalData:
         self.size = eval_sample_limit(getattr(trainer, f"limit_{stage}_batches"), self.batch_size, self.size)
 
 
-def _pass(run: RankRun, stage: str, on_output: Any) -> EvalModes:
-    """Run ``<stage>_step`` over this rank's batches with Lightning's hooks up to ``on_<stage>_epoch_end``;
-    ``on_output(batch_index, weight, output)`` for each (weight 0: a lockstep filler whose output
-    counts for nothing, and that no batch hook sees). The caller ends the pass: ``on_<stage>_end``,
-    then the returned modes' ``exit()``."""
+def eval_data(run: RankRun, stage: str) -> list[EvalData]:
+    """The test or predict loaders of a run, read from the data hooks (the datamodule's where it has
+    them) under the seed every rank shares for that stage: one, or several (a list, tuple or dict of
+    DataLoaders, run one after the other, each with its own plan: ``dataloader_idx`` 0, 1, ...)."""
+    hooks, where = run.data.hooks, run.data.hooks.where[stage]
+    with seeded(derive_seed(run.trainer.seed, "data", stage)):
+        loader = getattr(hooks, f"{stage}_dataloader")()
+        loaders = several_loaders(loader)
+        if loaders is None:
+            return [EvalData(run, stage, loader, where)]
+        if not loaders:
+            raise ValueError(f"{where} returned no DataLoader (an empty {type(loader).__name__}); return at least one")
+        return [EvalData(run, stage, each, f"{where}[{i}]") for i, each in enumerate(loaders)]
+
+
+def _pass(run: RankRun, stage: str, on_output: Any) -> tuple[EvalModes, list[int | None]]:
+    """Run ``<stage>_step`` over this rank's batches of each loader with Lightning's hooks up to
+    ``on_<stage>_epoch_end``; ``on_output(dataloader_idx, batch_index, weight, output)`` for each
+    (weight 0: a lockstep filler whose output counts for nothing, and that no batch hook sees). The
+    caller ends the pass: ``on_<stage>_end``, then the returned modes' ``exit()``. Returns the modes
+    and the loaders' ``dataloader_idx`` ([None]: one loader)."""
+    datas = eval_data(run, stage)
+    indices: list[int | None] = list(range(len(datas))) if len(datas) > 1 else [None]
+    modes = EvalModes(run.hooks, stage)
+    modes.enter()
+    run.hooks.call(f"on_{stage}_start")
+    run.hooks.call(f"on_{stage}_epoch_start")
+    for dataloader_idx, data in zip(indices, datas):
+        _loader_pass(run, stage, data, dataloader_idx, on_output)
+    run.strategy.after_evaluation(run.wrapped)
+    run.hooks.call(f"on_{stage}_epoch_end")
+    return modes, indices
+
+
+def _loader_pass(run: RankRun, stage: str, data: EvalData, dataloader_idx: int | None, on_output: Any) -> None:
+    """One loader's batches (``dataloader_idx`` None: the stage's only loader, as Lightning, not passed)."""
     module, strategy, hooks = run.module, run.strategy, run.hooks
-    data = EvalData(run, stage)
+    extra = () if dataloader_idx is None else (dataloader_idx,)  # the steps' and batch hooks' last argument
     mine = eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)
     weights = [len(indices) for _, indices in mine]
+    most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))  # rank 0's: the busiest
     if strategy.lockstep_forward:
-        # Every rank runs as many forwards as rank 0 (the busiest); the extra ones re-read sample 0.
-        most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))
+        # Every rank runs as many forwards as rank 0; the extra ones re-read sample 0.
         mine += [(0, [0])] * (most - len(mine))
         weights += [0] * (most - len(weights))
 
         def forward(batch: Any, index: int) -> Any:
-            return run.wrapped(batch, index, f"{stage}_step")
+            return run.wrapped(batch, index, f"{stage}_step", *extra)
     else:
         def forward(batch: Any, index: int) -> Any:
-            return call_step(module, f"{stage}_step", batch, index)
-    seed = derive_seed(run.trainer.seed, stage, run.data_rank)
+            return call_step(module, f"{stage}_step", batch, index, *extra)
+    seed = derive_seed(run.trainer.seed, stage, run.data_rank, *extra)
     loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
-    modes = EvalModes(run.hooks, stage)
-    modes.enter()
-    hooks.call(f"on_{stage}_start")
-    hooks.call(f"on_{stage}_epoch_start")
     bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
                       leave=False)
+    step_logs = EvalStepLogs(run, stage, most)  # self.log(..., on_step=True) (test; predict refuses self.log)
+    logs = run.module_logs
+    logs.use_dataloader(dataloader_idx)  # self.log names get "/dataloader_idx_N" with several loaders
     with evaluation_grad_mode(run):
         for (index, _), weight, batch in zip(mine, weights, loader):
             bar.update()
-            batch = run.precision.convert_input(transfer_batch(run, batch))
+            batch = run.precision.convert_input(transfer_batch(run, batch, dataloader_idx=dataloader_idx or 0))
             if weight:
-                hooks.call(f"on_{stage}_batch_start", batch, index)
-            with run.precision.autocast(run.device), run.module_logs.micro_batch(weight):
+                hooks.call(f"on_{stage}_batch_start", batch, index, *extra)
+            with run.precision.autocast(run.device), logs.micro_batch(weight):
                 output = forward(batch, index)
-            on_output(index, weight, output)
+            on_output(dataloader_idx, index, weight, output)
             if weight:
-                hooks.call(f"on_{stage}_batch_end", output, batch, index)
+                hooks.call(f"on_{stage}_batch_end", output, batch, index, *extra)
+            step_logs.after_batch()
+    step_logs.finish()
+    logs.use_dataloader(None)
     bar.close()
-    strategy.after_evaluation(run.wrapped)
-    hooks.call(f"on_{stage}_epoch_end")
-    return modes
 
 
 def run_test(run: RankRun) -> dict[str, float]:
@@ -154,18 +189,23 @@ def run_test(run: RankRun) -> dict[str, float]:
 
 
 def _run_test_pass(run: RankRun) -> Any:
-    sums = WeightedSums(run.device)
+    sums: dict[int | None, WeightedSums] = {}
 
-    def add(index: int, weight: int, output: Any) -> None:
+    def add(dataloader_idx: int | None, index: int, weight: int, output: Any) -> None:
         loss, metrics = split_step_output(output, "test_step")
         if loss is not None:
             metrics["loss"] = loss
-        sums.add(metrics, weight)
+        sums.setdefault(dataloader_idx, WeightedSums(run.device)).add(metrics, weight)
 
     logs = run.module_logs
     with logs.stage("test"):  # self.log in test_step: aggregated over the whole test set
-        modes = _pass(run, "test", add)
-        metrics = sums.reduce("test/", run.strategy, some_ranks_may_be_empty=True)
+        modes, loaders = _pass(run, "test", add)
+        metrics: dict[str, float] = {}
+        for dataloader_idx in loaders:  # (every rank reduces each loader's sums, its own possibly empty)
+            suffix = "" if dataloader_idx is None else f"/dataloader_idx_{dataloader_idx}"
+            reduced = sums.get(dataloader_idx, WeightedSums(run.device)).reduce("test/", run.strategy,
+                                                                                some_ranks_may_be_empty=True)
+            metrics.update({name + suffix: value for name, value in reduced.items()})
         merge_logged(metrics, logs.epoch_metrics("test", run.strategy), logs)
     if metrics:
         run.log(metrics)
@@ -173,6 +213,7 @@ def _run_test_pass(run: RankRun) -> Any:
     run.hooks.call("on_test_end")
     modes.exit()
     return metrics
+
 
 def run_predict(run: RankRun) -> list[Any] | None:
     """``Trainer.predict`` on this rank: on rank 0 the list of every batch's ``predict_step`` output
@@ -184,19 +225,22 @@ def run_predict(run: RankRun) -> list[Any] | None:
 def _run_predict_pass(run: RankRun) -> Any:
     outputs: list[tuple[int, Any]] = []
     if not getattr(run.trainer, "return_predictions", True):  # predict(return_predictions=False): nothing kept
-        _pass(run, "predict", lambda index, weight, output: None)
+        _pass(run, "predict", lambda dataloader_idx, index, weight, output: None)
         return None
 
-    def keep(index: int, weight: int, output: Any) -> None:
+    def keep(dataloader_idx: int | None, index: int, weight: int, output: Any) -> None:
         if weight:
-            outputs.append((index, move_to_device(output, torch.device("cpu"))))
+            outputs.append(((dataloader_idx, index), move_to_device(output, torch.device("cpu"))))
 
-    modes = _pass(run, "predict", keep)
+    modes, loaders = _pass(run, "predict", keep)
     run.hooks.call("on_predict_end")
     modes.exit()
     gathered = distributed.gather_object(outputs)  # one collective at the end, not per batch
     if gathered is not None:
         # Keyed by batch index: the ranks of one tensor-parallel group (strategy=nd) predict the same batches.
-        merged = {index: output for part in gathered for index, output in part}
-        return [merged[index] for index in sorted(merged)]
+        merged = {key: output for part in gathered for key, output in part}
+        if loaders == [None]:
+            return [merged[key] for key in sorted(merged, key=lambda key: key[1])]
+        # several loaders: a list of each loader's outputs (Lightning's shape)
+        return [[merged[key] for key in sorted(k for k in merged if k[0] == idx)] for idx in loaders]
     return None

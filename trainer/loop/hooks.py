@@ -41,6 +41,8 @@ class RunHooks:
         #: which object's batch transfer hooks run (the datamodule's where it overrides them, as Lightning)
         self.transfer = {name: self._transfer_owner(name) for name in BEHAVIOUR_HOOKS if "batch" in name}
         self._overridden = {name: overrides(module, TrainModule, name) for name in BEHAVIOUR_HOOKS}
+        #: the module's on_train_batch_start may return -1 (skip the rest of the epoch): its return is read
+        self.module_batch_start = overrides(module, TrainModule, "on_train_batch_start")
         #: the transfer hooks' owners (before, transfer, after); all None: the loop's own move to the device
         self.transfer_owners = tuple(self.transfer[name] for name in
                                      ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"))

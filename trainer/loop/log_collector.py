@@ -90,6 +90,8 @@ class LogCollector(LogReduction):
         self._log_step = False  # this optimizer step is a logging step
         self._step = Scope()
         self._pending = Scope()  # on_step values logged between two steps: the next step's
+        self._eval_step = Scope()  # on_step values of the current evaluation batch
+        self._dataloader_suffix = ""  # "/dataloader_idx_N" while one of several loaders runs
         self._epochs: dict[str, Scope] = {}
         self._options: dict[str, dict[str, LogOptions]] = {}  # stage -> name -> options (first call's)
         self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
@@ -166,6 +168,13 @@ class LogCollector(LogReduction):
         self.batch_values.clear()  # the reduced values take over
         return reduced
 
+    def drop_step(self) -> None:
+        """An optimizer step abandoned before its end (``on_train_batch_start`` returned -1): its
+        ``on_step`` values are dropped; ``on_epoch`` values its micro-batches logged stay."""
+        self._in_step = False
+        self._batch_weight = None
+        self._step = Scope()
+
     def peek_step_metrics(self, strategy: Any) -> None:
         """On a logging step, before the step's last ``on_train_batch_end``: the step's values so far,
         reduced, shown in ``callback_metrics`` (as Lightning's, synced when read there); `end_step`
@@ -202,10 +211,14 @@ class LogCollector(LogReduction):
 
     # ----- self.log ------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
-            logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+            logger: bool, reduce_fx: str, sync_dist: bool, batch_size: int | None,
+            add_dataloader_idx: bool = True) -> None:
         if self.refused:
             raise RuntimeError(f"self.log({name!r}): {self.refused}")
         hook, function = calling_hook()
+        if self._dataloader_suffix and add_dataloader_idx and hook is not None and \
+                (hook.endswith("_step") or "_batch_" in hook) and isinstance(name, str):
+            name += self._dataloader_suffix  # one of several loaders (Lightning's names)
         rule = HOOKS.get(hook) if hook is not None else None
         if rule is None:
             where = f"{hook}()" if hook is not None else f"{function}(), which is not a hook Lightning logs from,"
@@ -229,10 +242,6 @@ class LogCollector(LogReduction):
             if given not in allowed:
                 raise ValueError(f"self.log({name!r}, {level}={given}) in {hook}(): {hook} logs with {level} in "
                                  f"{list(allowed)}")
-        if on_step and stage != "train":
-            raise ValueError(f"self.log({name!r}, on_step=True) in {hook}(): per-step values exist only in training "
-                             "here (an evaluation's batches differ with the number of ranks); give on_step=False (the "
-                             f"value is aggregated over the whole {stage} run with on_epoch=True)")
         if not on_step and not on_epoch:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) would log nothing; set one of them")
         metric = is_metric(value)
@@ -270,19 +279,46 @@ class LogCollector(LogReduction):
                                      "value for this batch; call the metric object (metric(preds, target)), not only "
                                      "its update(), or log it with on_step=False")
             step_value = checked_value(name, step_value)
-            self.batch_values[name + "_step" if on_epoch else name] = step_value
-            if on_epoch:
-                self.bare[name] = step_value
-            if not self._in_step:  # (a hook between two steps: the next step's)
-                self._add(self._pending, name, options, step_value, weight)
-            elif self._log_step:  # on other steps it would never be written: not even kept
-                self._add(self._step, name, options, step_value, weight)
-        if on_epoch:
-            scope = self._epochs.setdefault(stage, Scope())
-            if metric:
-                scope.values[name] = Aggregate(options, metric=value)
+            if stage != "train":  # an evaluation batch's value: reduced over the ranks after the batch
+                self._add(self._eval_step, name, options, step_value, weight)
             else:
-                self._add(scope, name, options, checked_value(name, value), weight)
+                self._add_train_step(name, options, step_value, weight)
+        if on_epoch:
+            self._add_epoch(stage, name, options, value, metric, weight)
+
+    def _add_train_step(self, name: str, options: LogOptions, step_value: Any, weight: float) -> None:
+        self.batch_values[name + "_step" if options.on_epoch else name] = step_value
+        if options.on_epoch:
+            self.bare[name] = step_value
+        if not self._in_step:  # (a hook between two steps: the next step's)
+            self._add(self._pending, name, options, step_value, weight)
+        elif self._log_step:  # on other steps it would never be written: not even kept
+            self._add(self._step, name, options, step_value, weight)
+
+    def _add_epoch(self, stage: str, name: str, options: LogOptions, value: Any, metric: bool, weight: float) -> None:
+        scope = self._epochs.setdefault(stage, Scope())
+        if metric:
+            scope.values[name] = Aggregate(options, metric=value)
+        else:
+            self._add(scope, name, options, checked_value(name, value), weight)
+
+    # ----- evaluation batches' on_step values ----------------------------------------------------------
+    def logs_eval_steps(self, stage: str) -> bool:
+        """Whether ``self.log(..., on_step=True)`` was called in evaluation ``stage`` (on this rank)."""
+        return any(options.on_step for options in self._options.get(stage, {}).values())
+
+    def eval_step_metrics(self, strategy: Any) -> dict[str, float]:
+        """The ``on_step`` values of the evaluation batch just run, reduced over the ranks (every rank
+        calls it once per batch position, a rank without a batch there with nothing of its own)."""
+        scope, self._eval_step = self._eval_step, Scope()
+        return self._reduce(scope, strategy, "_step", always_agree=True)
+
+    def use_dataloader(self, dataloader_idx: int | None) -> None:
+        """The evaluation loader that runs now (None: the stage's only one; names are kept as given)."""
+        self._dataloader_suffix = "" if dataloader_idx is None else f"/dataloader_idx_{dataloader_idx}"
+
+    def discard_eval_step(self) -> None:
+        self._eval_step = Scope()
 
     def _note_metric(self, stage: str, name: str, metric: Any) -> None:
         """Remember the metric object logged under ``name`` (reset at its stage's epoch end)."""

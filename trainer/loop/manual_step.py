@@ -50,7 +50,7 @@ from trainer.strategies.base import Strategy
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
-from trainer.loop.optimizer_step import batch_end_outputs, refuse_skip_request, skip_requested, transfer_batch
+from trainer.loop.optimizer_step import batch_end_outputs, train_batch_start, transfer_batch
 
 if TYPE_CHECKING:
     from trainer.data.batch_plan import StepPlan
@@ -305,8 +305,7 @@ class ManualStep:
 
         run.module_logs.begin_step(log_now)
         batch_idx = run.batch_idx
-        if skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
-            refuse_skip_request(run, batch_idx)
+        train_batch_start(run, batch, batch_idx)  # (raises EpochSkipped on the module's -1)
         self.active = True
         try:
             with timer.phase("forward"), padding, no_sync, precision.autocast(run.device), \

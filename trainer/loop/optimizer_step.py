@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from trainer.runtime import distributed
 from trainer.runtime.tensors import move_to_device
 
 if TYPE_CHECKING:
@@ -35,17 +36,29 @@ class OptimizerStep:
         return getattr(self.optimizer, name)
 
 
+class EpochSkipped(Exception):
+    """``on_train_batch_start`` returned -1 on some rank: the rest of the epoch is skipped on every rank."""
+
+
 def skip_requested(result: Any) -> bool:
     """Whether ``on_train_batch_start`` returned Lightning's -1 (skip the rest of the epoch)."""
     return isinstance(result, int) and not isinstance(result, bool) and result == -1
 
 
-def refuse_skip_request(run: RankRun, batch_idx: int) -> None:
-    """``on_train_batch_start`` returned something: Lightning's -1 skips the rest of the epoch, which
-    would leave ranks at different batches here; refused with what to use instead."""
-    raise ValueError(f"{type(run.module).__name__}.on_train_batch_start returned a value at batch {batch_idx}; "
-                     "returning -1 to skip the rest of the epoch is not supported (every rank must train the same "
-                     "global batches): use trainer.should_stop = True or limit_train_batches, and return None")
+def train_batch_start(run: RankRun, batch: Any, batch_idx: int) -> None:
+    """``on_train_batch_start`` on its receivers. The module's -1 (callbacks' return values are not
+    read, as in Lightning) skips the rest of the epoch: the batch is not trained and ``EpochSkipped`` is
+    raised on every rank. Where several processes run, the ranks agree first (one tiny all-reduce on the
+    CPU group per micro-batch, only for a module that overrides the hook), so a -1 on any rank skips
+    the same global batch everywhere."""
+    result = run.hooks.call("on_train_batch_start", batch, batch_idx)
+    if not run.hooks.module_batch_start:
+        return
+    skip = skip_requested(result)
+    if distributed.world_size() > 1:
+        skip = distributed.any_rank(skip)
+    if skip:
+        raise EpochSkipped(batch_idx)
 
 
 def transfer_batch(run: RankRun, batch: Any, non_blocking: bool = False, dataloader_idx: int = 0) -> Any:

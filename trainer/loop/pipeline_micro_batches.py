@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from trainer.loop.optimizer_step import EpochSkipped, train_batch_start
 from trainer.observe.throughput import FlopSum
 
 if TYPE_CHECKING:
@@ -35,7 +36,15 @@ def pipeline_micro_batches(strategy: PipelineStrategy, step: TrainStep, plan: An
         # collective and a host read: on a logging step only).
         counting = run.throughput.flops_per_step is None and index == 0 and step.strategy_steps >= 1 and sums is not None
         counter = FlopSum() if counting else contextlib.nullcontext()
-        run.hooks.call("on_train_batch_start", batch, run.batch_idx)
+        try:
+            train_batch_start(run, batch, run.batch_idx)  # (raises EpochSkipped on the module's -1)
+        except EpochSkipped:
+            if index == 0:  # nothing of the step has run: skipped as anywhere else
+                raise
+            raise ValueError(f"{type(run.module).__name__}.on_train_batch_start returned -1 at micro-batch {index} of "
+                             "a step under strategy=pipeline, whose schedule already runs the step's earlier "
+                             "micro-batches: return -1 on a step's first micro-batch (batch_idx % "
+                             "accumulate_grad_batches == 0), or use trainer.should_stop = True") from None
         with run.breakdown.phase("forward"), counter:
             tokens, losses = strategy.run_step(batch, micro_batch.num_real, step.normalization.sample_factor(plan.global_count),
                                                index == last, sums, run.precision, local_tokens is not None)

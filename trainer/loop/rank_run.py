@@ -29,6 +29,7 @@ from trainer.api.run_view import RunView
 from trainer.checkpoint.run_states import RunStates
 from trainer.loggers import JSONLLogger
 from trainer.loop.counters import RunCounters
+from trainer.loop.optimizer_step import EpochSkipped
 from trainer.loop.run_parts import RunParts
 from trainer.loop.sanity_check import run_sanity_check
 from trainer.loop.step_counts import FirstBatchCheck
@@ -69,6 +70,7 @@ class RankRun(RunParts, RunCounters):
         self.running_stage: str | None = None
         self.ends_epoch = False  # the step being trained is the epoch's last
         self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
+        self.eval_steps_logged: dict[str, int] = {}  # per evaluation stage: batches whose on_step values were written
         self.preempted = False
 
     # ----- the state's writers ------------------------------------------------------------------------
@@ -103,6 +105,16 @@ class RankRun(RunParts, RunCounters):
         written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
         for logger in self.loggers:
             logger.log_metrics(written, self.step)
+
+    def log_eval_step(self, stage: str, metrics: dict[str, float]) -> None:
+        """Write an evaluation batch's ``on_step`` values at the stage's own batch count (Lightning's axis
+        for them); ``callback_metrics`` keeps the pass's aggregates, not these."""
+        step = self.eval_steps_logged.get(stage, 0)
+        self.eval_steps_logged[stage] = step + 1
+        hidden = self.module_logs.hidden
+        written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
+        for logger in self.loggers:
+            logger.log_metrics(written, step)
 
     # ----- what the view and the callbacks read --------------------------------------------------------
     @property
@@ -159,7 +171,6 @@ class RankRun(RunParts, RunCounters):
         self.validated_at = self.saved_at = -1
         self.counts_check = FirstBatchCheck(manual=self.manual is not None)  # ranks' opt.step() counts (manual)
         self.observing = self.trace.steps is not None or self.comms.enabled  # a profiler or comms-log window is set
-        state = self.__dict__
         try:
             while not limits.done(self) and not self.preempted and \
                     not self.callbacks.should_stop(self.step, self.min_run_done):
@@ -170,32 +181,48 @@ class RankRun(RunParts, RunCounters):
                 hooks.call("on_train_epoch_start")
                 batches = iter(self.loader(
                     train_set, plan.rank_batches(self.epoch, self.data_rank, self.epoch_step), "train", self.batch_idx))
-                for step_plan in steps:
-                    last = limits.before_batch(self)  # None: done (also notes global_step before the batch)
-                    if last is None or self.epoch_step >= self.fit_plan.steps_per_epoch:
-                        break
-                    log_now = (self.step + 1) % self.trainer.log_every_n_steps == 0 or last
-                    if self.observing:
-                        self.trace.before_step(self.step + 1)
-                        self.comms.before_step(self.step + 1)
-                    # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's
-                    # place); written past the parts' guard (RunParts.__setattr__), a call per step it need not be
-                    state["ends_epoch"] = self.epoch_step + 1 == self.fit_plan.steps_per_epoch
-                    metrics = self.train_step(step_plan, batches, log_now)
-                    self.step_done()
-                    if self.after_step(metrics):  # log, hooks, stop, validation, checkpoint, preemption
-                        break
-                # An epoch cut short (max_steps mid-epoch, a stop) has no epoch end: the checkpoint
-                # keeps its position, so a resumed or extended run goes on inside the epoch.
-                if self.preempted or (self.callbacks.stopping and self.min_run_done()) or \
-                        not epoch_over(plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch):
+                skipped = self.train_epoch(steps, batches)
+                # A stop (EarlyStopping, should_stop, a Timer) ends the epoch as Lightning does: its hooks,
+                # its epoch values, the next epoch's position in the checkpoint. One cut short by max_steps
+                # or preemption has no epoch end: a resumed or extended run goes on inside the epoch.
+                stopped = self.callbacks.stopping and self.min_run_done()
+                if self.preempted or not (skipped or stopped or epoch_over(
+                        plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch)):
                     break
-                self.end_epoch()
+                self.end_epoch(validate=not skipped, stopped=stopped)  # (a skipped epoch's rest validates nothing)
         finally:
             self.progress.close()
             self.trace.close()
             self.comms.close()
         return self.end_fit()
+
+    def train_epoch(self, steps: Iterable[Any], batches: Iterator[Any]) -> bool:
+        """The epoch's steps, until its end, a limit, a stop or preemption. Returns whether the module's
+        ``on_train_batch_start`` returned -1 (on any rank): that global batch is not trained and the
+        rest of the epoch is skipped (Lightning's meaning, the same on every rank)."""
+        state, limits = self.__dict__, self.fit_plan.limits
+        for step_plan in steps:
+            last = limits.before_batch(self)  # None: done (also notes global_step before the batch)
+            if last is None or self.epoch_step >= self.fit_plan.steps_per_epoch:
+                break
+            log_now = (self.step + 1) % self.trainer.log_every_n_steps == 0 or last
+            if self.observing:
+                self.trace.before_step(self.step + 1)
+                self.comms.before_step(self.step + 1)
+            # interval="epoch" schedulers step right after the epoch's last optimizer step (Lightning's
+            # place); written past the parts' guard (RunParts.__setattr__), a call per step it need not be
+            state["ends_epoch"] = self.epoch_step + 1 == self.fit_plan.steps_per_epoch
+            try:
+                metrics = self.train_step(step_plan, batches, log_now)
+            except EpochSkipped:
+                self.module_logs.drop_step()  # what the step's micro-batches logged before the -1
+                if self.nonfinite is not None:
+                    self.nonfinite.drop_step()
+                return True
+            self.step_done()
+            if self.after_step(metrics):  # log, hooks, stop, validation, checkpoint, preemption
+                break
+        return False
 
     def after_step(self, metrics: dict[str, float] | None) -> bool:
         """Everything that follows a trained step, in order: the limits and profiler windows, logging,
@@ -239,11 +266,13 @@ class RankRun(RunParts, RunCounters):
         trainer = self.trainer
         return self.epoch >= (trainer.min_epochs or 0) and self.global_step >= (trainer.min_steps or 0)
 
-    def end_epoch(self) -> None:
-        """A finished epoch: validation every ``check_val_every_n_epoch``, the epoch-end hooks and epoch
-        values (Lightning's order: the metric watchers last), epoch schedulers, the epoch checkpoint."""
+    def end_epoch(self, validate: bool = True, stopped: bool = False) -> None:
+        """A finished epoch: validation every ``check_val_every_n_epoch`` (``validate``; without that
+        setting, where a stop ended the epoch, as Lightning), the epoch-end hooks and epoch values
+        (Lightning's order: the metric watchers last), epoch schedulers, the epoch checkpoint."""
         every_epochs = self.trainer.check_val_every_n_epoch
-        if every_epochs and (self.epoch + 1) % every_epochs == 0 and self.validated_at != self.step:
+        due = (self.epoch + 1) % every_epochs == 0 if every_epochs else stopped
+        if validate and due and self.validated_at != self.step:
             self.validate()
         with self.module_logs.epoch_end_hooks():
             # The epoch's values so far, as Lightning's callback_metrics show them in these hooks.
@@ -266,7 +295,7 @@ class RankRun(RunParts, RunCounters):
         preemption: the run ends where it saved)."""
         if self.module_logs.pending_epoch_values("train"):
             rank_zero_warn(log, "self.log(..., on_epoch=True) values of training epoch %d are not logged: the epoch did "
-                           "not finish (max_steps, a stop or preemption), and epoch values are logged at epoch ends",
+                           "not finish (max_steps or preemption), and epoch values are logged at epoch ends",
                            self.epoch)
         if self.preempted:
             return self.last_metrics

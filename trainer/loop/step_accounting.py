@@ -80,6 +80,12 @@ class NonfiniteLossWatch:
         self._losses.append(loss.detach())
         self._step_losses += 1
 
+    def drop_step(self) -> None:
+        """The current step was abandoned before its optimizer step: its losses are not checked."""
+        if self._step_losses:
+            del self._losses[len(self._losses) - self._step_losses:]
+            self._step_losses = 0
+
     def end_step(self, step: int, epoch: int) -> None:
         """Close step ``step`` (1-based) of ``epoch``: its losses join the window (checked when it closes)."""
         count, self._step_losses = self._step_losses, 0

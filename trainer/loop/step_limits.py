@@ -83,6 +83,8 @@ class StepLimits:
         # Batches: under automatic optimization max_steps is a batch count too.
         self.batches = epoch_limit if manual else min(epoch_limit, self.max_steps)
         self.epoch_bound = epoch_limit != math.inf
+        # Epochs counted as they end too: an epoch cut short (on_train_batch_start returned -1) has fewer steps.
+        self.max_epochs, self.steps_per_epoch = (trainer.max_epochs if self.epoch_bound else None), steps_per_epoch
         self._per_batch: int | None = None  # optimizer steps of the last batch (manual)
         self._before = 0  # global_step before the current batch
         self._shown = 0  # the progress bar's position
@@ -131,15 +133,17 @@ class StepLimits:
     # ----- per batch ----------------------------------------------------------------------------------------
     def done(self, run: RankRun) -> bool:
         """Whether the run has reached its end (checked before each batch)."""
-        return run.step >= self.batches or (self.manual and run.global_step >= self.max_steps)
+        return (run.step >= self.batches or (self.manual and run.global_step >= self.max_steps)
+                or (self.max_epochs is not None and run.epoch >= self.max_epochs))
 
     def before_batch(self, run: RankRun) -> bool | None:
         """Before a batch: None when the run has reached its end (`done`), else whether the batch is
         the last one (a logging step). Automatic: known exactly."""
         self._before = run.global_step
-        if run.step >= self.batches or (self.manual and self._before >= self.max_steps):
+        if self.done(run):
             return None
-        if run.step + 1 >= self.batches:
+        if run.step + 1 >= self.batches or (self.max_epochs is not None and run.epoch + 1 >= self.max_epochs
+                                            and run.epoch_step + 1 >= self.steps_per_epoch):
             return True
         if not self.manual:
             return False

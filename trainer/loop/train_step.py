@@ -38,8 +38,7 @@ from trainer.strategies.base import TrainingStepForward
 from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
 from trainer.api.hook_calls import call_step
-from trainer.loop.optimizer_step import (OptimizerStep, batch_end_outputs, refuse_skip_request, skip_requested,
-                                         transfer_batch)
+from trainer.loop.optimizer_step import OptimizerStep, batch_end_outputs, train_batch_start, transfer_batch
 from trainer.observe.throughput import write_flops_by_module
 
 if TYPE_CHECKING:
@@ -198,8 +197,8 @@ class TrainStep:
         run = self.run
         batch = self.next_batch(batches)
         batch_idx = run.batch_idx
-        if "on_train_batch_start" in run.hooks.active and skip_requested(run.hooks.call("on_train_batch_start", batch, batch_idx)):
-            refuse_skip_request(run, batch_idx)
+        if "on_train_batch_start" in run.hooks.active:
+            train_batch_start(run, batch, batch_idx)  # (raises EpochSkipped on the module's -1)
         return batch, batch_idx
 
     def forward_backward(self, plan: StepPlan, index: int, batch: Any, sums: WeightedSums | None,

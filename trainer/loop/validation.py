@@ -22,6 +22,7 @@ from trainer.loop.run_limits import disables, val_sample_limit
 from trainer.loop.stream_limits import is_stream
 from trainer.data.streaming.validation import val_length
 from trainer.loop.eval_modes import EvalModes
+from trainer.loop.eval_step_logs import EvalStepLogs
 from trainer.loop.optimizer_step import transfer_batch
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
     enabled = run.trainer.progress_bar if run.rank == 0 else False
     bar = ProgressBar(None if stream else len(shards), enabled, desc="validate", unit="batch", leave=False)
     logs = run.module_logs
+    busiest = None if stream else (len(shards) if strategy.lockstep_forward else
+                                   len(run.data.val_shard(run.epoch, 0, run.data_parallel_size, limit)))
+    step_logs = EvalStepLogs(run, "validate", busiest, written=not sanity)  # self.log(..., on_step=True)
     # self.log in validation_step and in the validation epoch hooks: aggregated over this whole pass
     # (a sanity pass's values are dropped: the next pass begins the stage afresh).
     with logs.stage("validate"):
@@ -125,6 +129,8 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
                 sums.add(metrics, weight)
                 if is_real:
                     hooks.call("on_validation_batch_end", outputs, batch, index)
+                step_logs.after_batch()
+        step_logs.finish()
         bar.close()
         if stream:
             run.count_val_batches([shards.real])

@@ -43,10 +43,11 @@ class TrainingStepForward(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, batch: Any, batch_idx: int, hook: str = "training_step") -> Any:
+    def forward(self, batch: Any, batch_idx: int, hook: str = "training_step", *dataloader_idx: int) -> Any:
         # ``hook="validation_step"``: strategies whose forward must run on every rank together
-        # (FSDP gathers parameters in it) validate through the wrapper too.
-        return call_step(self.module, hook, batch, batch_idx)
+        # (FSDP gathers parameters in it) validate through the wrapper too (with several loaders,
+        # their ``dataloader_idx``).
+        return call_step(self.module, hook, batch, batch_idx, *dataloader_idx)
 
 
 class OptimizerStateIO:

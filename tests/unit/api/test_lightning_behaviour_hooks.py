@@ -138,15 +138,24 @@ def test_on_exception_gets_the_error_and_it_is_raised(tmp_path):
     assert [str(error) for error in seen.errors] == ["broken step"]
 
 
-def test_skipping_the_rest_of_an_epoch_is_refused(tmp_path):
+def test_minus_one_on_every_batch_trains_nothing_and_ends_each_epoch(tmp_path):
     from trainer import TrainModule, Trainer
 
     class Skips(program(TrainModule)):
+        epoch_ends = 0
+
         def on_train_batch_start(self, batch, batch_idx):
             return -1
 
-    with pytest.raises(ValueError, match="returning -1 to skip the rest of the epoch is not supported"):
-        Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path)).fit(Skips())
+        def on_train_epoch_end(self):
+            self.epoch_ends += 1
+
+    module = Skips()
+    before = [p.detach().clone() for p in module.parameters()]
+    trainer = Trainer(max_epochs=3, progress_bar=False, loggers=[], batch_size=BATCH, run_dir=str(tmp_path))
+    trainer.fit(module)
+    assert trainer.global_step == 0 and trainer.current_epoch == 3 and module.epoch_ends == 3
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
 
 
 def test_steps_without_batch_idx_are_called_with_the_batch_alone(tmp_path):

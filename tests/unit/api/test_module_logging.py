@@ -204,7 +204,6 @@ class LogsWrong(Regressor):
     ("training_step", dict(metric_attribute="acc"), ValueError, "metric_attribute"),
     ("training_step", dict(sync_dist_group=object()), ValueError, "sync_dist_group"),
     ("training_step", dict(rank_zero_only=True, sync_dist=True), ValueError, "rank_zero_only=True, sync_dist=True"),
-    ("validation_step", dict(on_step=True), ValueError, "on_step=True"),
     # (the sanity validation pass before step 1 logs it first)
     ("training_step+validation_step", {}, ValueError, r"self.log\('m'\) in the (train|validate) stage, but it is logged in the (validate|train) stage"),
     ("on_fit_start", {}, RuntimeError, r"called from on_fit_start\(\)"),

@@ -200,8 +200,8 @@ def test_hooks_fire_in_the_documented_order(tmp_path):
 
 
 def test_a_stop_ends_like_a_normal_end(tmp_path):
-    # A stop after step 3 (mid-epoch): no epoch end for the cut epoch, then the final validation,
-    # save_last and on_fit_end, as at a normal end.
+    # A stop after step 3 (mid-epoch): as Lightning, a validation, then the cut epoch's end, save_last
+    # and on_fit_end, as at a normal end.
     calls: list = []
     module = HookOrderRegressor(calls, num_samples=16, val_samples=8)
     run_trainer(tmp_path, module, batch_size=8, max_steps=10, log_every_n_steps=2, val_every_n_steps=2,
@@ -211,7 +211,7 @@ def test_a_stop_ends_like_a_normal_end(tmp_path):
         ("on_train_step_end", (1, False)),
         ("on_train_step_end", (2, True)), ("on_validation_end", 2), ("on_train_epoch_end", 0),
         ("on_train_step_end", (3, False)),  # the callback asks to stop here
-        ("on_validation_end", 3),  # the final validation
+        ("on_validation_end", 3), ("on_train_epoch_end", 1),  # the validation at the stop, the epoch's end
         ("on_fit_end", 3),
     )
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-000000003"

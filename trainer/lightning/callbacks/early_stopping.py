@@ -8,22 +8,17 @@ from trainer.callbacks import EarlyStopping as _EarlyStopping
 
 
 class EarlyStopping(_EarlyStopping):
-    """Lightning's ``EarlyStopping``: stops when ``monitor`` (a validation metric) has not improved by
-    more than ``min_delta`` for ``patience`` validations; checked at each validation's end."""
+    """Lightning's ``EarlyStopping``: stops when ``monitor`` has not improved by more than ``min_delta``
+    for ``patience`` checks, at each validation's end, or with ``check_on_train_epoch_end=True`` at each
+    training epoch's end (on what was logged); ``stopping_threshold`` / ``divergence_threshold`` stop at
+    once; ``strict=False`` warns once about a missing monitor and skips the check."""
 
     def __init__(self, monitor: str, min_delta: float = 0.0, patience: int = 3, verbose: bool = False,
                  mode: str = "min", strict: bool = True, check_finite: bool = True,
                  stopping_threshold: float | None = None, divergence_threshold: float | None = None,
                  check_on_train_epoch_end: bool | None = None, log_rank_zero_only: bool = False):
-        if divergence_threshold is not None:
-            raise ValueError(f"EarlyStopping(divergence_threshold={divergence_threshold!r}) does not exist here; "
-                             "use check_finite=True (stops on NaN / inf) or stopping_threshold=")
-        if check_on_train_epoch_end:
-            raise ValueError("EarlyStopping(check_on_train_epoch_end=True): this trainer checks at the end of each "
-                             "validation only; leave it None and validate each epoch (check_val_every_n_epoch=1)")
-        if not strict:
-            raise ValueError("EarlyStopping(strict=False): a monitor missing from the validation metrics is always "
-                             "an error here (it lists the metrics there are); log the metric, or fix its name")
         super().__init__(monitor=monitor, mode=mode, patience=patience, min_delta=min_delta,
-                         check_finite=check_finite, stopping_threshold=stopping_threshold)
+                         check_finite=check_finite, stopping_threshold=stopping_threshold,
+                         divergence_threshold=divergence_threshold, strict=strict,
+                         check_on_train_epoch_end=check_on_train_epoch_end)
         self.verbose = verbose  # the reason to stop is always logged (rank 0)

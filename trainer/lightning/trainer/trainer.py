@@ -7,8 +7,8 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
 
-and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics (one
-per dataloader in Lightning; here there is one), ``fit`` returns None; and Lightning's answer to a
+and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics per
+loader, ``fit`` returns None; and Lightning's answer to a
 KeyboardInterrupt during a call: the run shuts down (``on_exception`` hooks, loggers finalized with
 "failed", ``trainer.state.status == "interrupted"``), then ``SystemExit(1)``.
 
@@ -16,6 +16,8 @@ Everything else, and every argument given, is `trainer.Trainer`'s (keyword argum
 Lightning's ``Trainer``)."""
 
 from __future__ import annotations
+
+import re
 
 import os
 from typing import Any, Callable
@@ -82,7 +84,14 @@ def _exit_on_interrupt(call: Callable[[], Any]) -> Any:
 
 
 def _as_list(metrics: dict[str, float] | None, skipped: bool = False) -> list[dict[str, float]] | None:
-    """Lightning's list of one metrics dict per loader; ``[]`` for a pass a zero limit skipped."""
+    """Lightning's list of one metrics dict per loader (with several loaders, loader N's dict holds the
+    names ending in ``/dataloader_idx_N`` and those of none); ``[]`` for a pass a zero limit skipped."""
     if metrics is None:
         return None
-    return [] if skipped else [metrics]
+    if skipped:
+        return []
+    owner = {name: int(match.group(1)) for name in metrics if (match := re.search(r"/dataloader_idx_(\d+)$", name))}
+    if not owner:
+        return [metrics]
+    return [{name: value for name, value in metrics.items() if owner.get(name, index) == index}
+            for index in range(max(owner.values()) + 1)]

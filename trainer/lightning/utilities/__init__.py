@@ -23,7 +23,8 @@ __all__ = ["AttributeDict", "grad_norm", "move_data_to_device", "rank_zero_debug
            "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
 __getattr__ = missing_names(__name__, {
-    "CombinedLoader": "one DataLoader per stage (combine the datasets, e.g. torch.utils.data.ConcatDataset)",
+    "CombinedLoader": ("a list or dict of DataLoaders for test / predict; one DataLoader for fit and validate "
+                       "(combine the datasets, e.g. torch.utils.data.ConcatDataset)"),
     "disable_possible_user_warnings": "warnings.filterwarnings (this trainer's messages are log records)",
     "find_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
     "set_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
