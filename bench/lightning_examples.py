@@ -17,7 +17,7 @@ place of its downloads, and run through its own command line with small sizes
 3. here, one process accumulating 2 batches per step, then DDP 2 and FSDP 2: per-step losses against that
    one process (rel ``1e-5``) where every rank draws the same random numbers (no dropout, no per-step noise).
 
-The results go to ``OUT/lightning_examples.json`` and ``.md`` (default bench/results/; the rows of programs
+The results go to ``OUT/lightning_examples.json`` and ``.md`` (default bench/results/lightning/; the rows of programs
 not run this time are kept), and with ``--docs`` into docs/lightning-examples.md's table. ``--pythonpath`` adds folders to the programs' import path (a
 ``torchvision`` built for the installed torch, for the programs that need it).
 """
@@ -255,7 +255,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkout", help="a clone of Lightning's repository (its examples/pytorch/ is read)")
     parser.add_argument("--only", nargs="*", default=None, help="programs to run (paths under examples/pytorch/)")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "lightning"))
     parser.add_argument("--pythonpath", nargs="*", default=[], help="folders added to the programs' import path")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one run of one program")
     parser.add_argument("--docs", action="store_true", help="also write the table into docs/lightning-examples.md")
