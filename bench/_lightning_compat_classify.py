@@ -160,7 +160,9 @@ def error_line(text: str) -> tuple[str, str]:
         if kind:
             return kind.split(".")[-1], message.strip()
     lines = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
-    return ("AssertionError" if lines else "Error"), (lines[0] if lines else text.strip().splitlines()[-1:] or [""])[0]
+    if lines:
+        return "AssertionError", lines[0]
+    return "Error", (text.strip().splitlines() or [""])[-1]
 
 
 def classify_failure(text: str, repo: str, root: str) -> tuple[str, str]:

@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--file-timeout", type=int, default=1800, help="seconds for one file's pytest process")
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds for one test")
     parser.add_argument("--reuse-lightning", action="store_true", help="the Lightning side of the last results")
+    parser.add_argument("--merge", help="a results (or .partial) file whose outcomes stand for the files not run now")
     parser.add_argument("--out", default=RESULT)
     parser.add_argument("--page", default=PAGE, help="the docs page whose generated part is rewritten ('' = none)")
     args = parser.parse_args()
@@ -147,8 +148,9 @@ def main() -> None:
         lightning, mirror = {}, {}
         if args.reuse_lightning and os.path.exists(args.out):
             with open(args.out) as f:
-                lightning = {k: v for k, v in json.load(f)["lightning"].items()
-                             if k.split("::")[0] in args.files}
+                kept = json.load(f)["lightning"]
+            broken = {k.split("::")[0] for k in kept if k.endswith("::<file>")}  # run again: it did not collect
+            lightning = {k: v for k, v in kept.items() if k.split("::")[0] in set(args.files) - broken}
         for file in args.files:
             if not any(k.startswith(file + "::") for k in lightning):
                 lightning.update(run_file(lightning_root, file, args.file_timeout, args.test_timeout))
@@ -159,15 +161,27 @@ def main() -> None:
             done = sum(v["outcome"] == "passed" for k, v in mirror.items() if k.startswith(file + "::"))
             print(f"{file}: Lightning {sum(v['outcome'] == 'passed' for k, v in lightning.items() if k.startswith(file + '::'))}"
                   f" passed, mirror {done} passed ({time.time() - started:.0f}s)", flush=True)
-        rows = compare(checkout, args.files, lightning, mirror)
+        files = list(args.files)
+        if args.merge:
+            with open(args.merge) as f:
+                previous = json.load(f)
+            for side, outcomes in (("lightning", lightning), ("mirror", mirror)):
+                for test, outcome in previous[side].items():
+                    if test.split("::")[0] not in args.files:
+                        outcomes[test] = outcome
+            files = FILES + sorted({t.split("::")[0] for t in mirror} - set(FILES))
+            files = [f for f in files if any(t.startswith(f + "::") for t in mirror)]
+        rows = compare(checkout, files, lightning, mirror)
     summary = summarize(rows)
     result = {"benchmark": "lightning_compat", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "command": " ".join(["python", "bench/lightning_compat.py"] + sys.argv[1:]),
-              "machine": machine(), "settings": {"checkout": checkout, "files": args.files,
+              "machine": machine(), "settings": {"checkout": checkout, "files": files,
                                                  "checkout_commit": _commit(checkout)},
               "summary": summary, "rows": rows,
               "lightning": {k: {"outcome": v["outcome"], "text": v["text"][-1500:], "seconds": v["seconds"]}
-                            for k, v in lightning.items()}}
+                            for k, v in lightning.items()},
+              "mirror": {k: {"outcome": v["outcome"], "text": v["text"][-3000:], "seconds": v["seconds"],
+                             "root": v.get("root", "")} for k, v in mirror.items()}}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     os.remove(args.out + ".partial")

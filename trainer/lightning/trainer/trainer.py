@@ -7,8 +7,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
 
-and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics (one
-per dataloader in Lightning; here there is one), ``fit`` returns None; and Lightning's answer to a
+``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
+shapes: ``validate`` / ``test`` return a list with one dict of metrics (one per dataloader in
+Lightning; here there is one), ``fit`` returns None; and Lightning's answer to a
 KeyboardInterrupt during a call: the run shuts down (``on_exception`` hooks, loggers finalized with
 "failed", ``trainer.state.status == "interrupted"``), then ``SystemExit(1)``.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from trainer.lightning.trainer.flags import announce_limits, apply_barebones
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -32,6 +34,9 @@ class Trainer(_Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
+        self.barebones = bool(kwargs.get("barebones", False))
+        kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
+        announce_limits(kwargs)
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
