@@ -125,11 +125,16 @@ class SourceIndex:
             if id(current) in seen:
                 continue
             seen.add(id(current))
-            chunks.append(ast.get_source_segment(self.text, current) or "")
+            chunks.append(self._segment(current))
             for name in {n.id for n in ast.walk(current) if isinstance(n, ast.Name)}:
                 if name in self.top:
                     todo.append(self.top[name])
         return "\n".join(chunks)
+
+    def _segment(self, node: ast.AST) -> str:
+        """A definition's source with its decorators (``@patch("lightning...")`` is part of the test)."""
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        return "".join(self.text.splitlines(keepends=True)[first - 1:node.end_lineno])
 
     def internal_reason(self, test: str) -> str | None:
         """Why the test is internal, or None."""
@@ -176,6 +181,10 @@ def classify_failure(text: str, repo: str, root: str) -> tuple[str, str]:
         if path_is_internal(name) or unavailable.group(2) == "ModuleNotFoundError":
             return "internal", f"uses {name}"
         return "missing name", f"{name} missing"
+    missing_attribute = re.search(r"module 'trainer\.lightning((?:\.\w+)*)' has no attribute '(\w+)'", text)
+    if missing_attribute and path_is_internal(f"lightning.pytorch{missing_attribute.group(1)}.{missing_attribute.group(2)}"
+                                              .replace("lightning.pytorch.fabric", "lightning.fabric")):
+        return "internal", cause
     missing_module = re.search(r"(lightning\.[\w.]+) \(Lightning's\) does not exist", text)
     if kind == "ModuleNotFoundError" or (missing_module and path_is_internal(missing_module.group(1))):
         return "internal", cause

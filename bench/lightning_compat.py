@@ -131,11 +131,13 @@ def summarize(rows: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", help="a clone of Lightning's repository (its tests/tests_pytorch and src/)")
-    parser.add_argument("--files", nargs="+", default=FILES, help="paths under tests/tests_pytorch")
+    parser.add_argument("--files", nargs="*", default=FILES, help="paths under tests/tests_pytorch (none: only --merge)")
     parser.add_argument("--file-timeout", type=int, default=1800, help="seconds for one file's pytest process")
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds for one test")
-    parser.add_argument("--reuse-lightning", action="store_true", help="the Lightning side of the last results")
-    parser.add_argument("--merge", help="a results (or .partial) file whose outcomes stand for the files not run now")
+    parser.add_argument("--reuse-lightning", action="store_true",
+                        help="the Lightning side of the last results (of the first --merge file when given)")
+    parser.add_argument("--merge", nargs="*", default=[],
+                        help="results (or .partial) files whose outcomes stand for the files not run now (later wins)")
     parser.add_argument("--out", default=RESULT)
     parser.add_argument("--page", default=PAGE, help="the docs page whose generated part is rewritten ('' = none)")
     args = parser.parse_args()
@@ -146,8 +148,9 @@ def main() -> None:
         lightning_root = prepare(checkout, os.path.join(work, "lightning"), rewrite=False)
         mirror_root = prepare(checkout, os.path.join(work, "mirror"), rewrite=True)
         lightning, mirror = {}, {}
-        if args.reuse_lightning and os.path.exists(args.out):
-            with open(args.out) as f:
+        reuse = args.merge[0] if args.merge else args.out
+        if args.reuse_lightning and os.path.exists(reuse):
+            with open(reuse) as f:
                 kept = json.load(f)["lightning"]
             broken = {k.split("::")[0] for k in kept if k.endswith("::<file>")}  # run again: it did not collect
             lightning = {k: v for k, v in kept.items() if k.split("::")[0] in set(args.files) - broken}
@@ -162,13 +165,15 @@ def main() -> None:
             print(f"{file}: Lightning {sum(v['outcome'] == 'passed' for k, v in lightning.items() if k.startswith(file + '::'))}"
                   f" passed, mirror {done} passed ({time.time() - started:.0f}s)", flush=True)
         files = list(args.files)
-        if args.merge:
-            with open(args.merge) as f:
+        for merged in args.merge:  # a later file's outcomes of a file replace an earlier one's
+            with open(merged) as f:
                 previous = json.load(f)
             for side, outcomes in (("lightning", lightning), ("mirror", mirror)):
-                for test, outcome in previous[side].items():
-                    if test.split("::")[0] not in args.files:
-                        outcomes[test] = outcome
+                given = {t.split("::")[0] for t in previous[side]} - set(args.files)
+                for test in [t for t in outcomes if t.split("::")[0] in given]:
+                    del outcomes[test]
+                outcomes.update({t: v for t, v in previous[side].items() if t.split("::")[0] in given})
+        if args.merge:
             files = FILES + sorted({t.split("::")[0] for t in mirror} - set(FILES))
             files = [f for f in files if any(t.startswith(f + "::") for t in mirror)]
         rows = compare(checkout, files, lightning, mirror)
@@ -178,10 +183,11 @@ def main() -> None:
               "machine": machine(), "settings": {"checkout": checkout, "files": files,
                                                  "checkout_commit": _commit(checkout)},
               "summary": summary, "rows": rows,
-              "lightning": {k: {"outcome": v["outcome"], "text": v["text"][-1500:], "seconds": v["seconds"]}
-                            for k, v in lightning.items()},
-              "mirror": {k: {"outcome": v["outcome"], "text": v["text"][-3000:], "seconds": v["seconds"],
-                             "root": v.get("root", "")} for k, v in mirror.items()}}
+              # the raw outcomes, for --merge and --reuse-lightning (a failure's text: its end)
+              "lightning": {k: {"outcome": v["outcome"], "text": v["text"][-600:] if v["outcome"] != "passed" else "",
+                                "seconds": v["seconds"]} for k, v in lightning.items()},
+              "mirror": {k: {"outcome": v["outcome"], "text": v["text"][-2000:] if v["outcome"] != "passed" else "",
+                             "seconds": v["seconds"], "root": v.get("root", "")} for k, v in mirror.items()}}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     os.remove(args.out + ".partial")
