@@ -97,3 +97,19 @@ def test_validation_step_none_turns_validation_off_and_counts_stay_after_fit(tmp
     trainer = _quiet(tmp_path)
     trainer.fit(module)
     assert module.validated == 0 and trainer.num_val_batches == [] and trainer.num_training_batches == 3
+
+
+def test_is_overridden_as_lightning():
+    from unittest.mock import Mock
+
+    from trainer.lightning.utilities.model_helpers import is_overridden
+
+    module = Small()
+    assert is_overridden("validation_step", module) and not is_overridden("test_step", module)
+    module.validation_step = None
+    assert not is_overridden("validation_step", module) and not is_overridden("training_step", None)
+    module.test_step = Mock(wraps=L.LightningModule.test_step)
+    assert not is_overridden("test_step", module)
+    assert is_overridden("on_fit_start", type("Hooked", (L.Callback,), {"on_fit_start": lambda *a: None})())
+    with pytest.raises(ValueError, match="parent="):
+        is_overridden("forward", torch.nn.Linear(1, 1))
