@@ -64,8 +64,8 @@ def test_barebones_runs_without_loggers_or_checkpoints(tmp_path, caplog):
 @pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "limit_test_batches",
                                   "limit_predict_batches", "overfit_batches", "val_check_interval"])
 def test_a_limit_of_one_says_which_one(name, caplog):
-    for value, said in ((1, "configured so 1 batch" if name != "val_check_interval" else "after every training"),
-                        (1.0, "configured so 100%" if name != "val_check_interval" else "end of each training")):
+    for value, said in ((1, "configured so 1 batch" if name != "val_check_interval" else "validation will run after every training"),
+                        (1.0, "configured so 100%" if name != "val_check_interval" else "validation will run at the end of each training")):
         caplog.clear()
         with caplog.at_level(logging.INFO):
             L.Trainer(**{name: value})

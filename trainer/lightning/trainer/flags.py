@@ -38,10 +38,10 @@ def announce_limits(kwargs: dict[str, Any]) -> None:
     for name in _LIMITS:
         value = kwargs.get(name)
         if type(value) is int and value == 1:
-            what = ("validation runs after every training batch" if name == "val_check_interval"
+            what = ("validation will run after every training batch" if name == "val_check_interval"
                     else "1 batch is used" + (" per epoch" if name == "limit_train_batches" else ""))
         elif type(value) is float and value == 1.0:
-            what = ("validation runs at the end of each training epoch" if name == "val_check_interval"
+            what = ("validation will run at the end of each training epoch" if name == "val_check_interval"
                     else "100% of the batches are used" + (" per epoch" if name == "limit_train_batches" else ""))
         else:
             continue
