@@ -169,7 +169,9 @@ def main() -> None:
             with open(merged) as f:
                 previous = json.load(f)
             for side, outcomes in (("lightning", lightning), ("mirror", mirror)):
-                given = {t.split("::")[0] for t in previous[side]} - set(args.files)
+                ran = previous.get("settings", {}).get("ran")  # the files that run itself ran (not merged)
+                given = {t.split("::")[0] for t in previous[side]
+                         if ran is None or t.split("::")[0] in ran} - set(args.files)
                 for test in [t for t in outcomes if t.split("::")[0] in given]:
                     del outcomes[test]
                 outcomes.update({t: v for t, v in previous[side].items() if t.split("::")[0] in given})
@@ -180,7 +182,7 @@ def main() -> None:
     summary = summarize(rows)
     result = {"benchmark": "lightning_compat", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "command": " ".join(["python", "bench/lightning_compat.py"] + sys.argv[1:]),
-              "machine": machine(), "settings": {"checkout": checkout, "files": files,
+              "machine": machine(), "settings": {"checkout": checkout, "files": files, "ran": args.files,
                                                  "checkout_commit": _commit(checkout)},
               "summary": summary, "rows": rows,
               # the raw outcomes, for --merge and --reuse-lightning (a failure's text: its end)
