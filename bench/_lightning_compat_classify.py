@@ -31,7 +31,8 @@ _TRAINER_INTERNALS = re.compile(
 )
 _PRIVATE_ATTRIBUTE = re.compile(r"(\w+)\.(_[a-zA-Z]\w*)\b")
 _PRIVATE_STRING = re.compile(r"[\"']((?:lightning|pytorch_lightning)\.[\w.]+)[\"']")
-_IMPORT_FROM = re.compile(r"from\s+((?:lightning|pytorch_lightning)[\w.]*)\s+import\s+\(?([\w\s,]+)\)?")
+_IMPORT_FROM = re.compile(r"^\s*from\s+((?:lightning|pytorch_lightning)(?:\.[\w.]+)?)\s+import\s+(\([^)]*\)|[\w ,]+)", re.M)
+_ENVIRONMENT_FLAG = re.compile(r"^_\w*(GREATER_EQUAL|_GE_|_AVAILABLE|_IS_WINDOWS|_LESS)")
 _MIRROR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trainer", "lightning")
 
 
@@ -101,7 +102,7 @@ class SourceIndex:
         self.own_private = set(re.findall(r"self\.(_[a-zA-Z]\w*)\s*[:=]", self.text))
         self.imports = {}
         for module, names in _IMPORT_FROM.findall(self.text):
-            for name in re.split(r"[\s,]+", names):
+            for name in re.split(r"[\s,()]+", names):
                 if name and name != "as":
                     self.imports[name] = f"{module}.{name}"
 
@@ -151,6 +152,8 @@ class SourceIndex:
                 return f"private path {dotted}"
         used = {n for n in re.findall(r"\b\w+\b", source)}
         for name, dotted in self.imports.items():
+            if _ENVIRONMENT_FLAG.search(name):  # a version / platform flag of a skip condition, not the code tested
+                continue
             if name in used and (name.startswith("_") or path_is_internal(dotted.rsplit(".", 1)[0])):
                 return f"imports {dotted}"
         return None
