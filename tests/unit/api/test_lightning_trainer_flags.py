@@ -113,3 +113,7 @@ def test_is_overridden_as_lightning():
     assert is_overridden("on_fit_start", type("Hooked", (L.Callback,), {"on_fit_start": lambda *a: None})())
     with pytest.raises(ValueError, match="parent="):
         is_overridden("forward", torch.nn.Linear(1, 1))
+
+
+def test_node_rank_on_one_machine():
+    assert L.Trainer().node_rank == 0

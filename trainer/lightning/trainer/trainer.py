@@ -53,6 +53,11 @@ class Trainer(_Trainer):
         return self.devices
 
     @property
+    def node_rank(self) -> int:
+        """This process's machine: its global rank over the processes per node (0 on one machine)."""
+        return self.global_rank // max(int(self.num_devices), 1)
+
+    @property
     def default_root_dir(self) -> str:
         """Where logs and checkpoints go (this trainer's run directory)."""
         return self.run_dir
