@@ -237,6 +237,18 @@ class ModuleRunState(RankProperties):
     unattached module (step 0, rank 0 of 1, the device of its parameters)."""
 
     @property
+    def global_rank(self) -> int:
+        """The attached trainer's ``global_rank`` (as Lightning's); this process's rank without one."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_rank if trainer is not None else RankProperties.global_rank.fget(self)
+
+    @property
+    def local_rank(self) -> int:
+        """The attached trainer's ``local_rank`` (as Lightning's); this process's rank on its node without one."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else RankProperties.local_rank.fget(self)
+
+    @property
     def device(self) -> torch.device:
         """The device this rank trains on during a run; else the device of the first parameter."""
         trainer = self.__dict__.get("_trainer")

@@ -117,3 +117,12 @@ def test_is_overridden_as_lightning():
 
 def test_node_rank_on_one_machine():
     assert L.Trainer().node_rank == 0
+
+
+def test_module_ranks_are_its_trainers():
+    from unittest.mock import Mock
+
+    module = Small()
+    assert (module.global_rank, module.local_rank) == (0, 0)
+    module.trainer = Mock(global_rank=3, local_rank=1)
+    assert (module.global_rank, module.local_rank) == (3, 1)
