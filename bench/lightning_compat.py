@@ -192,7 +192,8 @@ def main() -> None:
                              "seconds": v["seconds"], "root": v.get("root", "")} for k, v in mirror.items()}}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    os.remove(args.out + ".partial")
+    if os.path.exists(args.out + ".partial"):
+        os.remove(args.out + ".partial")
     if args.page:
         write_page(args.page, result)
     total = summary["total"]
