@@ -126,3 +126,11 @@ def test_module_ranks_are_its_trainers():
     assert (module.global_rank, module.local_rank) == (0, 0)
     module.trainer = Mock(global_rank=3, local_rank=1)
     assert (module.global_rank, module.local_rank) == (3, 1)
+
+
+def test_csv_logger_log_hyperparams_without_params(tmp_path):
+    from trainer.lightning.loggers import CSVLogger
+
+    logger = CSVLogger(save_dir=str(tmp_path), name="")
+    logger.log_hyperparams()
+    assert (tmp_path / "version_0" / "hparams.yaml").exists()
