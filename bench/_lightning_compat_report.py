@@ -32,6 +32,11 @@ def render(result: dict) -> str:
         f"{total['internal']} more of the {total['lightning_passed']} tests that pass under Lightning reach "
         "into Lightning's internals and are not counted.",
         "",
+    ]
+    if settings.get("not_measured"):
+        lines += ["Not in this measurement: " + ", ".join(f"`{f}`" for f in settings["not_measured"])
+                  + ".", ""]
+    lines += [
         "| file | pass under Lightning | internal | counted | pass here | " + " | ".join(CLASSES) + " | rate |",
         "|---|---:|---:|---:|---:|" + "---:|" * len(CLASSES) + "---:|",
     ]

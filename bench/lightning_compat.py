@@ -183,6 +183,7 @@ def main() -> None:
     result = {"benchmark": "lightning_compat", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "command": " ".join(["python", "bench/lightning_compat.py"] + sys.argv[1:]),
               "machine": machine(), "settings": {"checkout": checkout, "files": files, "ran": args.files,
+                                                 "not_measured": [f for f in FILES if f not in files],
                                                  "checkout_commit": _commit(checkout)},
               "summary": summary, "rows": rows,
               # the raw outcomes, for --merge and --reuse-lightning (a failure's text: its end)
