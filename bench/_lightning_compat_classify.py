@@ -8,7 +8,7 @@ the public ones the mirror offers; or its failure under the mirror is such a mod
 
 A counted failure is one of: ``documented difference`` (its error matches a row of `DIFFERENCES`),
 ``refusal`` (a ValueError / TypeError / NotImplementedError / RuntimeError raised by a ``raise``
-statement of this trainer), ``missing name`` (ImportError / AttributeError), ``wrong result``
+statement of this trainer), ``missing name`` (ImportError / AttributeError, an unexpected keyword argument), ``wrong result``
 (everything else: an assertion, a warning not given, a crash).
 """
 
@@ -194,7 +194,7 @@ def classify_failure(text: str, repo: str, root: str) -> tuple[str, str]:
     for pattern, difference in DIFFERENCES:
         if re.search(pattern, text):
             return "documented difference", difference
-    if kind in ("ImportError", "AttributeError"):
+    if kind in ("ImportError", "AttributeError") or (kind == "TypeError" and "unexpected keyword argument" in message):
         return "missing name", cause
     frames = re.findall(r"^(\S+\.py):\d+: in \w+\n((?:    .*\n)+)", text, re.M)
     if frames:
