@@ -5,7 +5,7 @@ each from a copy in a temporary folder: as Lightning wrote them, under the insta
 with their import paths rewritten to ``trainer.lightning`` (bench/_lightning_compat_rewrite.py),
 under the mirror. Only tests that pass under Lightning count. A failure under the mirror is
 classified (bench/_lightning_compat_classify.py): internal (not counted), documented difference,
-refusal, missing name, wrong result. Writes ``bench/results/lightning_compat.json`` and the generated
+refusal, missing name, wrong result. Writes ``bench/compat/lightning_compat.json`` and the generated
 part of ``docs/lightning-compat.md``. Not part of the suite: Lightning's tests are not in this
 repository (a clone made at development time; ``git archive`` of Lightning's repository will do).
 
@@ -33,7 +33,7 @@ from _lightning_compat_rewrite import prepare  # noqa: E402
 from _results import machine  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULT = os.path.join(REPO, "bench", "results", "lightning_compat.json")
+RESULT = os.path.join(REPO, "bench", "compat", "lightning_compat.json")  # (bench/results/: benchmarks only)
 PAGE = os.path.join(REPO, "docs", "lightning-compat.md")
 FILES = [
     "trainer/flags/test_barebones.py", "trainer/flags/test_check_val_every_n_epoch.py",
