@@ -157,6 +157,12 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
         return self._trainer
 
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        """Attach this module to ``trainer`` (None: detach), as Lightning's ``module.trainer = trainer``;
+        each call of a Trainer attaches its module itself."""
+        self._trainer = trainer
+
     # ----- hyperparameters: save_hyperparameters(), hparams, hparams_initial (trainer/api/hparams.py) --------
     @classmethod
     def load_from_checkpoint(cls, path: str | None = None, map_location: Any = None, strict: bool = True,

@@ -123,13 +123,19 @@ class TrainerRunState(RankProperties):
 
     @property
     def num_training_batches(self) -> int | float:
-        """This rank's micro-batches per epoch during a fit (Lightning's; inf for a stream, 0 outside a run)."""
-        return self._run_view.num_training_batches if self._run_view is not None else 0
+        """This rank's micro-batches per epoch during a fit (Lightning's; inf for a stream); after a call, the
+        last call's count (0 before any)."""
+        if self._run_view is not None:
+            return self._run_view.num_training_batches
+        return self.__dict__.get("_last_batch_counts", (0, []))[0]
 
     @property
     def num_val_batches(self) -> list[int]:
-        """This rank's batches of the current (or last) validation pass, as Lightning's one entry per loader."""
-        return self._run_view.num_val_batches if self._run_view is not None else []
+        """This rank's batches of the current (or last) validation pass, as Lightning's one entry per loader
+        (after a call, its last pass's; [] before any)."""
+        if self._run_view is not None:
+            return self._run_view.num_val_batches
+        return list(self.__dict__.get("_last_batch_counts", (0, []))[1])
 
     @property
     def training(self) -> bool:
@@ -229,6 +235,18 @@ class TrainerRunState(RankProperties):
 class ModuleRunState(RankProperties):
     """The run-state properties of ``TrainModule`` (a mixin). Without a trainer: the values of an
     unattached module (step 0, rank 0 of 1, the device of its parameters)."""
+
+    @property
+    def global_rank(self) -> int:
+        """The attached trainer's ``global_rank`` (as Lightning's); this process's rank without one."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_rank if trainer is not None else RankProperties.global_rank.fget(self)
+
+    @property
+    def local_rank(self) -> int:
+        """The attached trainer's ``local_rank`` (as Lightning's); this process's rank on its node without one."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else RankProperties.local_rank.fget(self)
 
     @property
     def device(self) -> torch.device:

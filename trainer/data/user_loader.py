@@ -192,14 +192,17 @@ def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, 
 
 
 def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool:
-    """As Lightning: a module without ``validation_step`` is not validated during ``fit``, whatever
-    validation data it has (one warning where it has some; its validation data hooks are not called).
+    """As Lightning: a module without ``validation_step`` (or with ``module.validation_step = None``) is not
+    validated during ``fit``, whatever validation data it has (one warning where it has some; its
+    validation data hooks are not called).
     ``Trainer.validate`` on it is refused before any worker starts (trainer/entry_points.py). A
     pipeline strategy validates with its own loss."""
     from trainer.api.datamodule import GivenLoader
     from trainer.api.module import TrainModule
 
-    if trainer.strategy.owns_step or type(module).validation_step is not TrainModule.validation_step:
+    turned_off = getattr(module, "validation_step", None) is None  # Lightning's `module.validation_step = None`
+    overridden = type(module).validation_step is not TrainModule.validation_step
+    if not turned_off and (trainer.strategy.owns_step or overridden):
         return False
     source = hooks.source["val"]
     if isinstance(source, GivenLoader):

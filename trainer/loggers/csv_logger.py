@@ -161,11 +161,12 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
                 continue
         return rows
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted)."""
+    def log_hyperparams(self, params: Mapping[str, Any] | None = None) -> None:
+        """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted); no ``params``
+        (as Lightning's): an empty file, the version folder made."""
         if writes_here():
             os.makedirs(self.log_dir, exist_ok=True)
-            write_hparams_yaml(self.log_dir, params)
+            write_hparams_yaml(self.log_dir, params or {})
 
     log_hparams = log_hyperparams  # Lightning's experiment writer's name
 

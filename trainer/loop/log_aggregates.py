@@ -89,6 +89,6 @@ def checked_value(name: str, value: Any) -> Any:
         return float(value)
     if is_metric_collection(value):
         raise ValueError(f"self.log({name!r}, ...): the value is a MetricCollection; log it with self.log_dict")
-    # (a ValueError, as Lightning's for a value it cannot log)
-    raise ValueError(f"self.log({name!r}, ...): the value is a {type(value).__name__}; log a Python number, a "
-                    "one-element tensor or a torchmetrics Metric")
+    # (a ValueError, as Lightning's for a value it cannot log, starting as Lightning's message does)
+    raise ValueError(f"`self.log({name}, {value})` was called with a {type(value).__name__}; log a Python number, a "
+                     "one-element tensor or a torchmetrics Metric")

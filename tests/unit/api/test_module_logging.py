@@ -196,7 +196,7 @@ class LogsWrong(Regressor):
 
 @pytest.mark.parametrize("where, args, error, match", [
     ("training_step", dict(value=torch.ones(2)), ValueError, r"tensor of shape \(2,\)"),
-    ("training_step", dict(value="high"), ValueError, "the value is a str"),  # (Lightning's type of error)
+    ("training_step", dict(value="high"), ValueError, "was called with a str"),  # (Lightning's type of error)
     ("training_step", dict(reduce_fx="median"), ValueError, r"\['mean', 'sum', 'max', 'min'\]"),
     ("training_step", dict(on_step=False, on_epoch=False), ValueError, "would log nothing"),
     ("training_step", dict(batch_size=0), ValueError, "batch_size=0"),

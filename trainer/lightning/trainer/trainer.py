@@ -7,8 +7,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
 
-and Lightning's return shapes: ``validate`` / ``test`` return a list with one dict of metrics per
-loader, ``fit`` returns None; and Lightning's answer to a
+``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
+shapes: ``validate`` / ``test`` return a list with one dict of metrics per loader, ``fit`` returns
+None; and Lightning's answer to a
 KeyboardInterrupt during a call: the run shuts down (``on_exception`` hooks, loggers finalized with
 "failed", ``trainer.state.status == "interrupted"``), then ``SystemExit(1)``.
 
@@ -22,6 +23,7 @@ import re
 import os
 from typing import Any, Callable
 
+from trainer.lightning.trainer.flags import announce_limits, apply_barebones
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -34,6 +36,9 @@ class Trainer(_Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
+        self.barebones = bool(kwargs.get("barebones", False))
+        kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
+        announce_limits(kwargs)
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
@@ -48,6 +53,11 @@ class Trainer(_Trainer):
     def num_devices(self) -> int:
         """Processes per node (Lightning's name for ``devices``)."""
         return self.devices
+
+    @property
+    def node_rank(self) -> int:
+        """This process's machine: its global rank over the processes per node (0 on one machine)."""
+        return self.global_rank // max(int(self.num_devices), 1)
 
     @property
     def default_root_dir(self) -> str:

@@ -1,6 +1,6 @@
 """Lightning's ``lightning.pytorch.utilities``: the rank-zero helpers (``rank_zero.py``), ``grad_norm``
 (``grads.py``), ``AttributeDict`` (``self.hparams``' type), ``move_data_to_device``; ``types.py`` and
-``imports.py`` mirror Lightning's modules of those names. Other names are an ImportError saying what to use."""
+``imports.py`` mirror Lightning's modules of those names, ``model_helpers.py`` has ``is_overridden``. Other names are an ImportError saying what to use."""
 
 from typing import Any
 
