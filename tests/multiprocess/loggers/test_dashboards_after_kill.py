@@ -1,13 +1,14 @@
 """Every dashboard holds every logged step once, with its value, after several kill -9 + resume cycles.
 
-One process, every logger on (jsonl, csv, TensorBoard, W&B offline), 20 steps with a checkpoint and a
+One process, every logger on (jsonl, csv, TensorBoard, W&B offline, MLflow in a local store), 20 steps with a checkpoint and a
 validation every 4. The job is killed three times: as step 9 starts (right after the commit of step
 8: nothing logged since), after step 15 (three steps past the checkpoint of step 12) and after step
 18 (two past 16), each time resumed with ``resume=auto``; the last attempt finishes. Each dashboard
 is read in its own format and compared with the same dashboard of one uninterrupted run (same
 seed): metrics.jsonl and metrics.csv as files, TensorBoard through its EventAccumulator (all event
 files of the folder), W&B as ``wandb sync`` uploads a resumed run: the history rows of every
-``.wandb`` file of the run id, file after file in the order they were started. Tolerance: none (the
+``.wandb`` file of the run id, file after file in the order they were started, MLflow through its own
+client (each metric's history in the run whose id the run directory keeps). Tolerance: none (the
 resume is bitwise on CPU, tests/multiprocess/checkpoint/test_checkpoint.py; every value is compared
 with ``==``).
 """
@@ -53,7 +54,10 @@ def offline_wandb(monkeypatch, tmp_path):
 
 
 def attempt(run_dir, module_class=None, module=None, **trainer):
-    spec = {"run_dir": str(run_dir), "module": {**MODULE, **(module or {})}, "trainer": {**TRAINER, **trainer}}
+    # MLflow's store beside the run directories: one store, a run for the whole job and one for the killed job.
+    loggers = {**LOGGERS, "mlflow": {"tracking_uri": os.path.join(os.path.dirname(str(run_dir)), "mlruns")}}
+    spec = {"run_dir": str(run_dir), "module": {**MODULE, **(module or {})},
+            "trainer": {**TRAINER, "loggers": loggers, **trainer}}
     if module_class:
         spec["module_class"] = module_class
     return run_fit(spec, timeout=240)
@@ -76,11 +80,30 @@ def wandb_history(run_dir) -> list[tuple[int, dict]]:
     return rows
 
 
+def mlflow_history(run_dir) -> list[tuple[int, dict]]:
+    """The rows MLflow shows for the job's run (the id kept in the run directory), one per step."""
+    from mlflow.tracking import MlflowClient
+
+    with open(os.path.join(str(run_dir), "mlflow_run_id")) as handle:
+        run_id = handle.read().strip()
+    from trainer.loggers.mlflow_store import DATABASE_FILE
+
+    # (the local store a directory names: its database, as `mlflow ui --backend-store-uri` reads it)
+    client = MlflowClient(tracking_uri=f"sqlite:///{os.path.dirname(str(run_dir))}/mlruns/{DATABASE_FILE}")
+    rows: dict[int, dict] = {}
+    for key in client.get_run(run_id).data.metrics:
+        for point in client.get_metric_history(run_id, key):
+            assert key not in rows.get(point.step, {}), f"MLflow holds {key} of step {point.step} twice"
+            rows.setdefault(point.step, {})[key] = point.value
+    return sorted(rows.items())
+
+
 def dashboards(run_dir) -> dict:
     with open(os.path.join(str(run_dir), "metrics.jsonl")) as f:
         jsonl = [json.loads(line) for line in f]
     return {"jsonl": jsonl, "csv": read_csv(os.path.join(str(run_dir), "metrics.csv")),
-            "tensorboard": tensorboard_scalars(run_dir), "wandb": wandb_history(run_dir)}
+            "tensorboard": tensorboard_scalars(run_dir), "wandb": wandb_history(run_dir),
+            "mlflow": mlflow_history(run_dir)}
 
 
 def test_every_dashboard_holds_every_step_once_after_kill_and_resume_cycles(tmp_path):
@@ -115,6 +138,11 @@ def test_every_dashboard_holds_every_step_once_after_kill_and_resume_cycles(tmp_
     assert found["tensorboard"] == {tag: [(step, float(numpy.float32(row[tag]))) for step, row in rows if tag in row]
                                     for tag in {tag for _, row in rows for tag in row}}
     assert found["wandb"] == rows
+    # MLflow keeps a metric's points (none can be taken back): the steps a killed attempt logged past its
+    # checkpoint keep that attempt's timings, and the resumed attempt skips them; the trained values are the same.
+    assert [(step, trained(row)) for step, row in found["mlflow"]] == [(step, trained(row)) for step, row in rows]
+    assert [(step, trained(row)) for step, row in found["mlflow"]] == \
+        [(step, trained(row)) for step, row in expected["mlflow"]]
 
 
 def trained(row: dict) -> dict:
