@@ -61,8 +61,8 @@ def test_trainer_state_status_and_finished_as_lightnings(tmp_path):
 def test_a_lightning_module_the_mirror_lacks_says_what_to_use():
     with pytest.raises(ImportError, match=r"lightning\.pytorch\.tuner .*use Trainer\(auto_batch_size=True\)"):
         importlib.import_module("trainer.lightning.tuner")
-    with pytest.raises(ImportError, match=r"lightning\.pytorch\.utilities\.model_helpers .*use .*docs/lightning\.md"):
-        importlib.import_module("trainer.lightning.utilities.model_helpers")
+    with pytest.raises(ImportError, match=r"lightning\.pytorch\.utilities\.memory .*use .*docs/lightning\.md"):
+        importlib.import_module("trainer.lightning.utilities.memory")
     with pytest.raises(ImportError, match=r"cli\.instantiate_module .*use "):
         from trainer.lightning.cli import instantiate_module  # noqa: F401
     with pytest.raises(ModuleNotFoundError):  # other packages' missing modules are not its business
