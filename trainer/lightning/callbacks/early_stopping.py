@@ -4,7 +4,21 @@ here what they mean there; one whose meaning the trainer cannot give is an error
 
 from __future__ import annotations
 
+import math
+from enum import Enum
+from typing import Any
+
 from trainer.callbacks import EarlyStopping as _EarlyStopping
+
+
+class EarlyStoppingReason(Enum):
+    """Why an ``EarlyStopping`` stopped the run (its ``stopping_reason``), with Lightning's values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(_EarlyStopping):
@@ -22,3 +36,28 @@ class EarlyStopping(_EarlyStopping):
                          divergence_threshold=divergence_threshold, strict=strict,
                          check_on_train_epoch_end=check_on_train_epoch_end)
         self.verbose = verbose  # the reason to stop is always logged (rank 0)
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
+
+    def _reason_to_stop(self, value: float, step: int) -> str | None:
+        message = super()._reason_to_stop(value, step)
+        if message is not None:  # which check stopped it, in the order the checks are made
+            if self.check_finite and not math.isfinite(value):
+                self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
+            elif self.stopping_threshold is not None and self._better(value, self.stopping_threshold):
+                self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+            elif self.divergence_threshold is not None and self._better(self.divergence_threshold, value):
+                self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
+            else:
+                self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
+            self.stopping_reason_message = message
+        return message
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "stopping_reason": self.stopping_reason.value,
+                "stopping_reason_message": self.stopping_reason_message}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.stopping_reason = EarlyStoppingReason(state.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value))
+        self.stopping_reason_message = state.get("stopping_reason_message")
