@@ -14,32 +14,30 @@ except ImportError:  # the slurm extra is not installed
 
 if _submitit is not None:
 
-    class SubmititLocalLauncher(_submitit.LocalLauncher):
+    class _Checked:
+        """Hydra's submitit launcher of ``kind``, its settings and jobs checked before anything is submitted
+        (imported when a launcher is built: Hydra scans this module at every start)."""
+
+        kind: str
+
+        def __init__(self, **params: Any) -> None:
+            from trainer.cli.launcher_check import check_launcher_keys
+
+            check_launcher_keys(self.kind, params)
+            super().__init__(**params)  # type: ignore[call-arg]
+
+        def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+            from trainer.cli.launcher_check import check_jobs
+
+            check_jobs(self.kind, self, job_overrides)
+            return super().launch(job_overrides, initial_job_idx)  # type: ignore[misc]
+
+    class SubmititLocalLauncher(_Checked, _submitit.LocalLauncher):
         """Hydra's submitit launcher on this machine (each job a process group of its tasks), checked."""
 
-        def __init__(self, **params: Any) -> None:
-            from trainer.cli.launcher_check import check_launcher_keys
+        kind = "local"
 
-            check_launcher_keys("local", params)
-            super().__init__(**params)
-
-        def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-            from trainer.cli.launcher_check import check_jobs
-
-            check_jobs("local", self, job_overrides)
-            return super().launch(job_overrides, initial_job_idx)
-
-    class SubmititSlurmLauncher(_submitit.SlurmLauncher):
+    class SubmititSlurmLauncher(_Checked, _submitit.SlurmLauncher):
         """Hydra's submitit launcher on SLURM (each job an sbatch job, a sweep an array), checked."""
 
-        def __init__(self, **params: Any) -> None:
-            from trainer.cli.launcher_check import check_launcher_keys
-
-            check_launcher_keys("slurm", params)
-            super().__init__(**params)
-
-        def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-            from trainer.cli.launcher_check import check_jobs
-
-            check_jobs("slurm", self, job_overrides)
-            return super().launch(job_overrides, initial_job_idx)
+        kind = "slurm"
