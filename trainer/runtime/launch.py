@@ -11,6 +11,7 @@ Where ``forkserver`` does not exist (Windows) workers are started with ``spawn``
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import re
@@ -216,6 +217,9 @@ def _spawned_entry(local_rank: int, payload: bytes, world_size: int, master_port
         TRAINER_SPAWNED="1",
     )
     share_cpu_threads(world_size)
+    # A rank that dies in native code (a segfault, an abort in a collective's thread) prints every
+    # thread's Python stack on its stderr: the launcher then names it, and the stack says where.
+    faulthandler.enable(all_threads=True)
     if silence_s is not None:  # beat for the launcher, which watches (trainer/runtime/supervision.py)
         heartbeat.start(lambda: _store_client(master_port, silence_s), local_rank, world_size, silence_s, watch=False)
     fn, args = pickle.loads(payload)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -62,3 +64,36 @@ def test_a_stopped_worker_is_named_and_every_worker_killed(tmp_path, first_beat)
 
 def test_workers_busy_for_longer_than_the_timeout_are_left_alone():
     assert spawn(_busy, (3.0,), nprocs=2, timeout=timedelta(seconds=1)) == "rank 0 done"
+
+
+
+CRASHING_RANK = """
+import os, sys, time
+from datetime import timedelta
+from trainer.runtime.launch import WorkerFailed, spawn
+
+def crash_in_native_code():
+    if os.environ["RANK"] == "1":
+        import ctypes
+        ctypes.string_at(0)  # reads address 0: SIGSEGV in C, below any Python exception
+    time.sleep(60)
+
+if __name__ == "__main__":
+    try:
+        spawn(crash_in_native_code, (), nprocs=2, timeout=timedelta(seconds=30))
+    except WorkerFailed as error:
+        sys.exit(f"WorkerFailed: {error}")
+"""
+
+
+def test_a_rank_that_crashes_in_native_code_is_named_with_its_python_stack(tmp_path):
+    # A script of its own: the ranks' stderr is the launching process's, which pytest's capture does not reach
+    # when the warm fork server was started before the test.
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING_RANK)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "WorkerFailed: rank 1 (pid " in done.stderr and "killed by SIGSEGV" in done.stderr, done.stderr[-2000:]
+    # the crashed rank's own stack, printed as it died: where in the program it was
+    assert "Fatal Python error: Segmentation fault" in done.stderr, done.stderr[-2000:]
+    assert "in crash_in_native_code" in done.stderr, done.stderr[-2000:]
