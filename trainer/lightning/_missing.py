@@ -23,7 +23,6 @@ MISSING_MODULES = {
     "trainer.lightning.loops": "hooks and callbacks (this trainer has one loop: trainer/loop/)",
     "trainer.lightning.plugins": "Trainer(precision=...) and a trainer.strategies Strategy instance",
     "trainer.lightning.profilers": "Trainer(profile=...)",
-    "trainer.lightning.strategies": "Trainer(strategy='ddp' / 'fsdp' / ...) or a trainer.strategies Strategy instance",
     "trainer.lightning.tuner": "Trainer(auto_batch_size=True) (there is no learning-rate finder)",
 }
 

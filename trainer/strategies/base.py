@@ -119,6 +119,12 @@ class Strategy(OptimizerStateIO):
             distributed.init_single_process_group(distributed.default_backend(self.device), timeout)
             self._owns_process_group = True
 
+    @property
+    def num_processes(self) -> int:
+        """The run's processes on this machine (1 before the run starts); Lightning's name, which programs
+        read to divide a per-machine batch size among their processes."""
+        return self.env.local_world_size
+
     def check_world_size(self, world_size: int, devices_per_node: int) -> None:
         """Raise ValueError if this strategy cannot run on ``world_size`` processes (called by the
         Trainer before any worker starts, and again with the launcher's actual numbers)."""

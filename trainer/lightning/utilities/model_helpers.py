@@ -1,7 +1,7 @@
-"""Lightning's ``lightning.pytorch.utilities.model_helpers.is_overridden``: does a module, DataModule
-or callback define its own ``method_name`` (an override in its class, or a callable set on the
-instance), as opposed to the base class's? An attribute set to None (Lightning's way to turn a hook
-off, ``module.validation_step = None``) is not an override."""
+"""Lightning's ``lightning.pytorch.utilities.model_helpers``: ``is_overridden`` (does a module, DataModule
+or callback define its own ``method_name``: an override in its class, or a callable set on the
+instance, as opposed to the base class's? An attribute set to None, Lightning's way to turn a hook
+off with ``module.validation_step = None``, is not an override) and ``get_torchvision_model``."""
 
 from __future__ import annotations
 
@@ -39,3 +39,14 @@ def _base_of(instance: Any) -> type:
             return base
     raise ValueError(f"is_overridden: give parent= for a {type(instance).__name__} (not a LightningModule, "
                      "LightningDataModule or Callback)")
+
+
+def get_torchvision_model(model_name: str, **kwargs: Any) -> Any:
+    """torchvision's model ``model_name`` (``"resnet18"``) built with ``kwargs`` (``weights=None`` ...):
+    ``torchvision.models.get_model``. torchvision is the program's own dependency, imported here."""
+    try:
+        from torchvision import models
+    except ImportError as error:
+        raise ModuleNotFoundError(f"get_torchvision_model({model_name!r}) needs torchvision: pip install torchvision "
+                                  f"({error})") from error
+    return models.get_model(model_name, **kwargs)
