@@ -1,9 +1,11 @@
 """What each default logger and the last checkpoint cost the thread that trains.
 
-    python bench/logger_costs.py [--calls 200] [--steps 50] [--out bench/results/logger_costs.json]
+    python bench/logger_costs.py [--calls 200] [--steps 50] [--loggers tensorboard,jsonl,csv,wandb,mlflow]
+                                 [--out bench/results/logger_costs.json]
 
-In one process, for the TensorBoard, JSONL and CSV loggers as ``loggers=[...]`` builds them (into a
-fresh run directory): the caller's time for the first write (the configuration, then one row of
+In one process, for the TensorBoard, JSONL and CSV loggers (and W&B offline and MLflow in a local
+store, where their packages are installed) as ``loggers=[...]`` builds them (into a fresh run
+directory): the caller's time for the first write (the configuration, then one row of
 metrics: what opens the logger), the median caller's time of a logging step's write (``--calls``
 rows of 4 numbers, as the loop hands them), and the close at the end
 (``finalize``, which waits for what is queued). Then bench/hot_path_overhead.py's MLP trained for
@@ -17,6 +19,7 @@ average (bench/_results.py's format; ``results``: ``{"loggers": {name: {"first_w
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import re
@@ -31,11 +34,16 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 from _results import Recorder  # noqa: E402
 
 
+#: each logger's options here: W&B offline (never an upload), MLflow in a local store in the run directory
+OPTIONS = {"wandb": lambda run_dir: {"mode": "offline"},
+           "mlflow": lambda run_dir: {"tracking_uri": os.path.join(run_dir, "mlruns")}}
+
+
 def logger_costs(name: str, calls: int) -> dict:
     from trainer.loggers.registry import build_loggers
 
     with tempfile.TemporaryDirectory() as run_dir:
-        (logger,) = build_loggers([name], run_dir)
+        (logger,) = build_loggers({name: OPTIONS.get(name, lambda _: {})(run_dir)}, run_dir)
         start = time.perf_counter()
         logger.log_hyperparams({"model": {"width": 256, "layers": 3}, "optimizer": {"lr": 1e-3}})
         logger.log_metrics({"train/loss": 2.3, "lr": 1e-3}, 0)
@@ -92,10 +100,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="logging-step writes timed per logger")
     parser.add_argument("--steps", type=int, default=50, help="training steps of the checkpoint's run")
+    parser.add_argument("--loggers", default="tensorboard,jsonl,csv,wandb,mlflow",
+                        help="the loggers measured, by name (wandb and mlflow: skipped when not installed)")
     parser.add_argument("--out", default=None, help="the result file (default bench/results/logger_costs.json)")
     args = parser.parse_args()
-    recorder = Recorder("logger_costs", {"calls": args.calls, "steps": args.steps}, args.out)
-    loggers = {name: logger_costs(name, args.calls) for name in ("tensorboard", "jsonl", "csv")}
+    names = [name for name in args.loggers.split(",") if name]
+    missing = [name for name in names if name in OPTIONS and importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"skipped (not installed): {', '.join(missing)}")
+    recorder = Recorder("logger_costs", {"calls": args.calls, "steps": args.steps, "loggers": names}, args.out)
+    loggers = {name: logger_costs(name, args.calls) for name in names if name not in missing}
     print(f"{'logger':<13}{'first write s':>14}{'per log call us':>17}{'close s':>9}  (the training thread's time)")
     for name, f in loggers.items():
         print(f"{name:<13}{f['first_write_s']:>14.4f}{f['per_log_us']:>17.1f}{f['close_s']:>9.4f}")

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from trainer.data.batched_read import batch_tensor
+
 FORMATS = ("text", "json", "parquet")
 SAMPLE_BY = ("line", "paragraph", "document")
 #: the keys of ``data.hf`` and their defaults
@@ -181,6 +183,13 @@ class PackedText(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return _pair(self.samples[index])
+
+    def gather_batch(self, indices: list[int]) -> list[torch.Tensor]:
+        """``[inputs, targets]`` of the samples at ``indices`` in one gather (the trainer's batch read,
+        trainer/data/batched_read.py): what ``default_collate([self[i] for i in indices])`` gives."""
+        rows = self.samples[torch.as_tensor(indices, dtype=torch.int64)]
+        shape = (len(rows), rows.shape[1] - 1)
+        return [batch_tensor(shape, torch.int64).copy_(rows[:, :-1]), batch_tensor(shape, torch.int64).copy_(rows[:, 1:])]
 
 
 class StreamingPackedText(IterableDataset):

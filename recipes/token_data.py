@@ -9,7 +9,9 @@ part's last ``< block_size + 1`` tokens are dropped (one part = one shard, so ma
 streaming read the same sequences).
 
 ``PackedBlocks``: a map-style Dataset over every window (the default: exact global-batch
-invariance with the trainer's plan). ``PackedStream``: the same windows as an IterableDataset with
+invariance with the trainer's plan). A micro-batch is read as one gather of its windows per part
+(``gather_batch``, which the trainer uses with the default collate, trainer/data/batched_read.py;
+``__getitems__`` for a ``DataLoader``), not a slice per sample. ``PackedStream``: the same windows as an IterableDataset with
 the trainer's shard protocol (``n_shards`` and ``shard_samples(shard, epoch)``), one shard per part.
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from trainer.data.batched_read import batch_tensor
 from trainer.recipes.token_shards import read_manifest
 
 
@@ -33,6 +36,7 @@ class _Parts:
             raise ValueError(f"block_size={block_size}: give a positive context length")
         self.sources, self.dtype, self.block_size = list(parts), dtype, block_size
         self._arrays: list[np.ndarray] | None = None
+        self._windows: dict[int, np.ndarray] = {}
         # windows per part: (tokens - 1) // block_size (a file's length from its size, not its data)
         lengths = [len(p) if isinstance(p, np.ndarray) else os.path.getsize(p) // dtype.itemsize for p in self.sources]
         self.windows = [max(n - 1, 0) // block_size for n in lengths]
@@ -48,9 +52,19 @@ class _Parts:
         chunk = torch.from_numpy(np.array(self.arrays()[part][start: start + self.block_size + 1], dtype=np.int64))
         return chunk[:-1], chunk[1:]
 
+    def windows_of(self, part: int) -> np.ndarray:
+        """A part's windows as a read-only ``(windows, block_size + 1)`` view of its array (no copy:
+        rows ``block_size`` tokens apart); indexing it with several rows reads them in one gather."""
+        view = self._windows.get(part)
+        if view is None:
+            tokens = self.arrays()[part][: self.windows[part] * self.block_size + 1]
+            view = np.lib.stride_tricks.sliding_window_view(tokens, self.block_size + 1)[:: self.block_size]
+            self._windows[part] = view
+        return view
+
     def __getstate__(self) -> dict:
         # A worker (or a spawned rank) reopens the files itself: pickling a memmap would copy its data.
-        return {**self.__dict__, "_arrays": None}
+        return {**self.__dict__, "_arrays": None, "_windows": {}}
 
 
 class PackedBlocks(Dataset):
@@ -69,6 +83,40 @@ class PackedBlocks(Dataset):
         index %= len(self)
         part = int(np.searchsorted(self._starts, index, side="right")) - 1
         return self.parts.window(part, index - int(self._starts[part]))
+
+    def gather_batch(self, indices: Sequence[int]) -> list[torch.Tensor]:
+        """``[inputs, targets]`` of the windows at ``indices``, each ``(len(indices), block_size)``
+        int64: what ``default_collate([self[i] for i in indices])`` gives, read as one gather per part."""
+        size = self.parts.block_size
+        inputs, targets = batch_tensor((len(indices), size), torch.int64), batch_tensor((len(indices), size), torch.int64)
+        into_inputs, into_targets = inputs.numpy(), targets.numpy()
+        for rows, windows in self._gathered(indices):
+            into_inputs[rows], into_targets[rows] = windows[:, :-1], windows[:, 1:]
+        return [inputs, targets]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The samples at ``indices`` (``DataLoader``'s batch read, for any collate function): equal
+        to ``[self[i] for i in indices]``, their windows read in one gather per part."""
+        tokens = torch.empty((len(indices), self.parts.block_size + 1), dtype=torch.int64)
+        into = tokens.numpy()
+        for rows, windows in self._gathered(indices):
+            into[rows] = windows
+        return [(row[:-1], row[1:]) for row in tokens]
+
+    def _gathered(self, indices: Sequence[int]) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
+        """``(rows of the batch, their windows)`` for each part the windows at ``indices`` are in."""
+        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        count = len(self)
+        outside = (index < -count) | (index >= count)
+        if outside.any():
+            raise IndexError(f"index {int(index[outside][0])} out of range for {count} sequences")
+        index = np.where(index < 0, index + count, index)
+        part = np.searchsorted(self._starts, index, side="right") - 1
+        local = index - self._starts[part]
+        parts = np.unique(part)
+        for one in parts.tolist():
+            rows = slice(None) if len(parts) == 1 else part == one
+            yield rows, self.parts.windows_of(one)[local[rows]]
 
 
 class PackedStream(IterableDataset):

@@ -73,8 +73,9 @@ def _loading_generators(seed: int) -> Iterator[None]:
 
 def draws_no_random_numbers(dataset: Any, collate_fn: Callable[[list], Any]) -> bool:
     """Whether loading a batch is known to draw no random number: a ``TensorDataset`` (indexing only,
-    not a subclass), or a ``Subset`` of one, collated by torch's ``default_collate`` (directly or as
-    ``TrainModule.collate_fn``'s default): the batches read in one gather (``batched_read.py``). Such a
+    not a subclass), a dataset with its own ``gather_batch``, or a ``Subset`` of either, collated by
+    torch's ``default_collate`` (directly or as ``TrainModule.collate_fn``'s default): the batches
+    read in one gather (``batched_read.py``). Such a
     batch needs no seeded generators: it draws the same with or without them."""
     return batch_reader(dataset, collate_fn) is not None
 

@@ -15,13 +15,34 @@ from typing import Any, Callable
 _RUNNING: weakref.WeakSet = weakref.WeakSet()
 
 
-@atexit.register
-def _write_queued_at_exit() -> None:
-    for writer in list(_RUNNING):
+def _close_all(writers: list) -> None:
+    for writer in writers:
         try:
             writer.close()
         except Exception:  # exiting: an error of a logger's write must not hide the program's own
             pass
+
+
+@atexit.register
+def _write_queued_at_exit() -> None:
+    _close_all(list(_RUNNING))
+
+
+def python_number(value: Any) -> Any:
+    """A one-element tensor or NumPy value as its Python number (read when it is queued, so the
+    writer thread never touches a tensor the training goes on changing); anything else as it is."""
+    if isinstance(value, (int, float, str)) or not hasattr(value, "item"):
+        return value
+    size = value.numel() if hasattr(value, "numel") else getattr(value, "size", 1)
+    return value.item() if size == 1 else value
+
+
+class NothingToClose:
+    """The writer of a logger whose jobs write through the logger's own state (a W&B run, an MLflow
+    client that the first job starts): waiting for the jobs is all ``writer()`` and ``close()`` do."""
+
+    def close(self) -> None:
+        pass
 
 
 class BackgroundWriter:
@@ -97,3 +118,30 @@ class BackgroundWriter:
             writer, self._writer = self._writer, None
             if writer is not None:
                 writer.close()
+
+
+class QueuedWrites:
+    """A logger's writes on a `BackgroundWriter` of its own (made at the first write; a copy of the
+    logger, pickled for a spawned worker, makes its own): a mixin for loggers whose jobs reach
+    their state through the logger itself (``NothingToClose``)."""
+
+    _writes: BackgroundWriter | None = None
+
+    def _submit(self, job: Callable[[Any], None]) -> None:
+        if self._writes is None:
+            self._writes = BackgroundWriter(NothingToClose)
+        self._writes.submit(job)
+
+    def _written(self) -> None:
+        """Wait for the queued writes (raising the first one's error, if one failed)."""
+        if self._writes is not None and self._writes.is_open:
+            self._writes.writer()
+
+    def save(self) -> None:
+        """Wait until what is queued is written (Lightning's flush hook; raises a write's error)."""
+        self._written()
+
+    def _close_writes(self) -> None:
+        """Write what is queued and end the thread (raising a write's error)."""
+        if self._writes is not None:
+            self._writes.close()

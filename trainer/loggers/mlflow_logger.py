@@ -9,6 +9,7 @@ import time
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
+from trainer.loggers.background_writer import QueuedWrites
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.mlflow_store import flat_params, last_steps, tracking_location
 from trainer.loggers.wandb_run_id import MLFLOW_RUN_ID_FILE, store_run_id, stored_run_id
@@ -23,15 +24,18 @@ _BATCH = 100  # params (and metrics) per log_batch call: MLflow's smallest per-c
 _METRIC_NAME_BAD = re.compile(r"[^\w/.\- :]")  # what MLflow refuses in a metric name
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(QueuedWrites, Logger):
     """Logs to one MLflow run per job: metrics (with their step), the resolved config as params
     (flattened with "/", secrets redacted) and as the artifact ``config.yaml``, the run's tags, and
     at the end the run's status (and the last checkpoint's path as the tag ``checkpoint``).
 
     Only rank 0 writes; mlflow is imported at the first write, not before. The run starts at the
     first ``log_hyperparams`` or ``log_metrics`` (or use of ``experiment``, ``run_id``,
-    ``experiment_id``). Built by name (``loggers=["mlflow"]``, ``conf/logger/mlflow.yaml``), its
-    id is stored in ``<run_dir>/mlflow_run_id``: a job resumed in the same run directory (or from a
+    ``experiment_id``). The import, the run's start and every write happen on a thread of the
+    logger's own (trainer/loggers/background_writer.py): a logging step only queues its numbers;
+    ``experiment``, ``run_id``, ``experiment_id``, ``name``, ``version`` and ``finalize()`` first
+    wait for what is queued, and raise a write's error. Built by name (``loggers=["mlflow"]``,
+    ``conf/logger/mlflow.yaml``), its id is stored in ``<run_dir>/mlflow_run_id``: a job resumed in the same run directory (or from a
     checkpoint of it into a new one) continues the same MLflow run. MLflow's metric history only
     grows, so a continued run logs a metric only at steps after the last one MLflow holds for it
     (read back through ``MlflowClient.get_metric_history``), and a resume fills from metrics.jsonl
@@ -139,8 +143,17 @@ class MLFlowLogger(Logger):
             self._started()
         return self._experiment_id
 
-    name = property(lambda self: self._experiment_id, doc="The experiment id (None until the run starts).")
-    version = property(lambda self: self._run_id, doc="The run id (None until the run starts unless given).")
+    @property
+    def name(self) -> str | None:
+        """The experiment id (None until the run starts)."""
+        self._written()
+        return self._experiment_id
+
+    @property
+    def version(self) -> str | None:
+        """The run id (None until the run starts unless given)."""
+        self._written()
+        return self._run_id
 
     @property
     def save_dir(self) -> str | None:
@@ -167,6 +180,10 @@ class MLFlowLogger(Logger):
             return
         self._secrets = sorted(set(self._secrets) | set(secret_values(dict(params))), key=len, reverse=True)
         config = redact_secrets(dict(params), secrets=self._secrets)
+        self._submit(lambda _: self._log_params(config))
+
+    def _log_params(self, config: dict) -> None:
+        """On the writer thread: the run started if need be, then ``config`` as its params and artifact."""
         self._start()
         from mlflow.entities import Param
 
@@ -188,17 +205,22 @@ class MLFlowLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if not writes_here():
             return
-        self._start()
-        from mlflow.entities import Metric
-
         timestamp = int(time.time() * 1000)
-        items = []
+        numbers = []  # (name, Python float): read now, written on the writer thread
         for key, value in metrics.items():
             name = self._metric_name(key)
             number = self._number(name, value)
-            if number is None or (step is not None and step <= self._held.get(name, -1)):
-                continue  # (a step MLflow holds already: its history only grows)
-            items.append(Metric(name, number, timestamp, step or 0))
+            if number is not None:
+                numbers.append((name, number))
+        self._submit(lambda _: self._log_numbers(numbers, timestamp, step))
+
+    def _log_numbers(self, numbers: list[tuple[str, float]], timestamp: int, step: int | None) -> None:
+        """On the writer thread: the run started if need be, then the numbers MLflow lacks at ``step``."""
+        self._start()
+        from mlflow.entities import Metric
+
+        items = [Metric(name, number, timestamp, step or 0) for name, number in numbers
+                 if step is None or step > self._held.get(name, -1)]  # (a step MLflow holds already: its history only grows)
         for start in range(0, len(items), _BATCH):
             self._client.log_batch(self._run_id, metrics=items[start:start + _BATCH])
 
@@ -212,6 +234,7 @@ class MLFlowLogger(Logger):
             return
         from trainer.loggers.resume_history import merged_by_step
 
+        self._written()
         self._start()
         for row_step, values in merged_by_step(history or [], 0, step):
             self.log_metrics(values, row_step)
@@ -221,6 +244,12 @@ class MLFlowLogger(Logger):
         mlflow_status = RUN_STATUS.get(status, status.upper() if isinstance(status, str) else status)
         if mlflow_status not in set(RUN_STATUS.values()):
             raise ValueError(f"MLFlowLogger.finalize({status!r}): give one of {sorted(RUN_STATUS)}")
+        try:
+            self._close_writes()  # what is queued, written (a write's error raised here, after the end below)
+        finally:
+            self._end(mlflow_status)
+
+    def _end(self, mlflow_status: str) -> None:
         if not self._active or self._client is None:
             return
         checkpoint = self._last_checkpoint() if self.log_checkpoint_path else None
@@ -231,11 +260,13 @@ class MLFlowLogger(Logger):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_client=None, _active=False)  # a copy (a spawned worker's) starts or continues the run itself
+        state.update(_client=None, _active=False, _writes=None)  # a copy (a spawned worker's) starts or continues the run itself
         return state
 
     def _started(self) -> None:
-        """Start the run unless this process did already (a finished run is not restarted by a read)."""
+        """Wait for the queued writes, then start the run unless this process did already (a
+        finished run is not restarted by a read)."""
+        self._written()
         if self._client is None:
             self._start()
 

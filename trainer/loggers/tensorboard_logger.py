@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from trainer.loggers.background_writer import BackgroundWriter
+from trainer.loggers.background_writer import BackgroundWriter, python_number
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
 from trainer.loggers.versions import VersionedDir, VersionedFolders
@@ -93,8 +93,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
             return
         scalars = []
         for name, value in metrics.items():
-            if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
-                value = value.item()
+            value = python_number(value)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scalars.append((f"{self._prefix}-{name}" if self._prefix else name, value))
         if scalars:

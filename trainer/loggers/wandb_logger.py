@@ -2,70 +2,33 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
-import netrc
 import os
-import socket
 import sys
 import uuid
+import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
-from urllib.parse import urlparse
 
+from trainer.loggers.background_writer import QueuedWrites, python_number
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
+from trainer.loggers.wandb_mode import DEFAULT_BASE_URL, MODES, resolve_mode, server_reachable
 from trainer.loggers.wandb_run_id import store_run_id, stored_run_id
 from trainer.runtime.redact import redact_argv, redact_secrets, secret_values
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "online", "offline", "disabled")
-DEFAULT_BASE_URL = "https://api.wandb.ai"
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
-
-def api_key_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether W&B has credentials: ``WANDB_API_KEY``, or a netrc entry (``$NETRC`` or ``~/.netrc``,
-    where ``wandb login`` writes) for the W&B host. Never reads the key's value into anything."""
-    environ = os.environ if environ is None else environ
-    if environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).hostname
-    try:
-        return netrc.netrc(environ.get("NETRC")).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):  # no netrc file (or no home directory), or a broken one
-        return False
-
-
-def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
-    """The W&B mode a run uses: ``online``, ``offline`` or ``disabled``.
-
-    ``auto``: ``$WANDB_MODE`` if set; else ``online`` when an API key is configured
-    (`api_key_configured`), ``offline`` when not. Any other mode is used as given.
-    """
-    if mode not in MODES:
-        raise ValueError(f"logger.wandb.mode={mode!r} is not one of {MODES}")
-    if mode != "auto":
-        return mode
-    environ = os.environ if environ is None else environ
-    from_env = {"dryrun": "offline", "run": "online"}.get(environ.get("WANDB_MODE", ""), environ.get("WANDB_MODE", ""))
-    if from_env in ("online", "offline", "disabled"):
-        return from_env
-    return "online" if api_key_configured(environ) else "offline"
-
-
-def server_reachable(environ: Mapping[str, str] | None = None, timeout_s: float = 3.0) -> bool:
-    """A TCP connection to the W&B server opens within ``timeout_s`` (assumed true behind a proxy,
-    which this check cannot see through)."""
-    environ = os.environ if environ is None else environ
-    if any(environ.get(name) for name in PROXY_VARIABLES):
-        return True
-    url = urlparse(environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+def _finalize_at_exit(reference: weakref.ref) -> None:
+    """At interpreter exit: what a logger holds queued, written, and its run finished (a run that
+    starts during the exit, from what was queued, is past W&B's own exit hooks)."""
+    logger = reference()
+    if logger is not None:
+        try:
+            logger.finalize()
+        except Exception:  # exiting: an error of a logger's write must not hide the program's own
+            log.warning("W&B: writing what was queued at exit failed", exc_info=True)
 
 
 @contextmanager
@@ -79,12 +42,15 @@ def _redacted_argv(secrets: list[str]) -> Iterator[None]:
         sys.argv[:] = original
 
 
-class WandbLogger(Logger):
+class WandbLogger(QueuedWrites, Logger):
     """Logs to one W&B run per job, files under ``<run_dir>/wandb/``.
 
     The trainer builds loggers on rank 0 only, so a multi-process job makes one run, not one per
     rank. The run starts at the first ``log_hyperparams`` (with the resolved config, secrets
-    redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Its id is
+    redacted, as the W&B config) or ``log_metrics``; wandb is imported then, not before. Both, and
+    every write, happen on a thread of the logger's own (trainer/loggers/background_writer.py): a
+    logging step only queues its values, already Python numbers; ``experiment``, ``version`` and
+    ``finalize()`` first wait for what is queued, and raise a write's error. Its id is
     stored in ``<run_dir>/wandb_run_id``: a job resumed in the same run directory continues the
     same run (``resume="allow"``). A resumed job brings the run back to its checkpoint
     (`resume_at`): the steps W&B had not written out when the job was killed are logged again
@@ -183,7 +149,7 @@ class WandbLogger(Logger):
         self._project = project
         self._prefix = prefix
         self.init_timeout_s = init_timeout_s
-        self.run: Any = experiment  # the wandb Run once started
+        self._run: Any = experiment  # the wandb Run once started
         self._disabled = False
         self._secrets: list[str] = []  # values under secret-named keys of the logged config
         self._held_through = 0  # a resumed run: W&B holds the steps up to this one already
@@ -202,18 +168,26 @@ class WandbLogger(Logger):
     name = property(lambda self: self._project, doc="The project (as Lightning's; the run's name is experiment.name).")
 
     @property
+    def run(self) -> Any:
+        """The W&B run once started (None before, and after ``finalize``), what was queued written first."""
+        self._written()
+        return self._run
+
+    @property
     def version(self) -> str | None:
         """The run id (None until the run starts unless given)."""
-        return getattr(self.run, "id", None) or self.run_id
+        self._written()
+        return getattr(self._run, "id", None) or self.run_id
 
     @property
     def experiment(self) -> Any:
         """The W&B run (started now if need be) on rank 0; a DummyExperiment elsewhere or when disabled."""
         if not writes_here():
             return DummyExperiment()
-        if self.run is None:
+        self._written()
+        if self._run is None:
             self._start(None)
-        return self.run if self.run is not None else DummyExperiment()
+        return self._run if self._run is not None else DummyExperiment()
 
     def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
         """``wandb.watch`` the model (rank 0)."""
@@ -253,21 +227,23 @@ class WandbLogger(Logger):
         # secret-named key (``notes: ${hub.hf_token}``): they are redacted with the same values.
         self._secrets = sorted(set(self._secrets) | set(secret_values(dict(params))), key=len, reverse=True)
         config = self._with_user_config(redact_secrets(dict(params), secrets=self._secrets))
-        if self.run is None:
-            self._start(config)
-        else:
-            self.run.config.update(config, allow_val_change=True)
+        self._submit(lambda _: self._start(config) if self._run is None else
+                     self._run.config.update(config, allow_val_change=True))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        if not writes_here():
+        if not writes_here() or self._disabled:
             return
-        if self.run is None:
+        if step is not None and step <= self._held_through:
+            return  # the killed run's row for this step is in W&B already (its history only goes forward)
+        values = {(f"{self._prefix}-{k}" if self._prefix else k): python_number(v) for k, v in metrics.items()}
+        self._submit(lambda _: self._log_now(values, step))
+
+    def _log_now(self, values: dict, step: int | None) -> None:
+        """On the writer thread: the run started if need be, then ``values`` logged at ``step``."""
+        if self._run is None:
             self._start(None)
-        if self.run is not None:
-            if step is not None and step <= self._held_through:
-                return  # the killed run's row for this step is in W&B already (its history only goes forward)
-            values = {(f"{self._prefix}-{k}" if self._prefix else k): v for k, v in metrics.items()}
-            self.run.log(values, step=step)
+        if self._run is not None:
+            self._run.log(values, step=step)
 
     def resume_at(self, step: int, history: list | None, dropped_from: int | None,
                   earlier_run_dir: str | None = None) -> None:
@@ -281,23 +257,24 @@ class WandbLogger(Logger):
         and ``history`` is its metrics.jsonl)."""
         if not writes_here():
             return
-        if self.run is None:
+        self._written()
+        if self._run is None:
             self._start(None)
-        if self.run is None:  # disabled
+        if self._run is None:  # disabled
             return
         from trainer.loggers.resume_history import merged_by_step
         from trainer.loggers.wandb_history import last_step_held
 
-        current = os.path.dirname(os.path.abspath(self.run.dir)) if getattr(self.run, "dir", None) else None
-        held = max(last_step_held(os.path.join(folder, "wandb"), self.run.id, exclude_dir=current)
+        current = os.path.dirname(os.path.abspath(self._run.dir)) if getattr(self._run, "dir", None) else None
+        held = max(last_step_held(os.path.join(folder, "wandb"), self._run.id, exclude_dir=current)
                    for folder in {self.run_dir, earlier_run_dir or self.run_dir})
-        held = max(held, (getattr(self.run, "starting_step", 0) or 0) - 1)  # online: the server's last step
+        held = max(held, (getattr(self._run, "starting_step", 0) or 0) - 1)  # online: the server's last step
         for row_step, values in merged_by_step(history or [], held, step):
             self.log_metrics(values, row_step)
         self._held_through = held
         if held > step:
             log.info("W&B run %s holds steps up to %d from before the resume at step %d: those rows stay as "
-                     "they were logged", self.run.id, held, step)
+                     "they were logged", self._run.id, held, step)
 
     def _with_user_config(self, config: dict) -> dict:
         """The run's config with the ``config=`` given to this logger: the user's value wins on a
@@ -313,14 +290,27 @@ class WandbLogger(Logger):
         return {**config, **user}
 
     def finalize(self, status: str = "success") -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
-        self._disabled = True
+        try:
+            if self._writes is not None and self._writes.is_open:
+                self._submit(lambda _: self._finish())  # (W&B called from one thread: the run's own)
+            self._close_writes()  # what is queued, written (a write's error raised here)
+        finally:
+            self._finish()  # a run started on this thread (``experiment``), or left by a failed write
+            self._disabled = True
+
+    def _submit(self, job: Any) -> None:
+        if self._writes is None:  # a script that exits without finalize: what it queued goes to the run
+            atexit.register(_finalize_at_exit, weakref.ref(self))
+        super()._submit(job)
+
+    def _finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["run"] = None  # a copy (a spawned worker's) starts or continues the run itself
+        state.update(_run=None, _writes=None)  # a copy (a spawned worker's) starts or continues the run itself
         return state
 
     def _start(self, config: dict | None) -> None:
@@ -345,13 +335,13 @@ class WandbLogger(Logger):
             mode = "offline"
         with _redacted_argv(self._secrets):
             try:
-                self.run = wandb.init(mode=mode, **init_args)
+                self._run = wandb.init(mode=mode, **init_args)
             except Exception as error:  # wandb.errors.CommError, timeouts, ...
                 if mode != "online":
                     raise
                 self._cannot_go_online(f"wandb.init failed: {type(error).__name__}: {error}")
                 wandb.teardown()  # forget the failed run, or the retry finds its id "in use"
-                self.run = wandb.init(mode="offline", **init_args)
+                self._run = wandb.init(mode="offline", **init_args)
 
     def _cannot_go_online(self, reason: str) -> None:
         if self.mode == "online":

@@ -31,7 +31,7 @@ from trainer.loggers import (
     redact_secrets,
 )
 from trainer.runtime.redact import is_secret_key, redact_argv
-from trainer.loggers.wandb_logger import PROXY_VARIABLES, resolve_mode
+from trainer.loggers.wandb_mode import PROXY_VARIABLES, resolve_mode
 from trainer.loggers.wandb_run_id import RUN_ID_FILE, adopt_run_id
 
 pytestmark = pytest.mark.timeout(120)
@@ -359,8 +359,9 @@ def test_wandb_with_a_key_but_no_server_goes_offline_quickly_or_fails_clearly(tm
     assert files_containing(tmp_path / "auto", [key]) == []
 
     strict = WandbLogger.in_run_dir(str(tmp_path / "online"), mode="online")
+    strict.log_metrics({"loss": 1.0}, 1)  # queued: the run starts on the logger's writer thread
     with pytest.raises(RuntimeError, match="mode=online but the W&B server .* is unreachable"):
-        strict.log_metrics({"loss": 1.0}, 1)
+        strict.finalize()  # the writes' error, raised at the next wait
     assert offline_runs(tmp_path / "online") == []
 
 

@@ -180,6 +180,7 @@ def test_the_logger_fills_steps_the_store_lacks_and_skips_those_it_holds(tmp_pat
     first = MLFlowLogger.in_run_dir(str(tmp_path / "run"), tracking_uri=str(store))
     for step in range(1, 5):  # what MLflow got before the kill (say, the server was down for 5 and 6)
         first.log_metrics({"train/loss": 1.0 / step}, step)
+    first.save()  # (written by its writer thread: what the store holds when the job is killed)
     resumed = MLFlowLogger.in_run_dir(str(tmp_path / "run"), tracking_uri=str(store))
     history = [(step, {"train/loss": 1.0 / step}) for step in range(1, 7)]
     resumed.resume_at(6, history, dropped_from=7)
@@ -213,6 +214,7 @@ def test_a_local_directory_store_and_a_file_store(tmp_path, monkeypatch):
 def test_a_run_resumed_into_a_new_run_directory_adopts_the_mlflow_run(tmp_path):
     logger = MLFlowLogger.in_run_dir(str(tmp_path / "first"), tracking_uri=str(tmp_path / "store"))
     logger.log_metrics({"loss": 1.0}, 1)
+    logger.save()  # (the run starts on the logger's writer thread; this waits for it)
     adopt_run_id(str(tmp_path / "first"), str(tmp_path / "second"))
     assert run_id_of(tmp_path / "second") == logger.run_id
     again = MLFlowLogger.in_run_dir(str(tmp_path / "second"), tracking_uri=str(tmp_path / "store"))
