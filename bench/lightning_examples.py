@@ -113,7 +113,9 @@ EXAMPLES = {
         args=["fit", "--model.data_path=imagenet", "--model.batch_size=2", "--model.workers=0",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
               "--trainer.accelerator=cpu", "--trainer.log_every_n_steps=1"], data=_image_folder, cli=True,
-        lightning_order="its training loader shuffles and its crops are random"),
+        lightning_order="its training loader shuffles and its crops are random",
+        ranks_order="it divides its batch size by trainer.strategy.num_processes (2 ranks train half the global "
+                    "batch of the one-process reference) and each rank draws its own random crops"),
     "domain_templates/computer_vision_fine_tuning.py": dict(args=["fit", "--trainer.max_epochs=1",
                                                                   "--trainer.limit_train_batches=2"],
                                                             data=None, cli=True),
