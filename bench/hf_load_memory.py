@@ -3,7 +3,7 @@
 the meta device, each rank reading its own slices), and the peak RSS of ``trainer consolidate --format hf``
 writing a checkpoint back out as a ``from_pretrained`` directory.
 
-    python bench/hf_load_memory.py [--layers 4] [--width 512] [--vocab 8192] [--out bench/results/hf_load_memory.json]
+    python bench/hf_load_memory.py [--layers 12] [--width 512] [--vocab 1024] [--out bench/results/hf_load_memory.json]
 
 The load's figure is the rank's peak RSS from the start of ``configure_model`` to the start of training
 (Linux ``VmHWM``, reset at the start through ``/proc/self/clear_refs``), less its RSS at the start: the
@@ -11,6 +11,12 @@ weights it holds, the slices it read (file pages of the safetensors files it map
 any copy on the way. The export's figure is the ``consolidate`` process's own peak RSS (``os.wait4``'s
 ``ru_maxrss``), whole process (the interpreter, torch and transformers included), beside the RSS of the
 same interpreter that only imports them. Sizes in bytes; the model's size is its safetensors' total.
+
+Under FSDP the peak is reached while the meta-device model is materialised (before the files are read):
+the rank's own halves, one decoder layer whole, and the root unit's own tensors (the embedding, the final
+norm and the head) whole until the root is sharded last. A model whose embedding and head are most of it
+(a large vocabulary on a narrow model: ``--layers 4 --vocab 8192``) can then peak above one whole copy;
+the default size is shaped as language models are (the layers most of the weights).
 
 Result file (bench/_results.py's format): ``results``: {"model_bytes", "load": {layout: [per rank
 {"rss_before", "peak", "peak_increase", "rss_file_after", "param_bytes", "peak_reset"}]}, "export":
@@ -70,15 +76,21 @@ def read_json(path: str) -> dict:
         return json.load(f)
 
 
-def child_peak_rss(args: list[str]) -> int:
-    """``args`` run as a child process (failing loudly); its own peak RSS in bytes."""
+#: runs its arguments' Python code, then prints the process's peak RSS (VmHWM, KiB): an exec'd child's
+#: own, where getrusage would report the larger peak of the process it was forked from
+_REPORT_PEAK = ("import sys; code = sys.argv.pop(1); exec(code)\n"
+                "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))")
+
+
+def child_peak_rss(code: str, *args: str) -> int:
+    """Python ``code`` (with ``args`` as ``sys.argv[1:]``) run in a fresh interpreter, failing loudly;
+    that process's peak RSS in bytes."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({process.returncode}): {process.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss * 1024  # KiB on Linux
+    done = subprocess.run([sys.executable, "-c", _REPORT_PEAK, code, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{code} {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return int(done.stdout.strip().splitlines()[-1]) * 1024
 
 
 def measure_export(directory: str, out: str) -> dict:
@@ -89,9 +101,11 @@ def measure_export(directory: str, out: str) -> dict:
     module = HFCausalLM(path=directory, optimizer=partial(torch.optim.SGD, lr=1e-3), max_bytes=20_000, block_size=16)
     Trainer(max_steps=1, batch_size=2, loggers=[], progress_bar=False, enable_model_summary=False,
             num_sanity_val_steps=0, val_every_n_steps=None, run_dir=os.path.join(out, "run")).fit(module)
-    peak = child_peak_rss([sys.executable, "-m", "trainer", "consolidate", os.path.join(out, "run", "checkpoints"),
-                           os.path.join(out, "exported"), "--format", "hf", "--model", directory])
-    baseline = child_peak_rss([sys.executable, "-c", "import torch, transformers, trainer.hf.export"])
+    consolidate = ("from trainer.cli.command import main; "
+                   "assert main(['consolidate', *sys.argv[1:]]) == 0")
+    peak = child_peak_rss(consolidate, os.path.join(out, "run", "checkpoints"), os.path.join(out, "exported"),
+                          "--format", "hf", "--model", directory)
+    baseline = child_peak_rss("import torch, transformers, trainer.hf.export, trainer.cli.command")
     return {"peak_rss": peak, "baseline_rss": baseline}
 
 
@@ -115,9 +129,9 @@ def run(layers: int, width: int, vocab: int, export: bool = True) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--out", help="the result file (default bench/results/hf_load_memory.json)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)

@@ -125,9 +125,18 @@ def test_a_model_without_a_plan_under_tp_is_one_line():
         NDStrategy(tp=3).check_module(HFCausalLM(config=llama_config()))
 
 
-def test_pipeline_is_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"strategy=pipeline cannot cut LlamaForCausalLM into stages"):
-        HFCausalLM(config=llama_config()).pipeline_layers()
+def test_pipeline_is_refused_in_one_line_before_any_worker():
+    from trainer.strategies.nd import NDStrategy
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    refusal = (r"^strategy=pipeline \(or strategy.pp > 1\) cannot cut LlamaForCausalLM into stages: .*; allowed: "
+               r"strategy=single, ddp, fsdp or nd with pp=1 \(tensor parallel from the model's plan\)$")
+    module = HFCausalLM(config=llama_config())
+    for strategy in (PipelineStrategy(), NDStrategy(pp=2)):  # the check the Trainer runs before launching
+        with pytest.raises(ValueError, match=refusal):
+            strategy.check_module(module)
+    with pytest.raises(ValueError, match=refusal):  # and where a rank or the estimator asks for the layers
+        module.pipeline_layers()
 
 
 def test_data_vocabulary_larger_than_the_model_is_one_line():
