@@ -92,9 +92,20 @@ def _cli(llama_dir, run_dir, *overrides):
     return train_losses(str(run_dir))
 
 
-def test_command_line_fsdp2_equals_one_process(llama_dir, tmp_path):
-    # recipe=hf_causal_lm model.path=DIR, as a user types it (global batch 8 in both runs)
-    single = _cli(llama_dir, tmp_path / "single", "data.batch_size=8")
-    sharded = _cli(llama_dir, tmp_path / "fsdp", "data.batch_size=4", "strategy=fsdp", "trainer.devices=2")
-    assert len(single) == 6
-    torch.testing.assert_close(torch.tensor(sharded), torch.tensor(single), **TOL)
+@pytest.fixture(scope="module")
+def cli_one_process(llama_dir, tmp_path_factory):
+    losses = _cli(llama_dir, tmp_path_factory.mktemp("cli-single"), "data.batch_size=8")
+    assert len(losses) == 6
+    return losses
+
+
+CLI_LAYOUTS = {  # recipe=hf_causal_lm model.path=DIR, as a user types it (global batch 8 in every run)
+    "fsdp2": ["data.batch_size=4", "strategy=fsdp", "trainer.devices=2"],
+    "tp2": ["data.batch_size=8", "strategy=nd", "strategy.tp=2", "trainer.devices=2"],  # the model's own plan
+}
+
+
+@pytest.mark.parametrize("layout", list(CLI_LAYOUTS))
+def test_command_line_equals_one_process(layout, llama_dir, cli_one_process, tmp_path):
+    losses = _cli(llama_dir, tmp_path / layout, *CLI_LAYOUTS[layout])
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(cli_one_process), **TOL)
