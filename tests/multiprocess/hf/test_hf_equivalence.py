@@ -1,9 +1,13 @@
 """Hugging Face models (tiny random Llama, GPT-2 and BERT built from transformers' own configs and
 saved with save_pretrained) train on every layout as one process does on the same global batch.
 
-Tolerance: CPU fp32, SGD with momentum (tests/support/hf_models.py sgd says why not Adam), rtol=1e-5 / atol=1e-6 over 15 steps. DDP and FSDP sum the same gradients
-in another order; tensor parallel sums the row-split matmuls' partial products in another order
-(an all-reduce of two halves): the last bits only.
+Tolerance: CPU fp32, rtol=1e-5 / atol=1e-6 over 15 steps. DDP and FSDP sum the same gradients in
+another order; tensor parallel sums the row-split matmuls' partial products in another order (an
+all-reduce of two halves): the last bits only. The Llama layouts train with AdamW (the recipes'
+default) at 1e-3: its division by each gradient's running RMS scales a last-bit difference of a
+gradient that is a near-cancelling sum up with the rate, and at 1e-3 the largest difference measured
+was under a tenth of the tolerance (FSDP 2 x TP 2); the other models train with SGD with momentum
+(tests/support/hf_models.py ``sgd``), as does the command line.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import pytest
 import torch
 
 from tests.support.helpers import fit
-from tests.support.hf_models import (TinyClassifier, TinyCausalLM, bert_config, gpt2_config, llama_config,
+from tests.support.hf_models import (TinyClassifier, TinyCausalLM, adamw, bert_config, gpt2_config, llama_config,
                                      save_model)
 from tests.support.same_training import assert_same_training
 from trainer.strategies.fsdp import FSDPStrategy
@@ -32,8 +36,8 @@ def llama_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def llama_one_process(llama_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("llama-single")
-    return fit(run_dir, TinyCausalLM(path=llama_dir, pretrained=False), strategy="single", devices=1,
-               batch_size=GLOBAL_BATCH, max_steps=STEPS)
+    return fit(run_dir, TinyCausalLM(path=llama_dir, pretrained=False, optimizer=adamw()), strategy="single",
+               devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
 
 
 LAYOUTS = {
@@ -49,11 +53,11 @@ LAYOUTS = {
 def test_llama_equals_one_process(layout, llama_dir, llama_one_process, tmp_path):
     strategy, devices = LAYOUTS[layout]()
     data_parallel = devices // 2 if layout == "fsdp2-x-tp2" else (1 if layout == "tp2" else devices)
-    result = fit(tmp_path, TinyCausalLM(path=llama_dir, pretrained=False), strategy=strategy, devices=devices,
-                 batch_size=GLOBAL_BATCH // data_parallel, max_steps=STEPS)
+    result = fit(tmp_path, TinyCausalLM(path=llama_dir, pretrained=False, optimizer=adamw()), strategy=strategy,
+                 devices=devices, batch_size=GLOBAL_BATCH // data_parallel, max_steps=STEPS)
     assert_same_training(result, llama_one_process, steps=STEPS, tol=TOL)
     losses = llama_one_process[0]
-    assert losses[-1] < 0.9 * losses[0]  # it trained
+    assert losses[-1] < 0.97 * losses[0]  # it trained
 
 
 def test_gpt2_with_tied_embeddings_fsdp2_equals_one_process(tmp_path):
