@@ -6,8 +6,9 @@ another order; tensor parallel sums the row-split matmuls' partial products in a
 all-reduce of two halves): the last bits only. The Llama layouts train with AdamW (the recipes'
 default) at 1e-3: its division by each gradient's running RMS scales a last-bit difference of a
 gradient that is a near-cancelling sum up with the rate, and at 1e-3 the largest difference measured
-was under a tenth of the tolerance (FSDP 2 x TP 2); the other models train with SGD with momentum
-(tests/support/hf_models.py ``sgd``), as does the command line.
+was under a tenth of the tolerance (FSDP 2 x TP 2); the command line runs the recipe's own AdamW
+(3e-4, warm-up then cosine); GPT-2 and BERT train with SGD with momentum (tests/support/hf_models.py
+``sgd``).
 """
 
 from __future__ import annotations
