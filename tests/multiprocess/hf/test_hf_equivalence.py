@@ -61,11 +61,17 @@ def test_llama_equals_one_process(layout, llama_dir, llama_one_process, tmp_path
     assert losses[-1] < 0.97 * losses[0]  # it trained
 
 
-def test_gpt2_with_tied_embeddings_fsdp2_equals_one_process(tmp_path):
-    config = gpt2_config()
-    reference = fit(tmp_path / "single", TinyCausalLM(config=config), strategy="single", devices=1,
-                    batch_size=GLOBAL_BATCH, max_steps=STEPS)
-    result = fit(tmp_path / "fsdp", TinyCausalLM(config=config), strategy="fsdp", devices=2,
+@pytest.fixture(scope="module")
+def gpt2_one_process(tmp_path_factory):
+    return fit(tmp_path_factory.mktemp("gpt2-single"), TinyCausalLM(config=gpt2_config()), strategy="single",
+               devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_gpt2_with_tied_embeddings_equals_one_process(strategy, gpt2_one_process, tmp_path):
+    # GPT-2 declares no tensor-parallel plan: its layouts are the data-parallel ones.
+    reference = gpt2_one_process
+    result = fit(tmp_path / strategy, TinyCausalLM(config=gpt2_config()), strategy=strategy, devices=2,
                  batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
     assert "model.lm_head.weight" in result[1]  # tied to the embedding: equal to it, and to one process's
