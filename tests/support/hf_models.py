@@ -86,19 +86,27 @@ def save_params(module, name: str = "params.pt") -> None:
 
 
 def sgd(lr: float = 0.5):
-    """The equivalence tests' optimizer. Not Adam: Adam divides each gradient by its running RMS, so
-    a gradient that is near zero as a sum of cancelling contributions (a rare token's embedding row)
-    has its last-bit differences between layouts scaled up to the size of a whole update."""
+    """The optimizer of most equivalence tests (the Llama layouts use ``adamw``). Adam divides each
+    gradient by its running RMS, so a gradient that is near zero as a sum of cancelling contributions
+    (a rare token's embedding row) has its last-bit differences between layouts scaled up with the
+    rate; SGD keeps them in the last bits at any rate."""
     return partial(torch.optim.SGD, lr=lr, momentum=0.9)
 
 
-class TinyCausalLM(HFCausalLM):
-    """HFCausalLM on a little of the byte text, saving its final parameters (tests' ``fit``)."""
+def adamw(lr: float = 1e-3):
+    """The recipes' default optimizer, at a rate small enough for the last-bit differences between
+    layouts to stay in the last bits over 15 steps (see ``sgd``)."""
+    return partial(torch.optim.AdamW, lr=lr)
 
-    def __init__(self, path=None, config=None, lr: float = 0.03, **kwargs):
+
+class TinyCausalLM(HFCausalLM):
+    """HFCausalLM on a little of the byte text, saving its final parameters (tests' ``fit``); SGD
+    at ``lr`` unless ``optimizer`` is given."""
+
+    def __init__(self, path=None, config=None, lr: float = 0.03, optimizer=None, **kwargs):
         kwargs.setdefault("max_bytes", 20_000)
         kwargs.setdefault("block_size", 16)
-        super().__init__(path=path, config=config, optimizer=sgd(lr), **kwargs)
+        super().__init__(path=path, config=config, optimizer=optimizer or sgd(lr), **kwargs)
 
     def on_fit_end(self):
         super().on_fit_end()

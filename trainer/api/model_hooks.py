@@ -53,6 +53,11 @@ class ModelHooks:
         return self.__dict__.get("_device_mesh")
 
     # ----- pipeline parallel (strategy=pipeline) ---------------------------------------------------
+    def check_pipeline(self) -> None:
+        """Raise ValueError when the model cannot be cut into pipeline stages, saying what to use
+        instead. Called before any worker starts under strategy=pipeline (and ``strategy.pp > 1``),
+        without building the model; the default accepts (``pipeline_layers`` then decides)."""
+
     def pipeline_layers(self) -> list[nn.Module] | None:
         """The model as an ordered list of layers for pipeline parallelism (like DeepSpeed's
         LayerSpec list): ``layers[0]`` takes ``pipeline_input(batch)``, each next layer takes the

@@ -105,7 +105,11 @@ def check_config_keys(cfg: Any) -> None:
     from trainer.runtime.rank_logging import rank_zero_warn
     from trainer.trainer import Trainer
 
-    unknown = [key for key in cfg if key not in TOP_LEVEL_KEYS]
+    # A recipe's own top-level node (recipe=hf_causal_lm's model.path) is read through interpolation.
+    from omegaconf import OmegaConf
+
+    unresolved = OmegaConf.to_yaml(cfg, resolve=False)
+    unknown = [key for key in cfg if key not in TOP_LEVEL_KEYS and "${" + str(key) + "." not in unresolved]
     if unknown:
         rank_zero_warn(log, "config key(s) %s are read by nothing and ignored; the top-level keys are %s",
                        ", ".join(unknown), ", ".join(TOP_LEVEL_KEYS))

@@ -7,7 +7,8 @@ or a config, and the parallelism read from the model's own declarations.
   (transformers' strings mapped to torch styles, ``trainer/hf/tp_plan.py``), or ``tp_plan=``.
 - Weights: a directory with safetensors starts from them (``trainer.init_from`` wins when set),
   loaded after the strategy laid the model out, each rank reading only its own part.
-- Pipeline parallel: refused (the decoder layers take keyword inputs a stage cannot pass on).
+- Pipeline parallel: refused before any worker starts (the decoder layers take keyword inputs a
+  stage cannot pass on).
 """
 
 from __future__ import annotations
@@ -137,10 +138,15 @@ class HFModule(TrainModule):
         if bad:
             raise ValueError(f"strategy.tp={tp} does not divide the model's {', '.join(bad)}; choose a tp dividing them")
 
+    def check_pipeline(self) -> None:
+        raise ValueError(f"strategy=pipeline (or strategy.pp > 1) cannot cut {self.model_class.__name__} into "
+                         "stages: its layers take keyword inputs (attention masks, position embeddings) a stage "
+                         "boundary does not pass on; allowed: strategy=single, ddp, fsdp or nd with pp=1 "
+                         "(tensor parallel from the model's plan)")
+
     def pipeline_layers(self) -> list[nn.Module] | None:
-        raise ValueError(f"strategy=pipeline cannot cut {self.model_class.__name__} into stages: its layers take "
-                         "keyword inputs (attention masks, position embeddings) a stage boundary does not pass on; "
-                         "use strategy=fsdp or strategy=nd (tensor parallel)")
+        self.check_pipeline()  # raises: also where a rank, or the estimator, asks for the layers
+        return None
 
 
 

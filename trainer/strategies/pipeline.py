@@ -248,7 +248,11 @@ class PipelineStrategy(PipelineDegrees, PipelineScheduleStep, OwnedStep):
         """Before any worker starts, with ``tp > 1``: the module can be split over ``tp`` ranks
         (``check_tensor_parallel``), declares a plan, and each plan entry names a submodule inside
         one pipeline layer (checked on a meta-device copy of the model, as strategy=nd checks its
-        plan; a model whose ``configure_model`` cannot run there is checked by each rank instead)."""
+        plan; a model whose ``configure_model`` cannot run there is checked by each rank instead).
+        Always: the module's own ``check_pipeline`` (a model that cannot be cut into stages)."""
+        check_pipeline = getattr(module, "check_pipeline", None)
+        if callable(check_pipeline):
+            check_pipeline()
         if self.tp == 1:
             return
         from trainer.strategies.nd_probe import probe_copy

@@ -1,7 +1,7 @@
 """Weights in and out of a Hugging Face directory.
 
 In: ``trainer.init_from=DIR`` / a module whose ``path`` holds safetensors (here sharded, with an
-index) starts from exactly those weights on every layout: the first step's loss is transformers' own
+index) starts from exactly those weights on every layout (one process, DDP 2, FSDP 2, TP 2, FSDP 2 x TP 2): the first step's loss is transformers' own
 forward on the same batch (rtol 1e-5: the same fp32 model, its matmuls split differently). Under FSDP
 each rank reads only its slices: the bytes it reads from the files (counted where torch's
 HuggingFaceStorageReader copies each slice in, tests/support/hf_models.py FirstBatchLM) and the
@@ -54,7 +54,9 @@ def model_bytes(directory):
 
 LAYOUTS = {
     "single": lambda: ("single", 1, 1),
+    "ddp2": lambda: ("ddp", 2, 2),
     "fsdp2": lambda: (FSDPStrategy(), 2, 2),
+    "tp2": lambda: (NDStrategy(tp=2), 2, 1),
     "fsdp2-x-tp2": lambda: (NDStrategy(dp_shard=2, tp=2), 4, 2),
 }
 
@@ -70,8 +72,11 @@ def test_starts_from_the_directorys_weights(layout, sharded_dir, tmp_path):
     whole = model_bytes(sharded_dir)
     loads = [json.load(open(tmp_path / f"load_rank{r}.json")) for r in range(devices)]
     print(f"\n{layout}: model {whole} bytes; per rank {loads}")
-    if layout == "single":
-        assert loads[0]["bytes_read"] == whole  # one process reads everything once
+    if layout in ("single", "ddp2"):  # each process holds a whole replica: it reads everything once
+        assert [load["bytes_read"] for load in loads] == [whole] * devices
+        return
+    if layout == "tp2":  # the layers and the head split; the embedding and the norms (not in the plan) whole
+        assert all(0 < load["bytes_read"] < whole for load in loads), (loads, whole)
         return
     for load in loads:  # no rank read, or holds, a whole copy
         assert 0 < load["bytes_read"] < 0.6 * whole, (load, whole)

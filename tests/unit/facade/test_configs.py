@@ -120,19 +120,22 @@ def test_discovery_found_the_groups():
 
 
 @pytest.fixture(scope="module")
-def hf_model_dir(tmp_path_factory):
-    """A tiny random Llama's config (recipe=hf_causal_lm needs model.path: a local directory)."""
-    from tests.support.hf_models import llama_config
+def hf_model_dirs(tmp_path_factory):
+    """A tiny random Llama's and BERT's configs (the hf recipes need model.path: a local directory)."""
+    from tests.support.hf_models import bert_config, llama_config
 
-    directory = tmp_path_factory.mktemp("hf-llama")
-    llama_config().save_pretrained(str(directory))
-    return str(directory)
+    directories = {}
+    for recipe, config in (("hf_causal_lm", llama_config()), ("hf_sequence_classification", bert_config())):
+        directories[recipe] = str(tmp_path_factory.mktemp(recipe))
+        config.save_pretrained(directories[recipe])
+    return directories
 
 
 @pytest.mark.parametrize("overrides", COMBINATIONS, ids=[",".join(c) for c in COMBINATIONS])
 def test_config_composes_and_builds(overrides, tmp_path, request):
     # The options really are the selected ones (a recipe's defaults must not override the command line).
-    required = [f"model.path={request.getfixturevalue('hf_model_dir')}"] if "recipe=hf_causal_lm" in overrides else []
+    hf_recipes = [o.split("=", 1)[1] for o in overrides if o.startswith("recipe=hf_")]
+    required = [f"model.path={request.getfixturevalue('hf_model_dirs')[r]}" for r in hf_recipes]
     cfg = compose_config(overrides + required, return_hydra_config=True)
     choices = cfg.hydra.runtime.choices
     for override in overrides:

@@ -125,9 +125,18 @@ def test_a_model_without_a_plan_under_tp_is_one_line():
         NDStrategy(tp=3).check_module(HFCausalLM(config=llama_config()))
 
 
-def test_pipeline_is_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"strategy=pipeline cannot cut LlamaForCausalLM into stages"):
-        HFCausalLM(config=llama_config()).pipeline_layers()
+def test_pipeline_is_refused_in_one_line_before_any_worker():
+    from trainer.strategies.nd import NDStrategy
+    from trainer.strategies.pipeline import PipelineStrategy
+
+    refusal = (r"^strategy=pipeline \(or strategy.pp > 1\) cannot cut LlamaForCausalLM into stages: .*; allowed: "
+               r"strategy=single, ddp, fsdp or nd with pp=1 \(tensor parallel from the model's plan\)$")
+    module = HFCausalLM(config=llama_config())
+    for strategy in (PipelineStrategy(), NDStrategy(pp=2)):  # the check the Trainer runs before launching
+        with pytest.raises(ValueError, match=refusal):
+            strategy.check_module(module)
+    with pytest.raises(ValueError, match=refusal):  # and where a rank or the estimator asks for the layers
+        module.pipeline_layers()
 
 
 def test_data_vocabulary_larger_than_the_model_is_one_line():
@@ -193,3 +202,21 @@ def test_a_classifier_exports_to_a_directory_from_pretrained_reads(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, module.model(input_ids=ids).logits, rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_the_classification_recipes_data_and_its_refusals():
+    from trainer.recipes.hf_classification import HFSequenceClassifierRecipe
+
+    module = HFSequenceClassifierRecipe(config=bert_config(), num_samples=32, val_samples=8, seq_len=8)
+    ids, mask, labels = module.train_dataset().tensors
+    assert ids.shape == mask.shape == (32, 8) and (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
+    assert (labels == ids[:, 0] % 3).all()  # the first token's class
+    again = HFSequenceClassifierRecipe(config=bert_config(), num_samples=32, val_samples=8, seq_len=8)
+    assert torch.equal(again.train_dataset().tensors[0], ids)  # every process the same rows
+    assert not torch.equal(module.val_dataset().tensors[0], ids[:8])  # validation: other rows
+    with pytest.raises(ValueError, match=r"the generated data are single-label classes, and the model's config has "
+                                         r"num_labels=1"):
+        HFSequenceClassifierRecipe(config=bert_config(num_labels=1))
+    with pytest.raises(ValueError, match=r"module.seq_len=64 must be between 2 and the model's "
+                                         r"max_position_embeddings=32"):
+        HFSequenceClassifierRecipe(config=bert_config(), seq_len=64)
