@@ -222,7 +222,7 @@ class RunData:
     the strategies may need the resolved batch). ``batch``: the resolved ``batch_size``, ``drop_last``,
     ``num_workers``, ``pin_memory``, accumulation and global batch (the Trainer is not written)."""
 
-    def __init__(self, module: TrainModule, trainer: Trainer):
+    def __init__(self, module: TrainModule, trainer: Trainer, sanity_read: Callable[[], Any] | None = None):
         from trainer.api.datamodule import DataHooks
 
         self.module, self.trainer = module, trainer
@@ -232,6 +232,12 @@ class RunData:
         stage = getattr(trainer, "stage", None) or "fit"
         self.evaluating = stage in ("test", "predict")  # no validation data either
         seed = trainer.seed
+        self._skip_val = self.evaluating or _skips_validation(module, trainer, hooks)
+        early_val = None
+        self.read_for_sanity = sanity_read is not None and not self._skip_val  # (trainer/loop/data_reload.py)
+        if sanity_read is not None and not self._skip_val:  # a sanity pass follows: its loader first (Lightning's order)
+            with sanity_read():
+                early_val = self.val_hook()
         with seeded(derive_seed(seed, "data", "train")):
             loader = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
@@ -259,11 +265,25 @@ class RunData:
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
-        skip_val = self.evaluating or _skips_validation(module, trainer, hooks)
-        with seeded(derive_seed(seed, "data", "val")):
-            val_loader = None if skip_val else hooks.val_dataloader()
-            val_where = hooks.where["val"]
-            self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
+        self.read_val(early_val if sanity_read is not None else self.val_hook())
+        self._train_set: Any = train.dataset if train is not None else None
+        self._loaders: dict[str, DataLoader | InProcessLoader] = {}
+        self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
+
+    def val_hook(self, epoch: int | None = None) -> Any:
+        """What ``val_dataloader()`` returns (None without one), under the seed every rank shares
+        (``epoch``: a reload's, with its own seed)."""
+        if self._skip_val:
+            return None
+        with seeded(derive_seed(self.trainer.seed, "data", "val", *(() if epoch is None else (epoch,)))):
+            return self.hooks.val_dataloader()
+
+    def read_val(self, val_loader: Any, epoch: int | None = None) -> None:
+        """The validation data from ``val_loader`` (a ``val_hook()`` result; None: ``val_dataset()``)."""
+        module, hooks, seed, skip_val = self.module, self.hooks, self.trainer.seed, self._skip_val
+        val_where = hooks.where["val"]
+        self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
+        with seeded(derive_seed(seed, "data", "val", *(() if epoch is None else (epoch,)))):
             self.val_set = self.val.dataset if self.val is not None else (None if skip_val else hooks.val_dataset())
         if self.val is not None:
             if self.val.drop_last and isinstance(self.val_set, IterableDataset):
@@ -287,9 +307,17 @@ class RunData:
                                "val_dataset(): its loader is built again each pass; to keep workers alive, give "
                                "validation a map-style dataset", hooks.where["train"])
                 self.val_options = dataclasses.replace(self.train_options, persistent_workers=False)
-        self._train_set: Any = train.dataset if train is not None else None
-        self._loaders: dict[str, DataLoader | InProcessLoader] = {}
-        self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
+
+    def set_train(self, train: UserLoader | None, dataset: Any) -> None:
+        """The training data read again (``trainer/data/reload.py``): the next plan and loader use it."""
+        self.train, self._train_set = train, dataset
+        if dataset is not None:
+            check_map_style(dataset, "train_dataset()", stream_ok=True)
+        self.forget_loader("train")
+
+    def forget_loader(self, purpose: str) -> None:
+        """Build ``purpose``'s next loader afresh (its data changed)."""
+        self._loaders.pop(purpose, None)
 
     def train_set(self) -> Any:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""

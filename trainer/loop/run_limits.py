@@ -43,9 +43,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from trainer.runtime.value_checks import is_int, require
+from trainer.api.errors import MisconfigurationException
+from trainer.runtime.value_checks import is_int
+
 
 log = logging.getLogger(__name__)
+
+
+def require(condition: bool, message: str) -> None:
+    """Lightning's error for a run-length argument (a ``MisconfigurationException``, so a ValueError too)."""
+    if not condition:
+        raise MisconfigurationException(message)
 
 
 def _is_fraction(value: Any) -> bool:
@@ -55,7 +63,7 @@ def _is_fraction(value: Any) -> bool:
 def check_limit(name: str, value: Any, unit: str) -> None:
     """``None``, an int >= 0 or a float in [0, 1]; else an error naming the value and what is allowed."""
     require(value is None or (is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
-             f"trainer.{name}={value!r}: give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
+             f"trainer.{name}={value!r}: passed invalid value; give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
              "null (no limit)")
 
 
@@ -69,7 +77,7 @@ def check_min_run(min_epochs: Any, min_steps: Any) -> None:
 def overfit_limit(value: Any) -> Any:
     """``overfit_batches`` checked: 0 / 0.0 (off) -> None, else the limit it puts on both passes."""
     require((is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
-            f"trainer.overfit_batches={value!r}: give an integer >= 0 (global batches; 0: off) or a float in [0, 1]")
+            f"trainer.overfit_batches={value!r}: passed invalid value; give an integer >= 0 (global batches; 0: off) or a float in [0, 1]")
     return value or None
 
 
@@ -82,7 +90,7 @@ def fast_dev_run_steps(value: Any) -> int:
     """``fast_dev_run`` as a number of steps: True -> 1, False / 0 -> 0 (off), an int n >= 0 -> n."""
     if isinstance(value, bool):
         return int(value)
-    require(is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: give true, false or an integer >= 0")
+    require(is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: should be >= 0; give true, false or an integer >= 0")
     return value
 
 
@@ -103,7 +111,7 @@ def merge_val_interval(val_every_n_steps: int | None, val_check_interval: Any) -
     if val_check_interval is None:
         return val_every_n_steps, None
     require((is_int(val_check_interval) and val_check_interval >= 1) or _is_fraction(val_check_interval),
-             f"trainer.val_check_interval={val_check_interval!r}: give an integer >= 1 (optimizer steps, as "
+             f"trainer.val_check_interval={val_check_interval!r}: passed invalid value; give an integer >= 1 (optimizer steps, as "
              "val_every_n_steps), a float in (0, 1] (a fraction of an epoch) or null")
     if is_int(val_check_interval):
         require(val_every_n_steps in (None, val_check_interval),

@@ -57,6 +57,8 @@ def run_validation(run: RankRun, sanity_batches: int | None = None) -> dict[str,
     ``sanity_batches``: the sanity pass before training (``trainer/loop/sanity_check.py``): that many
     batches (-1: all), the hooks called as in any pass, nothing reduced or logged. The whole pass, its
     hooks included, runs under the evaluation grad mode (``inference_mode``), as Lightning's."""
+    if sanity_batches is None and run.data_reload is not None and not disables(run.trainer.limit_val_batches):
+        run.data_reload.before_validation(run)  # reload_dataloaders_every_n_epochs (a fit's pass)
     if run.val_set is None or disables(run.trainer.limit_val_batches):  # (limit_val_batches=0: no validation)
         return {}
     with run.stage("validate" if sanity_batches is None else "sanity_check"), evaluation_grad_mode(run):

@@ -1,0 +1,67 @@
+"""A module whose data hooks draw new data at each call (``reload_dataloaders_every_n_epochs``): each
+``train_dataloader()`` call draws a fresh dataset from the global random stream (seeded by the trainer
+for every call alike on all ranks) and tags its samples with the epoch it was read at; validation
+data likewise. Records which hook ran at which epoch and the tags each step trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import TrainModule
+
+
+class ReloadingModule(TrainModule):
+    """Regression on data drawn anew at each data-hook call. ``train_sizes``: the dataset size per
+    call (the last repeats); ``batch_sizes``: the loader's batch size per call (the last repeats)."""
+
+    def __init__(self, train_sizes=(32,), batch_sizes=(8,), val_size: int = 12):
+        super().__init__(optimizer=partial(torch.optim.SGD, lr=0.05, momentum=0.9))
+        torch.manual_seed(0)
+        self.net = nn.Linear(4, 1)
+        self.train_sizes, self.batch_sizes, self.val_size = list(train_sizes), list(batch_sizes), val_size
+        self.calls: list[tuple[str, int, bool]] = []  # (hook, epoch, sanity checking)
+        self.tags: list[list[int]] = []  # per step: the read epoch of its samples
+
+    def _pick(self, values):
+        n = sum(1 for hook, _, _ in self.calls if hook == "train")
+        return values[min(n, len(values) - 1)]
+
+    def train_dataloader(self):
+        size, batch_size = self._pick(self.train_sizes), self._pick(self.batch_sizes)
+        self.calls.append(("train", self.trainer.current_epoch, False))
+        x = torch.randn(size, 4)
+        y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(size, 1)
+        tag = torch.full((size,), self.trainer.current_epoch)
+        return DataLoader(TensorDataset(x, y, tag), batch_size=batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        self.calls.append(("val", self.trainer.current_epoch, bool(self.trainer.sanity_checking)))
+        x = torch.randn(self.val_size, 4)
+        return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True), torch.zeros(self.val_size)), batch_size=4)
+
+    def training_step(self, batch, batch_idx):
+        x, y, tag = batch
+        self.tags.append(sorted(set(tag.tolist())))
+        return F.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y, _ = batch
+        self.log("val_mse", F.mse_loss(self.net(x), y))
+
+    def on_fit_end(self):
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with open(os.path.join(self.trainer.run_dir, f"reload_rank{rank}.json"), "w") as f:
+            json.dump({"calls": self.calls, "tags": self.tags}, f)
+        torch.save(self.net.state_dict(), os.path.join(self.trainer.run_dir, f"params_rank{rank}.pt"))
+
+
+def reload_record(run_dir, rank: int = 0) -> dict:
+    with open(os.path.join(str(run_dir), f"reload_rank{rank}.json")) as f:
+        return json.load(f)
