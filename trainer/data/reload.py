@@ -9,7 +9,7 @@ rank reads the same datasets and the global-batch plan stays the same on any wor
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch.utils.data import IterableDataset
 
@@ -30,7 +30,7 @@ def reload_train(data: RunData, epoch: int) -> None:
     """``train_dataloader()`` (or ``train_dataset()``) again, for ``epoch``; the new data replaces the old."""
     hooks, trainer, where = data.hooks, data.trainer, data.hooks.where["train"]
     with seeded(train_seed(trainer.seed, epoch)):
-        loader = hooks.train_dataloader()
+        loader = data.returned["train"] = hooks.train_dataloader()
         dataset = None if loader is not None else hooks.train_dataset()
     if loader is None:
         data.set_train(None, dataset)

@@ -26,6 +26,7 @@ import os
 from typing import Any, Callable
 
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones, reload_epochs
+from trainer.lightning.trainer.loader_properties import LoaderProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -34,7 +35,7 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(_Trainer):
+class Trainer(LoaderProperties, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
