@@ -65,3 +65,58 @@ class ReloadingModule(TrainModule):
 def reload_record(run_dir, rank: int = 0) -> dict:
     with open(os.path.join(str(run_dir), f"reload_rank{rank}.json")) as f:
         return json.load(f)
+
+
+class SeveralValLoaders(TrainModule):
+    """Regression validated on several loaders (``sizes`` samples each, batch sizes ``batch_sizes``);
+    records each validation batch's ``(dataloader_idx, batch_idx, len)`` seen by the step and the batch
+    hooks, and writes the last validation metrics."""
+
+    def __init__(self, sizes=(10, 7), batch_sizes=(4, 3), as_dict: bool = False):
+        super().__init__(optimizer=partial(torch.optim.SGD, lr=0.05))
+        torch.manual_seed(0)
+        self.net = nn.Linear(4, 1)
+        self.sizes, self.batch_sizes, self.as_dict = sizes, batch_sizes, as_dict
+        self.steps_seen: list[tuple[int, int, int]] = []
+        self.hooks_seen: list[tuple[int, int]] = []
+
+    def train_dataset(self):
+        x = torch.randn(32, 4)
+        return TensorDataset(x, x.sum(dim=1, keepdim=True))
+
+    def val_sets(self):
+        generator = torch.Generator().manual_seed(5)
+        sets = []
+        for size in self.sizes:
+            x = torch.randn(size, 4, generator=generator)
+            sets.append(TensorDataset(x, x.sum(dim=1, keepdim=True) + 1))
+        return sets
+
+    def val_dataloader(self):
+        loaders = [DataLoader(s, batch_size=b) for s, b in zip(self.val_sets(), self.batch_sizes)]
+        return {f"set{i}": loader for i, loader in enumerate(loaders)} if self.as_dict else loaders
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        self.steps_seen.append((dataloader_idx, batch_idx, len(x)))
+        self.log("val_mse", F.mse_loss(self.net(x), y))
+
+    def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0):
+        self.hooks_seen.append((dataloader_idx, batch_idx))
+
+    def on_fit_end(self):
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if "val_mse" in k}
+        with open(os.path.join(self.trainer.run_dir, f"val_rank{rank}.json"), "w") as f:
+            json.dump({"metrics": metrics, "steps": self.steps_seen, "hooks": self.hooks_seen,
+                       "num_val_batches": list(self.trainer.num_val_batches)}, f)
+        torch.save(self.net.state_dict(), os.path.join(self.trainer.run_dir, f"params_rank{rank}.pt"))
+
+
+def val_record(run_dir, rank: int = 0) -> dict:
+    with open(os.path.join(str(run_dir), f"val_rank{rank}.json")) as f:
+        return json.load(f)
