@@ -187,6 +187,8 @@ def _run_test_pass(run: RankRun) -> Any:
     sums: dict[int | None, WeightedSums] = {}
 
     def add(dataloader_idx: int | None, index: int, weight: int, output: Any) -> None:
+        if not getattr(run.trainer, "reduces_eval_outputs", True):  # (Lightning's: the output is the user's)
+            return
         loss, metrics = split_step_output(output, "test_step")
         if loss is not None:
             metrics["loss"] = loss

@@ -12,8 +12,8 @@ Units (world-size independent):
 - ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts global validation batches (the
   validation batch size x the data-parallel ranks), i.e. the first ``n x val batch size x ranks``
   samples of the validation order, spread over the ranks: the same samples for the same global
-  batch on any world size; a float in (0, 1] is that fraction of the validation samples (rounded
-  down, at least 1); ``limit_val_batches=0`` (or 0.0): no validation at all, no sanity pass either.
+  batch on any world size; a float in (0, 1] is that fraction of the loader's batches of its batch
+  size (rounded down, at least 1, as Lightning's on one process); ``limit_val_batches=0`` (or 0.0): no validation at all, no sanity pass either.
 - ``limit_test_batches`` / ``limit_predict_batches``: an int counts the first global evaluation
   batches (dataset-order batches of the loader's batch size, the same on any world size,
   ``trainer/loop/evaluation.py``); a float is that fraction of them (rounded down, as Lightning);
@@ -60,11 +60,15 @@ def _is_fraction(value: Any) -> bool:
     return isinstance(value, float) and 0.0 < value <= 1.0
 
 
-def check_limit(name: str, value: Any, unit: str) -> None:
-    """``None``, an int >= 0 or a float in [0, 1]; else an error naming the value and what is allowed."""
+def check_limit(name: str, value: Any, unit: str) -> Any:
+    """``None``, an int >= 0 or a float in [0, 1] (returned as given; a whole float above 1, such as
+    ``1e50``, is that many batches, as Lightning reads it); else an error naming the value and what is allowed."""
+    if isinstance(value, float) and value > 1 and value.is_integer():
+        return int(value)
     require(value is None or (is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
              f"trainer.{name}={value!r}: passed invalid value; give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
              "null (no limit)")
+    return value
 
 
 def check_min_run(min_epochs: Any, min_steps: Any) -> None:
@@ -156,12 +160,13 @@ def train_steps_per_epoch(trainer: Any, steps_per_epoch: int) -> int:
 
 
 def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: int) -> int | None:
-    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a
-    fraction); None: all."""
+    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a fraction
+    of the loader's batches of ``val_batch_size``, rounded down as Lightning's on one process, at least
+    one); None: all."""
     if limit is None or limit == -1:
         return None
     if isinstance(limit, float):
-        return fraction_of(limit, num_samples)
+        return min(fraction_of(limit, -(-num_samples // val_batch_size)) * val_batch_size, num_samples)
     return min(limit * val_batch_size * ranks, num_samples)
 
 

@@ -115,6 +115,7 @@ def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity_bat
     ``counts`` (a stream's: inf until it ends, as Lightning's)."""
     module, strategy, hooks, sanity = run.module, run.strategy, run.hooks, sanity_batches is not None
     extra = () if dataloader_idx is None else (dataloader_idx,)  # the steps' and batch hooks' last argument
+    reduces_outputs = getattr(run.trainer, "reduces_eval_outputs", True)
     setting = run.trainer.limit_val_batches if not sanity else sanity_batches
     limit = val_sample_limit(setting, data.val_batch_size, run.data_parallel_size,
                              val_length(data.val_set, setting))  # the first samples
@@ -165,10 +166,11 @@ def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity_bat
                 hooks.call("on_validation_batch_start", batch, index, *extra)
             with logs.micro_batch(weight):
                 outputs = step(batch, index)
-            loss, metrics = split_step_output(outputs, "validation_step")
-            if loss is not None:
-                metrics["loss"] = loss
-            sums.add(metrics, weight)
+            if reduces_outputs:  # (Lightning's Trainer: what the step returns is the user's, not a metric)
+                loss, metrics = split_step_output(outputs, "validation_step")
+                if loss is not None:
+                    metrics["loss"] = loss
+                sums.add(metrics, weight)
             if is_real:
                 hooks.call("on_validation_batch_end", outputs, batch, index, *extra)
             step_logs.after_batch()

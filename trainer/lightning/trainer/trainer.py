@@ -4,6 +4,8 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``max_epochs``: 1000 when neither ``max_epochs`` nor ``max_steps`` is given (ours: 1);
 - ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training),
   and no validation at the end of fit beyond that schedule;
+- what ``validation_step`` / ``test_step`` return is not turned into ``val/`` / ``test/`` metrics (only
+  ``self.log`` logs, as Lightning);
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
@@ -57,6 +59,9 @@ class Trainer(LoaderProperties, _Trainer):
         #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
         #: again at the end of fit as this trainer does
         self.validates_at_fit_end = False
+        #: what validation_step / test_step return is the program's (Lightning logs only what self.log
+        #: gives); this trainer's own Trainer also reduces returned losses and dicts into val/ and test/ metrics
+        self.reduces_eval_outputs = False
         if self.fast_dev_run == 1:
             self.fast_dev_run = True  # (Lightning's reading of fast_dev_run=1)
 
