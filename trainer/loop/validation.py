@@ -76,6 +76,8 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
     sums = {idx: WeightedSums(run.device) for idx in indices}
     if run.trainer.stage == "fit" and not sanity:
         hooks.call_module("on_validation_model_zero_grad")  # (default: frees the gradients, as Lightning)
+    shards = [_loader_shard(run, data, sanity_batches) for data in parts]  # (count, shard, limit) per loader
+    run.count_val_batches([count for count, _, _ in shards])  # trainer.num_val_batches (a stream's: inf)
     modes = EvalModes(hooks, "validation")
     modes.enter()
     logs = run.module_logs
@@ -84,10 +86,10 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
     with logs.stage("validate"):
         hooks.call("on_validation_start")
         hooks.call("on_validation_epoch_start")
-        counts: list[int | float] = []
-        run.count_val_batches(counts)  # (filled loader by loader: trainer.num_val_batches)
-        for idx, data in zip(indices, parts):
-            _loader_pass(run, data, idx, sanity_batches, sums[idx], counts)
+        for idx, shard, data in zip(indices, shards, parts):
+            _loader_pass(run, data, idx, sanity, shard, sums[idx])
+        if any(is_stream(shard) for _, shard, _ in shards):  # (a stream's count is known at its end)
+            run.count_val_batches([shard.real if is_stream(shard) else count for count, shard, _ in shards])
         strategy.after_evaluation(run.wrapped)
         hooks.call("on_validation_epoch_end")  # what it logs belongs to this pass
         metrics: dict[str, float] = {}
@@ -108,21 +110,26 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
     return metrics
 
 
-def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity_batches: int | None,
-                 sums: WeightedSums, counts: list[int | float]) -> None:
-    """One validation loader's batches on this rank (``dataloader_idx`` None: the only loader, not passed
-    to the steps and hooks, as Lightning); adds to ``sums``, and this rank's count of its batches to
-    ``counts`` (a stream's: inf until it ends, as Lightning's)."""
-    module, strategy, hooks, sanity = run.module, run.strategy, run.hooks, sanity_batches is not None
-    extra = () if dataloader_idx is None else (dataloader_idx,)  # the steps' and batch hooks' last argument
-    reduces_outputs = getattr(run.trainer, "reduces_eval_outputs", True)
-    setting = run.trainer.limit_val_batches if not sanity else sanity_batches
+def _loader_shard(run: RankRun, data: Any, sanity_batches: int | None) -> tuple[int | float, Any, int | None]:
+    """(this rank's batches, its shard, the sample limit) of one validation loader (a stream's count: inf
+    until it ends, as Lightning's)."""
+    setting = run.trainer.limit_val_batches if sanity_batches is None else sanity_batches
     limit = val_sample_limit(setting, data.val_batch_size, run.data_parallel_size,
                              val_length(data.val_set, setting))  # the first samples
-    shards = data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # the loader's batch_size, or data's
+    shard = data.val_shard(run.epoch, run.data_rank, run.data_parallel_size, limit)  # the loader's batch_size, or data's
+    return (math.inf if is_stream(shard) else len(shard)), shard, limit
+
+
+def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity: bool,
+                 planned: tuple[int | float, Any, int | None], sums: WeightedSums) -> None:
+    """One validation loader's batches on this rank (``dataloader_idx`` None: the only loader, not passed
+    to the steps and hooks, as Lightning); adds to ``sums``."""
+    module, strategy, hooks = run.module, run.strategy, run.hooks
+    extra = () if dataloader_idx is None else (dataloader_idx,)  # the steps' and batch hooks' last argument
+    reduces_outputs = getattr(run.trainer, "reduces_eval_outputs", True)
+    count, shards, limit = planned
     stream = is_stream(shards)  # read as the pass goes: its length is known at the end
-    real = None if stream else len(shards)  # batches of this rank before the lockstep padding below
-    counts.append(math.inf if stream else real)
+    real = None if stream else count  # batches of this rank before the lockstep padding below
     if strategy.lockstep_forward:
         # Every rank runs as many forwards as the busiest one; the extra ones re-read the first
         # sample and count with weight 0, so the metrics stay exact means over the set.
@@ -177,8 +184,6 @@ def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity_bat
     step_logs.finish()
     logs.use_dataloader(None)
     bar.close()
-    if stream:
-        counts[-1] = shards.real
 
 
 def require_validation_data(run: RankRun) -> None:
