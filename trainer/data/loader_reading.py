@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 from torch.utils.data.distributed import DistributedSampler
 
+from trainer.api.errors import MisconfigurationException
 from trainer.data.loaders import LoaderOptions
 
 if TYPE_CHECKING:
@@ -43,10 +44,15 @@ class UserLoader:
     batch_sampler: Any = None  # train_dataloader()'s own batch sampler: its batches are the global batches
 
 
-def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_ok: bool = False) -> UserLoader:
+def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_ok: bool = False,
+                limit: tuple[str, Any] | None = None) -> UserLoader:
     """Read a DataLoader returned by ``where``; raise for what cannot be honoured. ``batch_sampler_ok``:
-    a custom batch sampler is taken (training: its batches are the global batches)."""
+    a custom batch sampler is taken (training: its batches are the global batches). ``limit``: the
+    stage's ``(limit_*_batches name, value)``, for Lightning's error about a fraction of a loader without
+    a length."""
     if not isinstance(loader, DataLoader):
+        if limit is not None:
+            _refuse_fraction_of_unsized(loader, where, *limit)
         raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
     check_map_style(loader.dataset, where, stream_ok)
     custom = loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
@@ -130,3 +136,17 @@ def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, 
         raise ValueError(f"{where} gives collate_fn={getattr(loader_collate, '__name__', loader_collate)!r} and "
                          f"{type(module).__name__} overrides collate_fn(): keep one of them")
     return loader_collate
+
+
+def _refuse_fraction_of_unsized(loader: Any, where: str, name: str, value: Any) -> None:
+    """Lightning's error for a fraction (other than 0 and 1) of a loader that has no length."""
+    if not isinstance(value, float) or value in (0.0, 1.0) or not hasattr(loader, "__iter__"):
+        return
+    try:
+        len(loader)
+        return
+    except (TypeError, NotImplementedError):
+        pass
+    raise MisconfigurationException(
+        f"{where} returned {type(loader).__name__}, which has no length (as an `IterableDataset`): "
+        f"`Trainer({name})` must be `1.0` or an int (a count of batches), not the fraction {value}")

@@ -122,7 +122,8 @@ class RunData:
         with seeded(derive_seed(seed, "data", "train")):
             loader = self.returned["train"] = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
-        self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True) if loader is not None else None
+        self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True, limit=(
+            "limit_train_batches", getattr(trainer, "limit_train_batches", None))) if loader is not None else None
         given = trainer.batch_arguments  # as the user gave them, None = unset
         train = self.train
         data_parallel_size = trainer.strategy.data_parallel_size(trainer.world_size)

@@ -59,7 +59,8 @@ def read_val(data: RunData, val_loader: Any, epoch: int | None = None) -> None:
 
 def _read_one(data: RunData, val_loader: Any, epoch: int | None, val_where: str) -> None:
     hooks, seed, skip_val = data.hooks, data.trainer.seed, data._skip_val
-    data.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
+    data.val = read_loader(val_loader, val_where, stream_ok=True, limit=(
+        "limit_val_batches", getattr(data.trainer, "limit_val_batches", None))) if val_loader is not None else None
     with seeded(derive_seed(seed, "data", "val", *(() if epoch is None else (epoch,)))):
         data.val_set = data.val.dataset if data.val is not None else (None if skip_val else hooks.val_dataset())
     val = data.val

@@ -74,7 +74,8 @@ class EvalData:
 
     def __init__(self, run: RankRun, stage: str, loader: Any, where: str):
         module, trainer = run.module, run.trainer
-        user = read_loader(loader, where) if loader is not None else None
+        user = read_loader(loader, where, limit=(f"limit_{stage}_batches", getattr(trainer, f"limit_{stage}_batches"))) \
+            if loader is not None else None
         self.dataset = user.dataset if user is not None else getattr(run.data.hooks, f"{stage}_dataset")()
         if self.dataset is None:
             raise ValueError(f"Trainer.{stage}: {type(run.data.hooks.source[stage]).__name__} has no {stage} data; define "
