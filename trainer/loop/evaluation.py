@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.api.hook_calls import call_step
+from trainer.api.hook_calls import call_step, require_dataloader_idx
 from trainer.runtime import distributed
 from trainer.loop.resume import load_for_evaluation
 from trainer.runtime.seeding import derive_seed, seeded
@@ -123,6 +123,8 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> tuple[EvalModes, list[int
     and the loaders' ``dataloader_idx`` ([None]: one loader)."""
     datas = eval_data(run, stage)
     indices: list[int | None] = list(range(len(datas))) if len(datas) > 1 else [None]
+    if len(datas) > 1:
+        require_dataloader_idx(run.module, f"{stage}_step", f"{stage}_dataloader", len(datas))
     counts = run.num_eval_batches[stage] = []  # (Lightning's trainer.num_test_batches / num_predict_batches)
     for data in datas:
         counts.append(len(eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)))

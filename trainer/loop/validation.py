@@ -12,7 +12,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from trainer.api.hook_calls import call_step
+from trainer.api.hook_calls import call_step, require_dataloader_idx
 from trainer.runtime.metric_sums import WeightedSums, format_metrics, split_step_output
 from trainer.loop.grad_mode import evaluation_grad_mode
 from trainer.loop.log_collector import merge_logged
@@ -73,6 +73,8 @@ def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, floa
     if run.data.val_parts and strategy.owns_step:
         raise ValueError(f"{run.data.hooks.where['val']} gives {len(parts)} loaders: the pipeline strategy validates "
                          "one loader with its own loss; return one DataLoader")
+    if run.data.val_parts:
+        require_dataloader_idx(run.module, "validation_step", "val_dataloader", len(parts))
     sums = {idx: WeightedSums(run.device) for idx in indices}
     if run.trainer.stage == "fit" and not sanity:
         hooks.call_module("on_validation_model_zero_grad")  # (default: frees the gradients, as Lightning)
