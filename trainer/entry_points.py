@@ -53,12 +53,13 @@ def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], 
             raise TypeError(f"Trainer.{mode}: {name}={loader!r} is a path; Lightning's argument order puts the "
                             f"loaders first: give the checkpoint by keyword, trainer.{mode}(model, ckpt_path={loader!r})")
         several = list(loader.values()) if isinstance(loader, dict) else loader if isinstance(loader, (list, tuple)) else None
-        if mode in ("test", "predict") and several and all(isinstance(each, DataLoader) for each in several):
-            pass  # several test / predict loaders, run one after the other (dataloader_idx 0, 1, ...)
+        evaluation = mode in ("validate", "test", "predict") or name == "val_dataloaders"
+        if evaluation and several and all(isinstance(each, DataLoader) for each in several):
+            pass  # several evaluation loaders, run one after the other (dataloader_idx 0, 1, ...)
         elif not isinstance(loader, DataLoader):
             raise TypeError(f"Trainer.{mode}: {name}= must be one torch.utils.data.DataLoader (or a DataModule), got "
                             f"{type(loader).__name__}; several loaders (a list or dict of DataLoaders) are supported "
-                            "by test and predict only: give one DataLoader")
+                            "for validation, test and predict: give one DataLoader")
         by_stage[LOADER_ARGUMENTS[mode][name]] = loader
     if by_stage and datamodule is not None:
         raise ValueError(f"Trainer.{mode}: give the data either as {' / '.join(LOADER_ARGUMENTS[mode])}= or as "

@@ -83,11 +83,12 @@ def apply_run_limits(trainer: Any, fast_dev_run: Any, limit_train_batches: Any, 
           overfit_batches: Any = 0.0, min_epochs: Any = None, min_steps: Any = None) -> None:
     """Check Lightning's run-length arguments and set them on ``trainer`` (after its own settings;
     ``max_epochs`` as given: unset, it is 1, or ``min_epochs``, when ``max_steps`` does not bound the run)."""
-    for name, value, unit in (("limit_train_batches", limit_train_batches, "optimizer steps per epoch"),
-                              ("limit_val_batches", limit_val_batches, "validation batches"),
-                              ("limit_test_batches", limit_test_batches, "test batches"),
-                              ("limit_predict_batches", limit_predict_batches, "predict batches")):
-        check_limit(name, value, unit)
+    limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = (
+        check_limit(name, value, unit) for name, value, unit in (
+            ("limit_train_batches", limit_train_batches, "optimizer steps per epoch"),
+            ("limit_val_batches", limit_val_batches, "validation batches"),
+            ("limit_test_batches", limit_test_batches, "test batches"),
+            ("limit_predict_batches", limit_predict_batches, "predict batches")))
     check_min_run(min_epochs, min_steps)
     overfit = overfit_limit(overfit_batches)
     check_epoch_interval(check_val_every_n_epoch)

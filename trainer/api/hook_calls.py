@@ -50,3 +50,12 @@ def call_step(module: Any, name: str, batch: Any, batch_idx: int, *dataloader_id
     if takes is None:
         takes = _TAKES_BATCH_IDX[key] = _binds(method, batch, batch_idx) or not _binds(method, batch)
     return method(batch, batch_idx) if takes else method(batch)
+
+
+def require_dataloader_idx(module: Any, name: str, stage_loader: str, count: int) -> None:
+    """With several evaluation loaders the step gets ``dataloader_idx``: a step with no room for it is an
+    error naming it (Lightning's, a RuntimeError), before any batch runs."""
+    method = getattr(module, name, None)
+    if method is not None and not _binds(method, None, 0, 0):
+        raise RuntimeError(f"You provided multiple `{stage_loader}` ({count} loaders), but no `dataloader_idx` argument "
+                           f"in `{type(module).__name__}.{name}()`. Try adding `dataloader_idx=0` to its signature.")

@@ -37,7 +37,8 @@ LIGHTNING_ARGUMENTS = {
     "plugins": "strategy= / precision= (a Strategy or Precision instance)",
     "val_every_n_epochs": "check_val_every_n_epoch=",
     "every_n_train_steps": "checkpoint={'every_n_steps': N}",
-    "reload_dataloaders_every_n_epochs": "nothing: the data hooks run once per fit",
+    "reload_dataloaders_every_n_epochs": "trainer.lightning.Trainer(reload_dataloaders_every_n_epochs=N) (Lightning's "
+                                         "Trainer; here the data hooks run once per call)",
     "use_distributed_sampler": "nothing: the trainer always spreads the samples over the ranks itself",
     "barebones": "progress_bar=False, loggers=[]",
     "sync_dist": "self.log(..., sync_dist=...) in the module, not a Trainer argument",

@@ -146,6 +146,17 @@ class RunView:
         return list(getattr(self._run, "num_val_batches", []))
 
     @property
+    def num_eval_batches(self) -> dict[str, list[int]]:
+        """This rank's batches per loader of the test / predict pass ({"test": [...]})."""
+        return dict(getattr(self._run, "num_eval_batches", {}))
+
+    @property
+    def returned_loaders(self) -> dict[str, Any]:
+        """What each stage's data hook last returned ({"train": ..., "val": ...}; {} before the data is read)."""
+        data = self._run.__dict__.get("data")
+        return dict(data.returned) if data is not None else {}
+
+    @property
     def running_stage(self) -> str | None:
         """What runs now: "train", "sanity_check", "validate", "test" or "predict" (None before and after)."""
         return getattr(self._run, "running_stage", None)

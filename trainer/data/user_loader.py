@@ -29,26 +29,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    IterableDataset,
-    RandomSampler,
-    SequentialSampler,
-    default_collate,
-)
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.api.batch_settings import BatchSettings, resolve_batch
 from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
 from trainer.data.batch_sampler import BatchSamplerStream
+from trainer.data.loader_reading import UserLoader, _collate, check_map_style, kept_samples, read_loader
 from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
+from trainer.data.val_data import read_val
 from trainer.runtime.rank_logging import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -59,111 +52,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32
 _LOADER_DEFAULTS = {"batch_size": 1, "drop_last": False, "num_workers": 0, "pin_memory": False}
-
-
-def check_map_style(dataset: Any, where: str, stream_ok: bool = False) -> None:
-    """A clear error for a dataset the trainer cannot plan global batches over (before ``len()``); an
-    ``IterableDataset`` is a stream (trainer/data/streaming/), for training and validation (``stream_ok``)."""
-    if isinstance(dataset, IterableDataset):
-        if stream_ok:
-            return
-        raise TypeError(f"{where} gave {type(dataset).__name__}, an IterableDataset: streaming datasets are supported "
-                        "for training and validation, not here yet; give a map-style dataset (__getitem__ + __len__)")
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise TypeError(f"{where} gave {type(dataset).__name__}, which is not a map-style dataset "
-                        "(it needs __getitem__ and __len__)")
-
-
-@dataclass
-class UserLoader:
-    """What the trainer takes from one of the module's DataLoaders."""
-
-    where: str  # "train_dataloader()" / "val_dataloader()"
-    dataset: Any
-    batch_size: int
-    drop_last: bool
-    shuffle: bool  # the trainer's seeded permutation (else dataset order or ``sampler``)
-    sampler: Any  # a generator-free sampler whose index stream is the epoch's order, or None
-    collate_fn: Callable[[list], Any]
-    options: LoaderOptions
-    batch_sampler: Any = None  # train_dataloader()'s own batch sampler: its batches are the global batches
-
-
-def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_ok: bool = False) -> UserLoader:
-    """Read a DataLoader returned by ``where``; raise for what cannot be honoured. ``batch_sampler_ok``:
-    a custom batch sampler is taken (training: its batches are the global batches)."""
-    if not isinstance(loader, DataLoader):
-        raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
-    check_map_style(loader.dataset, where, stream_ok)
-    custom = loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
-    if custom and batch_sampler_ok and not isinstance(loader.dataset, IterableDataset):
-        if loader.generator is not None:
-            raise ValueError(f"{where}: DataLoader(generator=...) cannot be honoured: the trainer draws the batch "
-                             "sampler's batches under trainer.seed; remove generator= and set trainer.seed")
-        return UserLoader(where, loader.dataset, 0, False, False, None, loader.collate_fn, _options(loader),
-                          batch_sampler=loader.batch_sampler)
-    if loader.batch_size is None:
-        if loader.batch_sampler is not None:
-            raise ValueError(
-                f"{where}: a custom batch_sampler ({type(loader.batch_sampler).__name__}) cannot be honoured: the "
-                "trainer forms global batches itself so they are the same on any world size; give the DataLoader "
-                "batch_size=... (the per-rank micro-batch) and, for a custom order, sampler=..."
-            )
-        raise ValueError(f"{where}: DataLoader(batch_size=None) loads unbatched samples; give batch_size=... "
-                         "(the per-rank micro-batch)")
-    if type(loader.batch_sampler) is not BatchSampler:
-        raise ValueError(f"{where}: a custom batch_sampler ({type(loader.batch_sampler).__name__}) cannot be honoured; "
-                         "give batch_size=... and, for a custom order, sampler=...")
-    if loader.generator is not None:
-        raise ValueError(f"{where}: DataLoader(generator=...) cannot be honoured: the trainer draws the order and the "
-                         "workers' seeds from trainer.seed (the same on every rank); remove generator= and set trainer.seed")
-    if not getattr(loader, "in_order", True):
-        raise ValueError(f"{where}: DataLoader(in_order=False) cannot be honoured: each step needs its micro-batches in "
-                         "plan order; remove in_order=False")
-    sampler = loader.sampler
-    if isinstance(sampler, DistributedSampler):
-        raise ValueError(
-            f"{where}: a DistributedSampler cannot be honoured: the trainer deals every global batch to the ranks "
-            "itself (the same samples per step on any world size); use shuffle=True, or the sampler you would wrap"
-        )
-    if getattr(sampler, "generator", None) is not None:
-        raise ValueError(
-            f"{where}: the sampler {type(sampler).__name__} has its own generator, which cannot be honoured: the trainer "
-            "draws the sampler's stream under trainer.seed (the same on every rank, again on resume); build it "
-            "without generator= and set trainer.seed"
-        )
-    plain = getattr(sampler, "data_source", None) is loader.dataset
-    shuffle = plain and type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-    if plain and type(sampler) is SequentialSampler or shuffle or isinstance(loader.dataset, IterableDataset):
-        sampler = None  # dataset order, or the trainer's own permutation
-    return UserLoader(where, loader.dataset, loader.batch_size, loader.drop_last, shuffle, sampler,
-                      loader.collate_fn, _options(loader))
-
-
-def _options(loader: DataLoader) -> LoaderOptions:
-    workers = loader.num_workers
-    return LoaderOptions(
-        num_workers=workers,
-        pin_memory=loader.pin_memory,
-        persistent_workers=loader.persistent_workers,
-        worker_init_fn=loader.worker_init_fn,
-        prefetch_factor=loader.prefetch_factor if workers > 0 else None,
-        timeout=loader.timeout,
-        multiprocessing_context=loader.multiprocessing_context,
-        pin_memory_device=getattr(loader, "pin_memory_device", ""),
-    )
-
-
-def kept_samples(size: int, batch_size: int, drop_last: bool, where: str) -> int:
-    """How many samples (of ``size``, in order) an evaluation loader covers: all, or with ``drop_last``
-    all but the short last batch of its ``batch_size`` (as one process with that loader)."""
-    if not drop_last:
-        return size
-    kept = size - size % batch_size
-    if kept == 0:
-        raise ValueError(f"{where}: drop_last=True with batch_size={batch_size} leaves none of the {size} samples; "
-                         "lower the batch size or remove drop_last")
-    return kept
 
 
 def _agree(name: str, given: Any, from_loader: Any, where: str, default: Any) -> Any:
@@ -177,18 +65,6 @@ def _agree(name: str, given: Any, from_loader: Any, where: str, default: Any) ->
         f"data.{name}={given!r} but {where} returns a DataLoader with {name}={from_loader!r}{note}: make them "
         f"agree: give the DataLoader {name}={given!r}, or leave data.{name} unset (null) to use the loader's"
     )
-
-
-def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, where: str) -> Callable[[list], Any]:
-    from trainer.api.module import TrainModule
-
-    overridden = type(module).collate_fn is not TrainModule.collate_fn
-    if loader_collate is None or loader_collate is default_collate:
-        return module.collate_fn
-    if overridden:
-        raise ValueError(f"{where} gives collate_fn={getattr(loader_collate, '__name__', loader_collate)!r} and "
-                         f"{type(module).__name__} overrides collate_fn(): keep one of them")
-    return loader_collate
 
 
 def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool:
@@ -222,7 +98,7 @@ class RunData:
     the strategies may need the resolved batch). ``batch``: the resolved ``batch_size``, ``drop_last``,
     ``num_workers``, ``pin_memory``, accumulation and global batch (the Trainer is not written)."""
 
-    def __init__(self, module: TrainModule, trainer: Trainer):
+    def __init__(self, module: TrainModule, trainer: Trainer, sanity_read: Callable[[], Any] | None = None):
         from trainer.api.datamodule import DataHooks
 
         self.module, self.trainer = module, trainer
@@ -232,10 +108,22 @@ class RunData:
         stage = getattr(trainer, "stage", None) or "fit"
         self.evaluating = stage in ("test", "predict")  # no validation data either
         seed = trainer.seed
+        self._skip_val = self.evaluating or _skips_validation(module, trainer, hooks)
+        #: what each stage's data hook last returned ("train", "val", "test", "predict": Lightning's
+        #: trainer.train_dataloader / val_dataloaders / ...)
+        self.returned: dict[str, Any] = {}
+        #: several validation loaders: one part per loader (``dataloader_idx``), else None
+        self.val_parts: list[RunData] | None = None
+        early_val = None
+        self.read_for_sanity = sanity_read is not None and not self._skip_val  # (trainer/loop/data_reload.py)
+        if sanity_read is not None and not self._skip_val:  # a sanity pass follows: its loader first (Lightning's order)
+            with sanity_read():
+                early_val = self.val_hook()
         with seeded(derive_seed(seed, "data", "train")):
-            loader = hooks.train_dataloader() if stage == "fit" else None
+            loader = self.returned["train"] = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
-        self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True) if loader is not None else None
+        self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True, limit=(
+            "limit_train_batches", getattr(trainer, "limit_train_batches", None))) if loader is not None else None
         given = trainer.batch_arguments  # as the user gave them, None = unset
         train = self.train
         data_parallel_size = trainer.strategy.data_parallel_size(trainer.world_size)
@@ -259,37 +147,35 @@ class RunData:
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
-        skip_val = self.evaluating or _skips_validation(module, trainer, hooks)
-        with seeded(derive_seed(seed, "data", "val")):
-            val_loader = None if skip_val else hooks.val_dataloader()
-            val_where = hooks.where["val"]
-            self.val = read_loader(val_loader, val_where, stream_ok=True) if val_loader is not None else None
-            self.val_set = self.val.dataset if self.val is not None else (None if skip_val else hooks.val_dataset())
-        if self.val is not None:
-            if self.val.drop_last and isinstance(self.val_set, IterableDataset):
-                raise ValueError(f"{val_where}: drop_last=True cannot be honoured for a stream (an IterableDataset): "
-                                 "validation covers every sample exactly once over the ranks; remove drop_last")
-            if self.val.options.persistent_workers and isinstance(self.val_set, IterableDataset):
-                raise ValueError(f"{val_where}: persistent_workers=True cannot be honoured for a stream (an "
-                                 "IterableDataset): its loader is built again each pass (the pass's shard order goes "
-                                 "to the workers); remove persistent_workers")
-            self.val_batch_size, self.val_options = self.val.batch_size, self.val.options
-            self.val_collate = _collate(module, self.val.collate_fn, val_where)
-            self._val_stream = (SamplerStream(self.val.sampler, len(self.val_set), seed, "val", val_where)
-                                if self.val.sampler is not None else None)
-        elif self.val_set is not None:
-            check_map_style(self.val_set, "val_dataset()", stream_ok=True)
-            # As the training data is loaded (data.batch_size, the train loader's collate_fn and workers).
-            self.val_batch_size, self.val_options, self.val_collate = self.batch.batch_size, self.train_options, self.train_collate
-            if isinstance(self.val_set, IterableDataset) and self.train_options.persistent_workers:
-                # A stream's loader is built again each pass; the setting still holds for the training loader.
-                rank_zero_warn(log, "persistent_workers=True (%s) does not apply to the validation stream of "
-                               "val_dataset(): its loader is built again each pass; to keep workers alive, give "
-                               "validation a map-style dataset", hooks.where["train"])
-                self.val_options = dataclasses.replace(self.train_options, persistent_workers=False)
+        self.read_val(early_val if sanity_read is not None else self.val_hook())
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader | InProcessLoader] = {}
         self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
+
+    def val_hook(self, epoch: int | None = None) -> Any:
+        """What ``val_dataloader()`` returns (None without one), under the seed every rank shares
+        (``epoch``: a reload's, with its own seed)."""
+        if self._skip_val:
+            return None
+        with seeded(derive_seed(self.trainer.seed, "data", "val", *(() if epoch is None else (epoch,)))):
+            self.returned["val"] = loader = self.hooks.val_dataloader()
+        return loader
+
+    def read_val(self, val_loader: Any, epoch: int | None = None) -> None:
+        """The validation data from ``val_loader`` (a ``val_hook()`` result; None: ``val_dataset()``; a
+        list, tuple or dict of DataLoaders: several, ``val_parts``), see ``trainer/data/val_data.py``."""
+        read_val(self, val_loader, epoch)
+
+    def set_train(self, train: UserLoader | None, dataset: Any) -> None:
+        """The training data read again (``trainer/data/reload.py``): the next plan and loader use it."""
+        self.train, self._train_set = train, dataset
+        if dataset is not None:
+            check_map_style(dataset, "train_dataset()", stream_ok=True)
+        self.forget_loader("train")
+
+    def forget_loader(self, purpose: str) -> None:
+        """Build ``purpose``'s next loader afresh (its data changed)."""
+        self._loaders.pop(purpose, None)
 
     def train_set(self) -> Any:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""

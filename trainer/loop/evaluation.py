@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.api.hook_calls import call_step
+from trainer.api.hook_calls import call_step, require_dataloader_idx
 from trainer.runtime import distributed
 from trainer.loop.resume import load_for_evaluation
 from trainer.runtime.seeding import derive_seed, seeded
@@ -33,7 +33,8 @@ from trainer.runtime.tensors import move_to_device
 from trainer.loop.eval_modes import EvalModes
 from trainer.loop.eval_step_logs import EvalStepLogs
 from trainer.loop.optimizer_step import transfer_batch
-from trainer.data.user_loader import _collate, check_map_style, kept_samples, read_loader
+from trainer.data.loader_reading import _collate, check_map_style, kept_samples, read_loader
+from trainer.data.val_data import several_loaders
 from trainer.loop.validation import require_validation_data
 from trainer.loop.run_limits import disables, eval_sample_limit
 
@@ -68,21 +69,13 @@ def eval_batches(num_samples: int, batch_size: int, rank: int, world_size: int) 
     return [(start // batch_size, list(range(start, min(start + batch_size, num_samples)))) for start in starts]
 
 
-def several_loaders(loader: Any) -> list[Any] | None:
-    """The loaders of a list, tuple or dict of DataLoaders (in order), or None for a single one."""
-    if isinstance(loader, dict):
-        return list(loader.values())
-    if isinstance(loader, (list, tuple)):
-        return list(loader)
-    return None
-
-
 class EvalData:
     """One test or predict loader of a run (``loader`` None: the ``<stage>_dataset()`` hook's data)."""
 
     def __init__(self, run: RankRun, stage: str, loader: Any, where: str):
         module, trainer = run.module, run.trainer
-        user = read_loader(loader, where) if loader is not None else None
+        user = read_loader(loader, where, limit=(f"limit_{stage}_batches", getattr(trainer, f"limit_{stage}_batches"))) \
+            if loader is not None else None
         self.dataset = user.dataset if user is not None else getattr(run.data.hooks, f"{stage}_dataset")()
         if self.dataset is None:
             raise ValueError(f"Trainer.{stage}: {type(run.data.hooks.source[stage]).__name__} has no {stage} data; define "
@@ -113,7 +106,7 @@ def eval_data(run: RankRun, stage: str) -> list[EvalData]:
     DataLoaders, run one after the other, each with its own plan: ``dataloader_idx`` 0, 1, ...)."""
     hooks, where = run.data.hooks, run.data.hooks.where[stage]
     with seeded(derive_seed(run.trainer.seed, "data", stage)):
-        loader = getattr(hooks, f"{stage}_dataloader")()
+        loader = run.data.returned[stage] = getattr(hooks, f"{stage}_dataloader")()
         loaders = several_loaders(loader)
         if loaders is None:
             return [EvalData(run, stage, loader, where)]
@@ -130,6 +123,11 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> tuple[EvalModes, list[int
     and the loaders' ``dataloader_idx`` ([None]: one loader)."""
     datas = eval_data(run, stage)
     indices: list[int | None] = list(range(len(datas))) if len(datas) > 1 else [None]
+    if len(datas) > 1:
+        require_dataloader_idx(run.module, f"{stage}_step", f"{stage}_dataloader", len(datas))
+    counts = run.num_eval_batches[stage] = []  # (Lightning's trainer.num_test_batches / num_predict_batches)
+    for data in datas:
+        counts.append(len(eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)))
     modes = EvalModes(run.hooks, stage)
     modes.enter()
     run.hooks.call(f"on_{stage}_start")
@@ -192,6 +190,8 @@ def _run_test_pass(run: RankRun) -> Any:
     sums: dict[int | None, WeightedSums] = {}
 
     def add(dataloader_idx: int | None, index: int, weight: int, output: Any) -> None:
+        if not getattr(run.trainer, "reduces_eval_outputs", True):  # (Lightning's: the output is the user's)
+            return
         loss, metrics = split_step_output(output, "test_step")
         if loss is not None:
             metrics["loss"] = loss

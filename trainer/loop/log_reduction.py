@@ -158,8 +158,8 @@ class LogReduction:
         for name in local:
             out[self._output_name(name, scope.values[name].options, suffix)] = next(it)
         for name, options in {**{n: a.options for n, a in scope.values.items()}, **synced}.items():
-            if options.on_step and options.on_epoch and name + suffix in out:
-                self.bare[name] = out[name + suffix]
+            if options.on_step and options.on_epoch and suffixed(name, suffix) in out:
+                self.bare[name] = out[suffixed(name, suffix)]
         return out
 
     def peek_epoch_metrics(self, stage: str, strategy: Any) -> dict[str, float]:
@@ -199,9 +199,16 @@ class LogReduction:
         return union
 
     def _output_name(self, name: str, options: LogOptions, suffix: str) -> str:
-        out = name + suffix if options.on_step and options.on_epoch else name
+        out = suffixed(name, suffix) if options.on_step and options.on_epoch else name
         if options.prog_bar:
             self.prog_bar.add(out)
         if not options.logger:
             self.hidden.add(out)
         return out
+
+
+def suffixed(name: str, suffix: str) -> str:
+    """``name`` with ``_step`` / ``_epoch`` added before a ``/dataloader_idx_N`` ending (Lightning's
+    ``loss_epoch/dataloader_idx_1``)."""
+    head, mark, idx = name.rpartition("/dataloader_idx_")
+    return f"{head}{suffix}{mark}{idx}" if mark and idx.isdigit() else name + suffix

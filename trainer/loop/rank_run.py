@@ -29,6 +29,7 @@ from trainer.api.run_view import RunView
 from trainer.checkpoint.run_states import RunStates
 from trainer.loggers import JSONLLogger
 from trainer.loop.counters import RunCounters
+from trainer.loop.data_reload import DataReload
 from trainer.loop.optimizer_step import EpochSkipped
 from trainer.loop.run_parts import RunParts
 from trainer.loop.sanity_check import run_sanity_check
@@ -70,8 +71,10 @@ class RankRun(RunParts, RunCounters):
         self.running_stage: str | None = None
         self.ends_epoch = False  # the step being trained is the epoch's last
         self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
+        self.num_eval_batches: dict[str, list[int]] = {}  # test / predict: this rank's batches per loader
         self.eval_steps_logged: dict[str, int] = {}  # per evaluation stage: batches whose on_step values were written
         self.preempted = False
+        self.data_reload: DataReload | None = None  # fit's reload_dataloaders_every_n_epochs
 
     # ----- the state's writers ------------------------------------------------------------------------
     def replan(self, batch: BatchSettings, fit_plan: FitPlan | None = None) -> None:
@@ -118,6 +121,12 @@ class RankRun(RunParts, RunCounters):
 
     # ----- what the view and the callbacks read --------------------------------------------------------
     @property
+    def val_set(self) -> Any:
+        """The validation set (None: the run does not validate); read again under
+        ``reload_dataloaders_every_n_epochs`` (trainer/loop/data_reload.py)."""
+        return self.data.val_set
+
+    @property
     def total_steps(self) -> int | str | None:
         """``trainer.estimated_stepping_batches``: known once fit's plan is (None before)."""
         return self.fit_plan.total_steps if self.fit_plan is not None else None
@@ -152,8 +161,8 @@ class RankRun(RunParts, RunCounters):
     # ----- training -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
         """Train until a limit, a stop or preemption; returns the last logged metrics."""
-        plan, limits, hooks = self.fit_plan.plan, self.fit_plan.limits, self.hooks
-        train_set = self.data.train_set()
+        limits, hooks = self.fit_plan.limits, self.hooks
+        self.data_reload = DataReload(self, self.data.read_for_sanity)
         self.module.train()
         self.enter_stage("train")  # (Lightning's trainer.training: the whole fit but its evaluation passes)
         hooks.call("on_fit_start")
@@ -176,6 +185,8 @@ class RankRun(RunParts, RunCounters):
                     not self.callbacks.should_stop(self.step, self.min_run_done):
                 # On resume mid-epoch: the epoch's remaining steps, the same samples as before.
                 # Both are computed lazily, step by step (O(global batch) each, nothing per epoch).
+                self.data_reload.before_epoch(self)  # reload_dataloaders_every_n_epochs
+                plan, train_set = self.fit_plan.plan, self.data.train_set()
                 steps = plan.rank_steps(self.epoch, self.data_rank, self.epoch_step)
                 self.start_epoch(self.batch.accumulate_grad_batches)
                 hooks.call("on_train_epoch_start")
@@ -299,8 +310,8 @@ class RankRun(RunParts, RunCounters):
                            self.epoch)
         if self.preempted:
             return self.last_metrics
-        if self.validated_at != self.step:
-            self.validate()
+        if self.validated_at != self.step and getattr(self.trainer, "validates_at_fit_end", True):
+            self.validate()  # (Lightning's Trainer does not: trainer/lightning/trainer/trainer.py)
         if self.checkpoints is not None and self.checkpoints.config.save_last and self.saved_at != self.step:
             self.save_checkpoint()
         self.hooks.call("on_train_end")

@@ -37,6 +37,7 @@ from trainer.loggers import Logger, agree_versions
 from trainer.loggers.wandb_run_id import adopt_run_of_checkpoint
 from trainer.loop.hooks import RunHooks
 from trainer.loop.log_collector import LogCollector
+from trainer.loop.sanity_check import sanity_pass_follows
 from trainer.loop.validation import check_validation_setup
 from trainer.observe.model_summary import summarize
 from trainer.runtime import distributed
@@ -96,8 +97,8 @@ def build_run(run: RankRun) -> None:
     init = _build_model(trainer, module, strategy)
     run.install(precision=trainer.precision)
     # 5. the data (before wrapping: a strategy may need the batch size)
-    data = RunData(module, trainer)
-    run.install(data=data, val_set=data.val_set)
+    data = RunData(module, trainer, _sanity_read(run) if sanity_pass_follows(trainer) else None)
+    run.install(data=data)
     run.replan(data.batch)  # the run's batch settings (the batch-size finder may choose others)
     if not data.evaluating:  # test / predict read no validation data
         check_validation_setup(trainer, module, data.val_set)
@@ -166,3 +167,9 @@ def _open_loggers(trainer: Trainer, run_dir: str, rank: int, logged_hparams: Any
         for logger in loggers:
             logger.log_hyperparams(params)
     return loggers
+
+
+def _sanity_read(run: Any) -> Any:
+    """Where a sanity pass follows, ``val_dataloader()`` is read first, for it (Lightning's order:
+    ``trainer.sanity_checking`` is true in the hook)."""
+    return lambda: run.stage("sanity_check", sanity=True)

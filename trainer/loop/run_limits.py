@@ -12,8 +12,8 @@ Units (world-size independent):
 - ``limit_val_batches`` / ``num_sanity_val_steps``: an int counts global validation batches (the
   validation batch size x the data-parallel ranks), i.e. the first ``n x val batch size x ranks``
   samples of the validation order, spread over the ranks: the same samples for the same global
-  batch on any world size; a float in (0, 1] is that fraction of the validation samples (rounded
-  down, at least 1); ``limit_val_batches=0`` (or 0.0): no validation at all, no sanity pass either.
+  batch on any world size; a float in (0, 1] is that fraction of the loader's batches of its batch
+  size (rounded down, at least 1, as Lightning's on one process); ``limit_val_batches=0`` (or 0.0): no validation at all, no sanity pass either.
 - ``limit_test_batches`` / ``limit_predict_batches``: an int counts the first global evaluation
   batches (dataset-order batches of the loader's batch size, the same on any world size,
   ``trainer/loop/evaluation.py``); a float is that fraction of them (rounded down, as Lightning);
@@ -43,20 +43,32 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from trainer.runtime.value_checks import is_int, require
+from trainer.api.errors import MisconfigurationException
+from trainer.runtime.value_checks import is_int
+
 
 log = logging.getLogger(__name__)
+
+
+def require(condition: bool, message: str) -> None:
+    """Lightning's error for a run-length argument (a ``MisconfigurationException``, so a ValueError too)."""
+    if not condition:
+        raise MisconfigurationException(message)
 
 
 def _is_fraction(value: Any) -> bool:
     return isinstance(value, float) and 0.0 < value <= 1.0
 
 
-def check_limit(name: str, value: Any, unit: str) -> None:
-    """``None``, an int >= 0 or a float in [0, 1]; else an error naming the value and what is allowed."""
+def check_limit(name: str, value: Any, unit: str) -> Any:
+    """``None``, an int >= 0 or a float in [0, 1] (returned as given; a whole float above 1, such as
+    ``1e50``, is that many batches, as Lightning reads it); else an error naming the value and what is allowed."""
+    if isinstance(value, float) and value > 1 and value.is_integer():
+        return int(value)
     require(value is None or (is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
-             f"trainer.{name}={value!r}: give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
+             f"trainer.{name}={value!r}: passed invalid value; give an integer >= 0 ({unit}; 0: none), a float in [0, 1] (a fraction) or "
              "null (no limit)")
+    return value
 
 
 def check_min_run(min_epochs: Any, min_steps: Any) -> None:
@@ -69,7 +81,7 @@ def check_min_run(min_epochs: Any, min_steps: Any) -> None:
 def overfit_limit(value: Any) -> Any:
     """``overfit_batches`` checked: 0 / 0.0 (off) -> None, else the limit it puts on both passes."""
     require((is_int(value) and value >= 0) or _is_fraction(value) or value == 0.0,
-            f"trainer.overfit_batches={value!r}: give an integer >= 0 (global batches; 0: off) or a float in [0, 1]")
+            f"trainer.overfit_batches={value!r}: passed invalid value; give an integer >= 0 (global batches; 0: off) or a float in [0, 1]")
     return value or None
 
 
@@ -82,7 +94,7 @@ def fast_dev_run_steps(value: Any) -> int:
     """``fast_dev_run`` as a number of steps: True -> 1, False / 0 -> 0 (off), an int n >= 0 -> n."""
     if isinstance(value, bool):
         return int(value)
-    require(is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: give true, false or an integer >= 0")
+    require(is_int(value) and value >= 0, f"trainer.fast_dev_run={value!r}: should be >= 0; give true, false or an integer >= 0")
     return value
 
 
@@ -103,7 +115,7 @@ def merge_val_interval(val_every_n_steps: int | None, val_check_interval: Any) -
     if val_check_interval is None:
         return val_every_n_steps, None
     require((is_int(val_check_interval) and val_check_interval >= 1) or _is_fraction(val_check_interval),
-             f"trainer.val_check_interval={val_check_interval!r}: give an integer >= 1 (optimizer steps, as "
+             f"trainer.val_check_interval={val_check_interval!r}: passed invalid value; give an integer >= 1 (optimizer steps, as "
              "val_every_n_steps), a float in (0, 1] (a fraction of an epoch) or null")
     if is_int(val_check_interval):
         require(val_every_n_steps in (None, val_check_interval),
@@ -148,12 +160,13 @@ def train_steps_per_epoch(trainer: Any, steps_per_epoch: int) -> int:
 
 
 def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: int) -> int | None:
-    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a
-    fraction); None: all."""
+    """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a fraction
+    of the loader's batches of ``val_batch_size``, rounded down as Lightning's on one process, at least
+    one); None: all."""
     if limit is None or limit == -1:
         return None
     if isinstance(limit, float):
-        return fraction_of(limit, num_samples)
+        return min(fraction_of(limit, -(-num_samples // val_batch_size)) * val_batch_size, num_samples)
     return min(limit * val_batch_size * ranks, num_samples)
 
 

@@ -48,8 +48,7 @@ class RunParts:
     callbacks: CallbackList  # the Trainer's and configure_callbacks()'s, in call order
     hooks: RunHooks  # the one dispatcher of every hook
     precision: Precision
-    data: RunData  # the data hooks' datasets and loaders, read once
-    val_set: Any  # the validation set (None: the run does not validate)
+    data: RunData  # the data hooks' datasets and loaders (read again only by trainer/loop/data_reload.py)
     summary: Any = None  # the model summary (enable_model_summary)
     wrapped: Any = None  # what strategy.wrap returned: what a step calls (Lightning's trainer.model)
     loggers: list[Logger] = []  # rank 0's writers (none on the other ranks)

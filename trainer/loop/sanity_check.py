@@ -54,6 +54,11 @@ def restore_random_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def sanity_pass_follows(trainer: Any) -> bool:
+    """Whether a fit with these settings runs a sanity pass (given validation data)."""
+    return trainer.stage == "fit" and trainer.num_sanity_val_steps != 0 and not disables(trainer.limit_val_batches)
+
+
 def run_sanity_check(run: RankRun) -> None:
     """Run ``num_sanity_val_steps`` validation batches (-1: all), leaving every random state as it was.
     Skipped without validation data or under ``limit_val_batches=0``; a resumed run has one too (as Lightning)."""

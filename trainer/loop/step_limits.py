@@ -65,6 +65,12 @@ def plan_fit(trainer: Any, module: Any, plan: GlobalBatchPlan, batch: BatchSetti
 
     # limit_train_batches, a float val_check_interval (a stream: epochs end where it does, trainer/data/streaming/)
     steps_per_epoch, val_every_n_steps = epoch_length(trainer, plan)
+    if (hasattr(trainer, "lightning_defaults") and trainer.check_val_every_n_epoch is not None and val_every_n_steps
+            and val_every_n_steps > steps_per_epoch):  # Lightning's Trainer counts val_check_interval in an epoch
+        raise ValueError(f"trainer.val_check_interval={val_every_n_steps} must be less than or equal to the number of "
+                         f"the training batches ({steps_per_epoch} optimizer steps per epoch); to validate every N "
+                         "steps across epochs set check_val_every_n_epoch=None, to turn validation off "
+                         "limit_val_batches=0")
     # max_steps counts optimizer steps: under manual optimization not batches
     limits = step_limits(trainer, plan, steps_per_epoch, manual=not getattr(module, "automatic_optimization", True))
     return FitPlan(plan, batch, steps_per_epoch, val_every_n_steps, limits, limits.estimated_stepping_batches(trainer))

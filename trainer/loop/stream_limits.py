@@ -48,9 +48,12 @@ def epoch_over(plan: Any, epoch: int, epoch_step: int, steps_per_epoch: int | fl
 
 def training_batches(plan: Any, steps_per_epoch: int | float) -> int | float:
     """This rank's micro-batches per epoch (Lightning's ``trainer.num_training_batches``): the full steps'
-    micro-batches and the last step's (a short last global batch may need fewer); inf for a stream."""
-    if is_stream(plan) or steps_per_epoch == math.inf:
+    micro-batches and the last step's (a short last global batch may need fewer); inf for a stream, or
+    its cap under an int ``limit_train_batches`` (Lightning's min(inf, limit))."""
+    if steps_per_epoch == math.inf:
         return math.inf
+    if is_stream(plan):
+        return steps_per_epoch * plan.accumulate
     if steps_per_epoch < plan.steps_per_epoch:  # limited: full steps only
         return steps_per_epoch * plan.accumulate
     return (steps_per_epoch - 1) * plan.accumulate + plan.micro_steps(steps_per_epoch - 1)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.api.errors import MisconfigurationException
 from trainer.lightning.utilities.rank_zero import rank_zero_info
+from trainer.runtime.value_checks import is_int
 
 _LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
            "overfit_batches", "val_check_interval")
@@ -63,3 +65,12 @@ def apply_barebones(kwargs: dict[str, Any]) -> dict[str, Any]:
     rank_zero_info("The Trainer is running in `Trainer(barebones=True)` mode: no checkpoints, loggers, progress "
                    "bar, model summary or sanity-check batches.")
     return kwargs
+
+
+def reload_epochs(value: Any) -> int:
+    """``reload_dataloaders_every_n_epochs`` checked: an int >= 0 (0: never reload)."""
+    if not is_int(value) or value < 0:
+        raise MisconfigurationException(
+            f"reload_dataloaders_every_n_epochs={value!r}: should be an int >= 0 (epochs between two calls of the "
+            "data hooks; 0: once per call)")
+    return value

@@ -2,12 +2,16 @@
 that leaves them unset trains as long, validates as often and logs as often as under Lightning:
 
 - ``max_epochs``: 1000 when neither ``max_epochs`` nor ``max_steps`` is given (ours: 1);
-- ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training);
+- ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training),
+  and no validation at the end of fit beyond that schedule;
+- what ``validation_step`` / ``test_step`` return is not turned into ``val/`` / ``test/`` metrics (only
+  ``self.log`` logs, as Lightning);
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
 
-``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
+``reload_dataloaders_every_n_epochs=N``: the data hooks are called again every N epochs
+(``trainer/loop/data_reload.py``); ``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
 shapes: ``validate`` / ``test`` return a list with one dict of metrics per loader, ``fit`` returns
 None; and Lightning's answer to a
 KeyboardInterrupt during a call: the run shuts down (``on_exception`` hooks, loggers finalized with
@@ -23,7 +27,8 @@ import re
 import os
 from typing import Any, Callable
 
-from trainer.lightning.trainer.flags import announce_limits, apply_barebones
+from trainer.lightning.trainer.flags import announce_limits, apply_barebones, reload_epochs
+from trainer.lightning.trainer.loader_properties import LoaderProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -32,13 +37,16 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(_Trainer):
+class Trainer(LoaderProperties, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
         self.barebones = bool(kwargs.get("barebones", False))
         kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
         announce_limits(kwargs)
+        #: Lightning's ``reload_dataloaders_every_n_epochs`` (0: the data hooks run once per call;
+        #: trainer/loop/data_reload.py)
+        self.reload_dataloaders_every_n_epochs = reload_epochs(kwargs.pop("reload_dataloaders_every_n_epochs", 0))
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
@@ -48,6 +56,14 @@ class Trainer(_Trainer):
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
         super().__init__(**kwargs)
+        #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
+        #: again at the end of fit as this trainer does
+        self.validates_at_fit_end = False
+        #: what validation_step / test_step return is the program's (Lightning logs only what self.log
+        #: gives); this trainer's own Trainer also reduces returned losses and dicts into val/ and test/ metrics
+        self.reduces_eval_outputs = False
+        if self.fast_dev_run == 1:
+            self.fast_dev_run = True  # (Lightning's reading of fast_dev_run=1)
 
     @property
     def num_devices(self) -> int:
