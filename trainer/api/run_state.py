@@ -58,6 +58,8 @@ class TrainerRunState(RankProperties):
 
     #: the ModelCheckpoint class of the default checkpointing (None: the trainer's own, step-<n>/ folders)
     default_checkpoint_class: Any = None
+    #: whether the first step's FLOPs by module are written to ``<run_dir>/flops.txt``
+    write_flops_file: bool = True
     _run_view: RunView | None = None  # set by the loop while (and after) it runs a call of this trainer
 
     def __getstate__(self) -> dict:

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from trainer.api.callback import Callback
+from trainer.api.errors import MisconfigurationException
 from trainer.checkpoint import layout
 from trainer.checkpoint.config import CheckpointConfig
 
@@ -196,8 +197,11 @@ def checkpointing(checkpoint: Any, enable_checkpointing: bool | None, callbacks:
     if writers and len(writers) < len(given):
         raise ValueError("Lightning's ModelCheckpoint (trainer.lightning) and this trainer's ModelCheckpoint together: "
                          "use one kind")
-    if writers and (configured or enable_checkpointing is False):
-        raise ValueError("ModelCheckpoint callbacks with Trainer(checkpoint=...) or enable_checkpointing=False: "
+    if writers and enable_checkpointing is False:
+        raise MisconfigurationException("Trainer was configured with `enable_checkpointing=False` but found "
+                                        "`ModelCheckpoint` in callbacks list: remove one of them")
+    if writers and configured:
+        raise ValueError("Trainer(checkpoint=..., callbacks=[ModelCheckpoint(...)]): both set the checkpointing; "
                          "give one of them")
     if writers:
         return None, writers[0]

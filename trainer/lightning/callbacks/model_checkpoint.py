@@ -13,13 +13,12 @@ sets the trainer's checkpointing instead (`trainer.callbacks.ModelCheckpoint`: f
 ``step-<n>/``, the results read from them).
 """
 
-from __future__ import annotations
-
 import logging
 import os
 import time
+import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, Optional, Union
 
 import torch
 
@@ -33,6 +32,10 @@ from trainer.runtime import distributed
 log = logging.getLogger(__name__)
 
 _RESULTS = ("best_model_path", "best_model_score", "best_k_models", "kth_best_model_path", "last_model_path")
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
 
 
 def _result(name: str) -> property:
@@ -56,14 +59,15 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
     ``to_yaml()`` writes ``best_k_models``; ``format_checkpoint_name(metrics)`` names a file.
     """
 
-    def __init__(self, dirpath: Any = None, filename: str | None = None, monitor: str | None = None,
-                 verbose: bool = False, save_last: bool | str | None = None, save_top_k: int = 1,
+    def __init__(self, dirpath: Optional[Union[str, os.PathLike]] = None, filename: Optional[str] = None,
+                 monitor: Optional[str] = None, verbose: bool = False,
+                 save_last: Optional[Union[bool, Literal["link"]]] = None, save_top_k: int = 1,
                  save_on_exception: bool = False, save_weights_only: bool = False, mode: str = "min",
-                 auto_insert_metric_name: bool = True, every_n_train_steps: int | None = None,
-                 train_time_interval: timedelta | None = None, every_n_epochs: int | None = None,
-                 save_on_train_epoch_end: bool | None = None, enable_version_counter: bool = True):
+                 auto_insert_metric_name: bool = True, every_n_train_steps: Optional[int] = None,
+                 train_time_interval: Optional[timedelta] = None, every_n_epochs: Optional[int] = None,
+                 save_on_train_epoch_end: Optional[bool] = None, enable_version_counter: bool = True):
         if mode not in ("min", "max"):
-            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be min, max")
+            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be min, max but got {mode}")
         if save_last not in (None, True, False, "link"):
             raise MisconfigurationException(f"ModelCheckpoint(save_last={save_last!r}): give None, True, False or 'link'")
         self.__dict__["_results"] = {"best_model_path": "", "best_model_score": None, "best_k_models": {},
@@ -80,7 +84,9 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
         self._last_time_checked: float | None = None
         self._defer_save_until_validation = False
         self._validated = False
-        given = os.path.realpath(os.path.expanduser(os.fspath(dirpath))) if dirpath else None
+        given = os.fspath(dirpath) if dirpath else None
+        if given and _is_local(given):
+            given = os.path.realpath(os.path.expanduser(given))
         self._dirpath = self.dirpath_given = given
         if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs, every_n_train_steps = 1, 0
@@ -172,8 +178,8 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
             self.best_k_models = state.get("best_k_models", self.best_k_models)
             self.last_model_path = state.get("last_model_path", self.last_model_path)
         else:
-            log.warning("ModelCheckpoint: the checkpoint's dirpath %s differs from %s: only best_model_path is "
-                        "restored", state.get("dirpath"), self.dirpath)
+            warnings.warn(f"ModelCheckpoint: the checkpoint's dirpath {state.get('dirpath')} differs from "
+                          f"{self.dirpath}: only best_model_path is restored", UserWarning)
         self.best_model_path = state["best_model_path"]
 
     # ----- hooks -----------------------------------------------------------------------------------------
@@ -181,6 +187,9 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
         if not self._files:
             return
         self._dirpath = distributed.broadcast_object(self._resolve_dirpath(trainer))
+        if self.save_last == "link" and not _is_local(self._dirpath):
+            raise ValueError(f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
+                             f"`dirpath={self._dirpath}`")
         self._trainer = trainer
         if stage == "fit" and trainer.is_global_zero and self.save_top_k != 0 and os.path.isdir(self._dirpath) \
                 and os.listdir(self._dirpath):

@@ -37,6 +37,7 @@ class Trainer(_Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
+    write_flops_file = False  # Lightning writes nothing of its own into default_root_dir
 
     def __init__(self, **kwargs: Any):
         self.barebones = bool(kwargs.get("barebones", False))
