@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from typing import Any
 
 import torch
@@ -27,7 +26,7 @@ class CheckpointSaves:
             return
         every = self._every_n_train_steps
         skip_batch = every < 1 or trainer.global_step % every != 0
-        skip_time, now = True, time.monotonic()
+        skip_time, now = True, self._now()
         if self._train_time_interval is not None:
             previous = self._last_time_checked
             skip_time = previous is None or now - previous < self._train_time_interval.total_seconds()

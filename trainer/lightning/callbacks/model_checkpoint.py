@@ -42,10 +42,10 @@ def _result(name: str) -> property:
     """A result attribute: kept on the callback when it writes files, read from the folders otherwise."""
     folder_property = getattr(_FolderCheckpoint, name)
 
-    def get(self: ModelCheckpoint) -> Any:
+    def get(self: "ModelCheckpoint") -> Any:
         return self.__dict__["_results"][name] if self._files else folder_property.fget(self)
 
-    def set_(self: ModelCheckpoint, value: Any) -> None:
+    def set_(self: "ModelCheckpoint", value: Any) -> None:
         self.__dict__["_results"][name] = value
 
     return property(get, set_, doc=folder_property.__doc__)
@@ -178,8 +178,8 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
             self.best_k_models = state.get("best_k_models", self.best_k_models)
             self.last_model_path = state.get("last_model_path", self.last_model_path)
         else:
-            warnings.warn(f"ModelCheckpoint: the checkpoint's dirpath {state.get('dirpath')} differs from "
-                          f"{self.dirpath}: only best_model_path is restored", UserWarning)
+            warnings.warn(f"The dirpath has changed from {state.get('dirpath')!r} to {self.dirpath!r}: only "
+                          "best_model_path is restored (not the ranking of the other folder's files)", UserWarning)
         self.best_model_path = state["best_model_path"]
 
     # ----- hooks -----------------------------------------------------------------------------------------
@@ -208,4 +208,9 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
         return os.path.join(root, "checkpoints")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._last_time_checked = time.monotonic()
+        self._last_time_checked = self._now()
+
+    @staticmethod
+    def _now() -> float:
+        """The clock of ``train_time_interval`` (this module's ``time.monotonic``)."""
+        return time.monotonic()
