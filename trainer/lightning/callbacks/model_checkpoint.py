@@ -165,7 +165,9 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
                 "best_model_path": self.best_model_path, "current_score": self.current_score,
                 "dirpath": self.dirpath, "best_k_models": self.best_k_models,
                 "kth_best_model_path": self.kth_best_model_path, "kth_value": self.kth_value,
-                "last_model_path": self.last_model_path}
+                "last_model_path": self.last_model_path,
+                # a resume that runs the epoch end of its checkpoint again does not save that step twice
+                "last_global_step_saved": self._last_global_step_saved}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the results (the ranking only when the checkpoint's ``dirpath`` is this one's)."""
@@ -177,6 +179,7 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
             self.kth_value = state.get("kth_value", self.kth_value)
             self.best_k_models = state.get("best_k_models", self.best_k_models)
             self.last_model_path = state.get("last_model_path", self.last_model_path)
+            self._last_global_step_saved = state.get("last_global_step_saved", self._last_global_step_saved)
         else:
             warnings.warn(f"The dirpath has changed from {state.get('dirpath')!r} to {self.dirpath!r}: only "
                           "best_model_path is restored (not the ranking of the other folder's files)", UserWarning)
