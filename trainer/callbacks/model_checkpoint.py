@@ -204,6 +204,7 @@ def checkpointing(checkpoint: Any, enable_checkpointing: bool | None, callbacks:
         raise ValueError("Trainer(checkpoint=..., callbacks=[ModelCheckpoint(...)]): both set the checkpointing; "
                          "give one of them")
     if writers:
+        callbacks[:] = [c for c in callbacks if c not in writers] + writers  # last, as Lightning orders them
         return None, writers[0]
     if len(given) > 1:
         raise ValueError(f"{len(given)} ModelCheckpoint callbacks: one is supported here (it sets the trainer's "

@@ -44,7 +44,11 @@ class CheckpointSaves:
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
 
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._open_epoch = trainer.current_epoch
+
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._open_epoch = None
         if self._files and not self._should_skip_saving_checkpoint(trainer) \
                 and self._should_save_on_train_epoch_end(trainer):
             self._epoch_save(trainer)
@@ -87,6 +91,15 @@ class CheckpointSaves:
         log.info("%s was raised (%s): checkpoint saved to %s", type(exception).__name__, exception, path)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        epoch = self.__dict__.pop("_open_epoch", None)
+        if self._files and epoch is not None and not self._should_skip_saving_checkpoint(trainer) \
+                and self._should_save_on_train_epoch_end(trainer):
+            # training stopped inside an epoch (max_steps): Lightning ends that epoch, saving as at its end
+            candidates = self._monitor_candidates(trainer)
+            if self._every_n_epochs >= 1 and (epoch + 1) % self._every_n_epochs == 0:
+                self._save_topk_checkpoint(trainer, candidates)
+            if self._last_global_step_saved == trainer.global_step:
+                self._save_last_checkpoint(trainer, candidates)
         if self._files and self.save_last and not self._last_checkpoint_saved:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 

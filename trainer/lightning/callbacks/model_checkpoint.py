@@ -1,14 +1,14 @@
 """Lightning's ``lightning.pytorch.callbacks.model_checkpoint``: ``ModelCheckpoint`` writing Lightning's
 checkpoint files.
 
-With a strategy that saves full checkpoints (one process, DDP), each save is one file
+With a strategy that can save a full checkpoint (one process, DDP, FSDP: consolidated on rank 0), each save is one file
 ``dirpath/<filename>.ckpt`` made by ``trainer.save_checkpoint`` (Lightning's keys, and what this
 trainer resumes from exactly: `trainer.checkpoint.single_file`), named from the ``filename``
 template, kept by ``save_top_k`` / ``monitor`` / ``mode``, with ``last.ckpt`` (``save_last``, also
 as a link), ``save_weights_only``, ``save_on_exception``, ``every_n_epochs`` /
 ``every_n_train_steps`` / ``train_time_interval``; several ModelCheckpoints work side by side.
 
-With a strategy that saves sharded checkpoints only (FSDP, tensor / pipeline parallel), the callback
+With a strategy that saves sharded checkpoints only (the pipeline strategy), the callback
 sets the trainer's checkpointing instead (`trainer.callbacks.ModelCheckpoint`: folders
 ``step-<n>/``, the results read from them).
 """
@@ -58,6 +58,8 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
     ``kth_best_model_path``, ``kth_value``, ``last_model_path``, ``current_score``, ``dirpath``;
     ``to_yaml()`` writes ``best_k_models``; ``format_checkpoint_name(metrics)`` names a file.
     """
+
+    watches_metrics = True  # its on_train_epoch_end after the module's, and it comes last (Lightning's order)
 
     def __init__(self, dirpath: Optional[Union[str, os.PathLike]] = None, filename: Optional[str] = None,
                  monitor: Optional[str] = None, verbose: bool = False,
