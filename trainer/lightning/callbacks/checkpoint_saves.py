@@ -143,8 +143,8 @@ class CheckpointSaves:
         self._save_monitor_checkpoint(trainer, candidates)
 
     def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
+        self._last_global_step_saved = trainer.global_step  # (before: the file's own state says this step)
         trainer.save_checkpoint(filepath, self.save_weights_only)
-        self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
         if trainer.is_global_zero:
             for logger in trainer.loggers:
