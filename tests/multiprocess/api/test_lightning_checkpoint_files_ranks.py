@@ -59,8 +59,12 @@ def test_ddp_writes_one_process_files_and_resumes_from_a_ckpt_file(tmp_path):
     one = Regression(batch_size=8)
     fit(tmp_path / "r1", one, [ModelCheckpoint(dirpath=str(tmp_path / "one"), **settings)], max_epochs=4)
     ddp = dict(strategy="ddp", devices=2, accelerator="cpu")
-    fit(tmp_path / "r2", Regression(batch_size=4), [ModelCheckpoint(dirpath=str(tmp_path / "two"), **settings)],
-        max_epochs=2, **ddp)
+    first = ModelCheckpoint(dirpath=str(tmp_path / "two"), **settings)
+    fit(tmp_path / "r2", Regression(batch_size=4), [first], max_epochs=2, **ddp)
+    # the caller's callback has rank 0's results
+    assert first.last_model_path == str(tmp_path / "two" / "last.ckpt")
+    assert first.best_model_path == str(tmp_path / "two" / "epoch=1-step=4.ckpt")
+    assert float(first.best_model_score) == pytest.approx(0.2)
     resumed = Regression(batch_size=4)
     fit(tmp_path / "r3", resumed, [ModelCheckpoint(dirpath=str(tmp_path / "two"), **settings)], max_epochs=4,
         ckpt_path=str(tmp_path / "two" / "last.ckpt"), **ddp)

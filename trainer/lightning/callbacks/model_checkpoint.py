@@ -187,6 +187,21 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
                           "best_model_path is restored (not the ranking of the other folder's files)", UserWarning)
         self.best_model_path = state["best_model_path"]
 
+    def results(self) -> dict[str, Any] | None:
+        """What the caller of a spawned fit takes over (``adopt_results``): the files' results."""
+        if not self._files:
+            return None
+        return {**self.state_dict(), "last_checkpoint_saved": self._last_checkpoint_saved}
+
+    def adopt_results(self, results: dict[str, Any] | None) -> None:
+        """Take the results a spawned fit's rank 0 had (``best_model_path`` ... here as there)."""
+        if results is None:
+            return
+        self._dirpath = results["dirpath"]
+        self.load_state_dict(results)
+        self.current_score = results["current_score"]
+        self._last_checkpoint_saved = results["last_checkpoint_saved"]
+
     # ----- hooks -----------------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if not self._files:
