@@ -27,6 +27,8 @@ def run_call(trainer: Trainer, mode: str, module: TrainModule, verbose: bool = F
             settle_versions(trainer.logger_specs)  # the caller's logger objects name the folders the workers write
             spawn(_run_spawned, (trainer, module, mode), nprocs=trainer.devices, timeout=trainer.collective_timeout)
             result = read_result_file(trainer.run_dir)
+            for index, results in result.callback_results.items():  # e.g. a ModelCheckpoint's best_model_path
+                trainer.callbacks[index].adopt_results(results)
             if mode == "fit":
                 deliver_weights(module, result.state_dict, trainer.run_dir)
             module._trainer = trainer  # as after an in-process run: module.global_step ... read this trainer

@@ -291,7 +291,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.strategy = resolve_strategy(strategy, accelerator=accelerator, **strategy_options)
         checkpoint, self._checkpoint_callback = checkpointing(  # Lightning's ModelCheckpoint / default checkpointing
             checkpoint, enable_checkpointing, self.callbacks, self.strategy.checkpoint_formats,
-            configured=checkpoint is not CHECKPOINT_DEFAULT)
+            configured=checkpoint is not CHECKPOINT_DEFAULT, default=self.default_checkpoint_class)
         if self._checkpoint_callback is not None:
             self._checkpoint_callback._trainer = self
         self.checkpoint = CheckpointConfig.from_any(checkpoint)

@@ -56,6 +56,10 @@ class TrainerRunState(RankProperties):
     """The run-state properties of ``Trainer`` (a mixin: the values live on the rank's run while
     one is going on)."""
 
+    #: the ModelCheckpoint class of the default checkpointing (None: the trainer's own, step-<n>/ folders)
+    default_checkpoint_class: Any = None
+    #: whether the first step's FLOPs by module are written to ``<run_dir>/flops.txt``
+    write_flops_file: bool = True
     _run_view: RunView | None = None  # set by the loop while (and after) it runs a call of this trainer
 
     def __getstate__(self) -> dict:
@@ -183,11 +187,26 @@ class TrainerRunState(RankProperties):
         or turned off."""
         return self.__dict__.get("_checkpoint_callback")
 
+    def save_checkpoint(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None:
+        """Save the run's state into the file ``filepath`` (Lightning's ``.ckpt`` shape, resumable with
+        ``ckpt_path=``; ``weights_only``: the model's weights only): while a call runs, from a hook or a
+        callback, on every rank (a collective)."""
+        if storage_options is not None:
+            raise ValueError(f"save_checkpoint(storage_options={storage_options!r}): no checkpoint IO plugin here; "
+                             "give storage_options=None")
+        if self._run_view is None:
+            raise RuntimeError(f"trainer.save_checkpoint({filepath!r}) outside a running fit: call it from a hook or "
+                               "a callback (or use ModelCheckpoint); after fit, the newest checkpoint is on disk")
+        self._run_view.save_checkpoint(filepath, weights_only)
+
     @property
     def checkpoint_callbacks(self) -> list[Any]:
-        """``[checkpoint_callback]``, or [] (Lightning's list)."""
+        """Every ModelCheckpoint among the callbacks (Lightning's list; [] without one)."""
         callback = self.checkpoint_callback
-        return [] if callback is None else [callback]
+        if callback is None:
+            return []
+        found = [other for other in getattr(self, "callbacks", []) if hasattr(type(other), "kth_best_model_path")]
+        return found if callback in found else [callback]
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

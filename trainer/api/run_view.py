@@ -44,6 +44,10 @@ class RunSource(Protocol):
 
     def log(self, metrics: dict[str, float]) -> None: ...
 
+    def save_checkpoint(self, path: Any, weights_only: bool = False) -> str:
+        """Save the run's state into the file ``path`` (a collective: every rank calls it)."""
+        return self._run.save_checkpoint_file(path, weights_only)
+
     def request_stop(self, reason: str) -> None: ...
 
     def stop_requested(self) -> bool: ...
@@ -195,6 +199,10 @@ class RunView:
     def log(self, metrics: dict[str, float]) -> None:
         """Record ``{name: float}`` at the current step with the run's loggers (which exist on rank 0)."""
         self._run.log(metrics)
+
+    def save_checkpoint(self, path: Any, weights_only: bool = False) -> str:
+        """Save the run's state into the file ``path`` (a collective: every rank calls it)."""
+        return self._run.save_checkpoint_file(path, weights_only)
 
     def request_stop(self, reason: str) -> None:
         """End training at the end of the current step, with the final validation and ``save_last``

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from trainer.api.callback import Callback
+from trainer.api.errors import MisconfigurationException
 from trainer.checkpoint import layout
 from trainer.checkpoint.config import CheckpointConfig
 
@@ -90,11 +91,16 @@ class ModelCheckpoint(Callback):
         self.every_n_epochs, self.every_n_train_steps = every_n_epochs or None, every_n_train_steps or None
         self._trainer: Any = None  # the Trainer this belongs to: its run directory locates the checkpoints
 
+    def writes_files(self, format: str) -> bool:
+        """Whether this callback saves its own checkpoint files (Lightning's mirror, with the full
+        ``format``) instead of setting the trainer's checkpointing (folders ``step-<n>/``)."""
+        return False
+
     def checkpoint_config(self, format: str) -> CheckpointConfig | None:
         """The trainer's checkpoint settings for this ModelCheckpoint (None: it saves nothing)."""
         periodic = self.save_top_k != 0
         every_steps = self.every_n_train_steps if periodic else None
-        every_epochs = self.every_n_epochs if periodic else None
+        every_epochs = (self.every_n_epochs or None) if periodic else None
         # Lightning's epoch trigger also fires when training ends mid-epoch: save at the end then too.
         at_end = bool(self.save_last) or (periodic and every_epochs is not None)
         if not (every_steps or every_epochs or at_end):
@@ -177,13 +183,29 @@ def default_checkpointing(format: str) -> tuple[CheckpointConfig, ModelCheckpoin
 
 
 def checkpointing(checkpoint: Any, enable_checkpointing: bool | None, callbacks: list, formats: tuple[str, ...],
-                  configured: bool) -> tuple[Any, ModelCheckpoint | None]:
+                  configured: bool, default: type | None = None) -> tuple[Any, ModelCheckpoint | None]:
     """(the ``checkpoint=`` value to use, the Trainer's ``checkpoint_callback``) from the Trainer's
-    ``checkpoint`` (``configured``: given), ``enable_checkpointing`` and a ModelCheckpoint among
-    ``callbacks``; ``formats``: the strategy's checkpoint formats ("full" when it has it)."""
+    ``checkpoint`` (``configured``: given), ``enable_checkpointing`` and the ModelCheckpoints among
+    ``callbacks``; ``formats``: the strategy's checkpoint formats ("full" when it has it);
+    ``default``: the ModelCheckpoint class of the default checkpointing (one that writes its own
+    files is added to ``callbacks``)."""
     if enable_checkpointing not in (None, True, False):
         raise TypeError(f"Trainer(enable_checkpointing={enable_checkpointing!r}) must be True or False")
+    format = "full" if "full" in formats else formats[0]
     given = [callback for callback in callbacks if isinstance(callback, ModelCheckpoint)]
+    writers = [callback for callback in given if callback.writes_files(format)]
+    if writers and len(writers) < len(given):
+        raise ValueError("Lightning's ModelCheckpoint (trainer.lightning) and this trainer's ModelCheckpoint together: "
+                         "use one kind")
+    if writers and enable_checkpointing is False:
+        raise MisconfigurationException("Trainer was configured with `enable_checkpointing=False` but found "
+                                        "`ModelCheckpoint` in callbacks list: remove one of them")
+    if writers and configured:
+        raise ValueError("Trainer(checkpoint=..., callbacks=[ModelCheckpoint(...)]): both set the checkpointing; "
+                         "give one of them")
+    if writers:
+        callbacks[:] = [c for c in callbacks if c not in writers] + writers  # last, as Lightning orders them
+        return None, writers[0]
     if len(given) > 1:
         raise ValueError(f"{len(given)} ModelCheckpoint callbacks: one is supported here (it sets the trainer's "
                          "checkpointing); keep one")
@@ -195,13 +217,15 @@ def checkpointing(checkpoint: Any, enable_checkpointing: bool | None, callbacks:
     if configured and enable_checkpointing is not None and (checkpoint is None) == enable_checkpointing:
         raise ValueError(f"Trainer(checkpoint={checkpoint!r}, enable_checkpointing={enable_checkpointing}) "
                          "disagree; give one of them")
-    format = "full" if "full" in formats else formats[0]
     if given:
         return given[0].checkpoint_config(format), given[0]
     if configured:
         return checkpoint, None
     if enable_checkpointing is False:
         return None, None
+    if default is not None and (writer := default()).writes_files(format):
+        callbacks.append(writer)
+        return None, writer
     config, callback = default_checkpointing(format)
     return config, callback
 

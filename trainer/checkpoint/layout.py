@@ -208,6 +208,13 @@ def resolve(resume: str, root: str) -> str | None:
     if resume == "auto":
         return find_latest(root)
     path = os.path.abspath(resume)
+    if os.path.isfile(path):  # a checkpoint packed into one file (single_file.py)
+        from trainer.checkpoint.single_file import is_packed, unpacked
+
+        if not is_packed(path):
+            raise FileNotFoundError(f"trainer.resume={resume!r} is a file this trainer did not write as a checkpoint; "
+                                    "give a checkpoint file or directory, a directory of checkpoints, or auto")
+        path = unpacked(path)
     if is_committed(path):
         return path
     if os.path.isdir(path):

@@ -162,7 +162,9 @@ def _path(cls: type, path: Any, overrides: dict[str, Any]) -> str:
         path = overrides.pop("checkpoint_path")
     if path is None:
         raise TypeError(f"{cls.__name__}.load_from_checkpoint() needs the checkpoint's path")
-    return os.fspath(path)
+    from trainer.checkpoint.single_file import folder_of
+
+    return folder_of(os.fspath(path))  # a checkpoint file (Lightning's .ckpt shape): the folder it holds
 
 
 def _init_parameters(cls: type) -> tuple[list[str], list[str] | None]:

@@ -329,6 +329,10 @@ class CheckpointManager:
         the run there). A collective."""
         self.finish()  # a save of this run still committing (rank 0)
         marker = layout.read_marker(path)
+        if marker.get("weights_only"):
+            raise CheckpointError(f"{marker.get('packed_from', path)} holds the model's weights only "
+                                  "(ModelCheckpoint(save_weights_only=True)): resuming needs a full checkpoint; "
+                                  "load these weights with load_from_checkpoint")
         integrity.verify(path, marker)  # every file there, with the size it was written with
         load_training_state(path, states.model, states.optimizer, marker["format"],
                             part_of_model=self.strategy.owns_step, strategy=self.strategy)

@@ -59,8 +59,11 @@ def set_training_state(
     if optimizer is not None and not (
         strategy is not None and strategy.load_optimizer_state_dict(module, optimizer, state["optim"], full)
     ):
+        # One process: the full state is the local one (and torch's full-state path cannot load an
+        # optimizer without tensor state, e.g. plain SGD).
+        optim_options = options if distributed.is_distributed() else _options(False)
         with keep_param_group_dicts(optimizer):
-            set_optimizer_state_dict(module, optimizer, state["optim"], options=options)
+            set_optimizer_state_dict(module, optimizer, state["optim"], options=optim_options)
     set_model_state_dict(module, state["model"], options=options)
 
 

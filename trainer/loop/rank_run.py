@@ -336,6 +336,12 @@ class RankRun(RunParts, RunCounters):
         self.checkpoints.save(self.checkpoint_states())
         self.saved_at = self.step
 
+    def save_checkpoint_file(self, path: Any, weights_only: bool = False) -> str:
+        """The run's state as one checkpoint file (``trainer.save_checkpoint``; a collective)."""
+        from trainer.loop.save_file import save_checkpoint_file
+
+        return save_checkpoint_file(self, path, weights_only)
+
     def checkpoint_states(self) -> RunStates:
         """The parts of this run a checkpoint saves and restores, by name."""
         return RunStates(model=self.module, optimizer=self.optimizer, progress=self.checkpoint_progress,

@@ -139,7 +139,8 @@ def restore_run(run: RankRun, plan: GlobalBatchPlan) -> None:
     # Manual optimization: global_step is its own count (a checkpoint from before it was saved: the batches).
     run.resume(progress["step"], progress["epoch"], progress["epoch_step"], progress.get("global_step"))
     if run.rank == 0:  # the dashboards back at the checkpoint: nothing after it twice, nothing before it missing
-        other_run = None if os.path.dirname(os.path.abspath(path)) == os.path.abspath(root) else run_dir_of_checkpoint(path)
+        where = layout.read_marker(path).get("packed_from", path)  # a checkpoint file: where it lies
+        other_run = None if os.path.dirname(os.path.abspath(where)) == os.path.abspath(root) else run_dir_of_checkpoint(where)
         resume_loggers(run.loggers, run.step, progress.get("logged_rows"),
                        other_run if other_run != os.path.abspath(run.run_dir) else None)
     if run.epoch_step > plan.steps_per_epoch:

@@ -71,7 +71,9 @@ def build_run(run: RankRun) -> None:
         if run.own_log_handler:
             log_to_file(os.path.join(run_dir, "train.log"))
     module._trainer = trainer
-    if rank == 0 and trainer.stage == "fit" and trainer.checkpoint is not None and trainer.checkpoint.enabled:
+    saves = (trainer.checkpoint is not None and trainer.checkpoint.enabled) or getattr(
+        trainer.checkpoint_callback, "_files", False)  # Lightning's ModelCheckpoint writing files
+    if rank == 0 and trainer.stage == "fit" and saves:
         # The objects among the hyperparameters, pickled for the checkpoints before the strategy changes the model.
         run.install(hparams_archive=HparamsArchive({"module": module, "datamodule": trainer.datamodule}))
     logged_hparams = merged_for_loggers(module, trainer.datamodule)  # every rank: a clash fails them all alike

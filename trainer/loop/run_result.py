@@ -40,6 +40,8 @@ class RunResult:
     run_dir: str
     model: Any = None  # the wrapped module (in-process calls only: a spawned one's stays in its worker)
     state_dict: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # spawned fit: the full weights
+    #: spawned: {index among trainer.callbacks: results} of the callbacks that keep results for the caller
+    callback_results: dict[int, Any] = field(default_factory=dict, repr=False)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
@@ -54,7 +56,9 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
                        current_epoch=run.epoch, metrics=dict(run.last_metrics), shown=shown,
-                       hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped)
+                       hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
+                       callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)
+                                         if callable(getattr(callback, "results", None))})
     if run.env.launcher != "spawned":
         return result
     weights = run.strategy.full_state_dict(run.module) if mode == "fit" and run.trainer.return_weights else None

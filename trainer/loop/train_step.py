@@ -234,7 +234,7 @@ class TrainStep:
             hooks.call("on_after_backward")
         if counting:
             run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
-            if run.rank == 0:
+            if run.rank == 0 and run.trainer.write_flops_file:
                 write_flops_by_module(counter, os.path.join(run.run_dir, "flops.txt"))
         if last and nonfinite is not None:
             nonfinite.end_step(run.step + 1, run.epoch)

@@ -27,6 +27,7 @@ import re
 import os
 from typing import Any, Callable
 
+from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones, reload_epochs
 from trainer.lightning.trainer.loader_properties import LoaderProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
@@ -39,6 +40,9 @@ LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 class Trainer(LoaderProperties, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
+
+    default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
+    write_flops_file = False  # Lightning writes nothing of its own into default_root_dir
 
     def __init__(self, **kwargs: Any):
         self.barebones = bool(kwargs.get("barebones", False))
@@ -82,21 +86,41 @@ class Trainer(LoaderProperties, _Trainer):
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
         """`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
-        _exit_on_interrupt(lambda: super(Trainer, self).fit(*args, **kwargs))
+        _exit_on_interrupt(lambda: super(Trainer, self).fit(*args, **self._files_named(kwargs)))
 
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **kwargs)),
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **self._files_named(kwargs))),
                         skipped=self.limit_val_batches == 0)
 
     def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
-        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **kwargs)),
+        return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **self._files_named(kwargs))),
                         skipped=self.limit_test_batches == 0)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         """`trainer.Trainer.predict` (a KeyboardInterrupt exits as under Lightning)."""
-        return _exit_on_interrupt(lambda: super(Trainer, self).predict(*args, **kwargs))
+        return _exit_on_interrupt(lambda: super(Trainer, self).predict(*args, **self._files_named(kwargs)))
+
+
+    def _files_named(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``ckpt_path="best"`` / ``"last"`` as the file a ModelCheckpoint writing files saved (as Lightning)."""
+        writers = [callback for callback in self.checkpoint_callbacks if callback.__dict__.get("_files")]
+        name = kwargs.get("ckpt_path")
+        if not writers or name not in ("best", "last"):
+            return kwargs
+        if name == "best":
+            path = writers[0].best_model_path
+            if not path:
+                raise ValueError('ckpt_path="best": the ModelCheckpoint has no best checkpoint yet (it saved none, or '
+                                 'has no monitor and save_top_k=0); give a checkpoint path')
+        else:
+            saved = [p for w in writers for p in (w.last_model_path, w._last_checkpoint_saved) if p and os.path.exists(p)]
+            if not saved:  # as Lightning: nothing saved yet, the call starts from scratch
+                rank_zero_info('ckpt_path="last": no checkpoint saved yet, none is loaded')
+                return {**kwargs, "ckpt_path": None}
+            path = max(saved, key=os.path.getmtime)
+        return {**kwargs, "ckpt_path": path}
 
 
 def _exit_on_interrupt(call: Callable[[], Any]) -> Any:
