@@ -66,6 +66,7 @@ def live(trainer: Trainer, run: RankRun) -> Iterator[None]:
         object.__setattr__(trainer, "_run_view", None)
         # what the last call counted stays readable after it, as in Lightning (trainer/api/run_state.py)
         object.__setattr__(trainer, "_last_batch_counts", (run.view.num_training_batches, run.view.num_val_batches))
+        object.__setattr__(trainer, "_stopped", run.view.stop_requested)  # trainer.should_stop after the call
 
 
 def _report(run: RankRun, env: ClusterEnvironment, error: BaseException) -> None:
