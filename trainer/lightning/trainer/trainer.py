@@ -23,6 +23,7 @@ import re
 import os
 from typing import Any, Callable
 
+from trainer.lightning.trainer.clipping import LightningClipSetting
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
@@ -32,7 +33,7 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(_Trainer):
+class Trainer(LightningClipSetting, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
