@@ -184,13 +184,6 @@ def split_manual(configured: Any) -> tuple[list[torch.optim.Optimizer], list[LRS
     if not optimizers or not all(_is_optimizer(o) for o in optimizers):
         raise TypeError(f"configure_optimizers gave optimizers {_describe(optimizers)}: each must be a "
                         f"torch.optim.Optimizer, at least one. {shapes}")
-    seen: dict[int, int] = {}
-    for index, optimizer in enumerate(optimizers):
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                if seen.setdefault(id(param), index) != index:
-                    raise ValueError(f"configure_optimizers: optimizers {seen[id(param)]} and {index} share a parameter "
-                                     f"of shape {tuple(param.shape)}; give each parameter to one optimizer")
     configs = [_read_manual_scheduler(s, optimizers) for s in schedulers]
     names = [c.name for c in configs if c.name is not None]
     if len(set(names)) != len(names):
