@@ -148,3 +148,11 @@ def test_the_readme_import_lines_run_as_written():
     names: dict = {}
     exec(code, names)  # the port's import lines, as the README gives them
     assert names["L"].LightningModule is not None and names["ModelCheckpoint"] is not None
+
+
+def test_a_fractional_val_check_interval_without_epochs_is_lightnings_error():
+    from trainer.lightning.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=r"val_check_interval=0.5, check_val_every_n_epoch=None"):
+        L.Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+    assert L.Trainer(val_check_interval=2, check_val_every_n_epoch=None, logger=False).val_every_n_steps == 2

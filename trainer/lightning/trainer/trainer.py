@@ -24,7 +24,7 @@ import os
 from typing import Any, Callable
 
 from trainer.lightning.trainer.clipping import LightningClipSetting
-from trainer.lightning.trainer.flags import announce_limits, apply_barebones
+from trainer.lightning.trainer.flags import announce_limits, apply_barebones, check_val_interval
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -40,6 +40,7 @@ class Trainer(LightningClipSetting, _Trainer):
         self.barebones = bool(kwargs.get("barebones", False))
         kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
         announce_limits(kwargs)
+        check_val_interval(kwargs)
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
