@@ -16,6 +16,7 @@ new shape (``trainer/callbacks/hook_shapes.py``).
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from trainer.api.run_view import RunView
@@ -60,6 +61,16 @@ class Callback:
     def state_key(self) -> str:
         """The name this callback's state is saved under (default: the class name)."""
         return type(self).__qualname__
+
+    # ----- logging -------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, **options: Any) -> None:
+        """``module.log(name, value, **options)`` of the module being run (Lightning's callbacks log
+        so, from their hooks): the same names, options and hooks as the module's ``self.log``."""
+        _logging_module(self, name).log(name, value, **options)
+
+    def log_dict(self, dictionary: Any, **options: Any) -> None:
+        """``module.log_dict(dictionary, **options)`` of the module being run (see `log`)."""
+        _logging_module(self, "log_dict").log_dict(dictionary, **options)
 
     # ----- hooks ---------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -223,3 +234,17 @@ def run_of(trainer: Trainer) -> RunView:
     if view is None:
         raise RuntimeError("this trainer is not running a fit or validate on this process")
     return view
+
+
+def attach_module(callback: Callback, module: Any) -> None:
+    """Let ``callback.log`` reach ``module`` (weakly: the callback outlives the run)."""
+    callback.__dict__["_logging_module"] = weakref.ref(module) if module is not None else None
+
+
+def _logging_module(callback: Callback, name: str) -> Any:
+    reference = callback.__dict__.get("_logging_module")
+    module = reference() if reference is not None else None
+    if module is None:
+        raise RuntimeError(f"{type(callback).__name__}.log({name!r}) outside a run: a callback logs from its hooks "
+                           "while fit / validate / test runs")
+    return module

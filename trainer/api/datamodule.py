@@ -131,6 +131,9 @@ class DataModule(HyperparametersMixin):
 def _overrides(obj: Any, base: type, name: str) -> bool:
     if _unset(obj, name):
         return False
+    own = getattr(obj, "__dict__", {}).get(name)
+    if callable(own):  # a hook set on the instance (Lightning's DataModule.from_datasets sets its loaders so)
+        return not getattr(own, "missing_stage", False)
     return getattr(type(obj), name, None) is not getattr(base, name, None)
 
 

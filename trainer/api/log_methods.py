@@ -9,7 +9,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainer.runtime.metric_objects import collection_items, is_metric, is_metric_collection
+
+
+#: the functions ``reduce_fx`` may be, by the reduction's name (Lightning accepts them as the names)
+_REDUCTION_FUNCTIONS = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max",
+                        torch.min: "min", min: "min"}
+
+
+def reduction_name(reduce_fx: Any) -> Any:
+    """``reduce_fx`` as the collector's name for it ("mean", "sum", "max", "min"): Lightning's
+    spellings (any case, "avg") and functions mapped; anything else is returned as given, for the
+    collector to refuse with the list of reductions."""
+    if isinstance(reduce_fx, str):
+        lowered = reduce_fx.lower()
+        return "mean" if lowered == "avg" else lowered
+    try:
+        return _REDUCTION_FUNCTIONS.get(reduce_fx, reduce_fx)
+    except TypeError:  # (an unhashable value)
+        return reduce_fx
 
 
 class ModuleLogMethods:
@@ -25,7 +45,8 @@ class ModuleLogMethods:
         (default True in training steps and batch hooks) writes it on logging steps (every
         ``log_every_n_steps``), ``on_epoch`` (default True elsewhere) aggregates it over the epoch /
         the evaluation run; both: ``name_step`` and ``name_epoch``. ``reduce_fx``: "mean" (weighted by
-        ``batch_size``, default the batch's real samples), "sum", "max", "min". ``sync_dist`` (default
+        ``batch_size``, default the batch's real samples), "sum", "max", "min" (as Lightning, in any
+        case, "avg" for "mean", or the functions ``torch.mean`` / ``sum`` / ``max`` / ``min``, builtin or torch's). ``sync_dist`` (default
         True, Lightning's is False): reduced exactly over the ranks; False: this rank's value (rank
         0's is written). A ``Metric``: its forward value of the batch on steps, its ``compute()`` at
         the epoch end (the metric syncs its own states over the ranks), after which it is reset.
@@ -67,7 +88,7 @@ class ModuleLogMethods:
         if rank_zero_only and distributed.rank() != 0:
             return
         collector.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
-                      reduce_fx=reduce_fx, sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
+                      reduce_fx=reduction_name(reduce_fx), sync_dist=not rank_zero_only if sync_dist is None else sync_dist,
                       batch_size=batch_size, add_dataloader_idx=add_dataloader_idx)
 
     def log_dict(self, dictionary: Any, **options: Any) -> None:

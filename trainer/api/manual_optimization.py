@@ -54,13 +54,16 @@ class ManualOptimizationHooks:
         self._manual("manual_backward()").backward(loss)
 
     def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
-                       gradient_clip_algorithm: str = "norm") -> torch.Tensor | None:
-        """Clip ``optimizer``'s gradients: by their global 2-norm ("norm", returns the norm before
-        clipping) or element-wise to ``[-val, val]`` ("value"). ``gradient_clip_val`` None: nothing."""
+                       gradient_clip_algorithm: str | None = None) -> torch.Tensor | None:
+        """Clip ``optimizer``'s gradients: by their global 2-norm ("norm", the default; returns the norm
+        before clipping) or element-wise to ``[-val, val]`` ("value"). ``gradient_clip_val`` None:
+        nothing (under automatic optimization, from ``configure_gradient_clipping``: the Trainer's
+        ``gradient_clip_val`` / ``gradient_clip_algorithm`` fill in what is left out, and a value
+        different from the Trainer's is a MisconfigurationException, as in Lightning)."""
         clipper = self.__dict__.get("_gradient_clipper")  # automatic optimization: configure_gradient_clipping
         if clipper is not None:
             return clipper(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        return self._manual("clip_gradients()").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        return self._manual("clip_gradients()").clip(optimizer, gradient_clip_val, gradient_clip_algorithm or "norm")
 
     @contextlib.contextmanager
     def no_backward_sync(self, enabled: bool = True) -> Iterator[None]:

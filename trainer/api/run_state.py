@@ -240,7 +240,9 @@ class TrainerRunState(RankProperties):
         from a hook or a callback, on one rank or all: every rank stops together at the next logging
         step (``log_every_n_steps``, and the last step), with the final validation and ``save_last``
         as at a normal end. The same step on any world size; no collective on other steps."""
-        return self._run_view is not None and self._run_view.stop_requested
+        if self._run_view is None:  # after a call: whether its training was stopped (Lightning's)
+            return bool(self.__dict__.get("_stopped", False))
+        return self._run_view.stop_requested
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:

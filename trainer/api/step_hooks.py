@@ -29,7 +29,8 @@ class StepHooks:
         is the batch's index in the whole set (the same on any world size)."""
         raise NotImplementedError(f"{type(self).__name__} must implement test_step() for Trainer.test")
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``).
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """``Trainer.predict``'s step: what to return for one batch (default: ``self(batch)``;
+        ``dataloader_idx`` counts the loaders when there are several).
         Tensors in it are moved to the CPU and gathered to rank 0."""
         return self(batch)

@@ -7,7 +7,7 @@ import logging
 from typing import Any, Callable, Iterable, Sequence
 
 from trainer.runtime import distributed
-from trainer.api.callback import Callback
+from trainer.api.callback import Callback, attach_module
 from trainer.api.hook_table import CALLBACKS, MODULE
 from trainer.api.run_view import RunView
 from trainer.callbacks.hook_shapes import check_hook_shapes
@@ -47,6 +47,8 @@ class CallbackList:
     def __init__(self, callbacks: Sequence[Callback], trainer: Any = None, module: Any = None,
                  view: RunView | None = None):
         self.callbacks = list(callbacks)
+        for callback in self.callbacks:
+            attach_module(callback, module)
         self.trainer = trainer  # the hooks' leading (trainer, module)
         self.module = module
         self.view = view  # where the run stands, for the checkpoint hooks' step and epoch
@@ -68,6 +70,8 @@ class CallbackList:
         if not configured:
             return
         added = check_callbacks(configured)
+        for callback in added:
+            attach_module(callback, self.module)
         types = {type(callback) for callback in added}
         kept = [callback for callback in self.callbacks if type(callback) not in types]
         combined = kept + added

@@ -68,6 +68,7 @@ def live(trainer: Trainer, run: RankRun) -> Iterator[None]:
         object.__setattr__(trainer, "_last_batch_counts", (run.view.num_training_batches, run.view.num_val_batches))
         validates = "data" in run.__dict__ and run.view.has_validation
         object.__setattr__(trainer, "_last_loaders", (run.view.returned_loaders, run.view.num_eval_batches, validates))
+        object.__setattr__(trainer, "_stopped", run.view.stop_requested)  # trainer.should_stop after the call
 
 
 def _report(run: RankRun, env: ClusterEnvironment, error: BaseException) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 
 import torch
 
+from trainer.api.errors import MisconfigurationException
 from trainer.loop.log_aggregates import REDUCE_FX, Aggregate, LogOptions, Scope, checked_value
 from trainer.loop.log_hooks import HOOKS, allowed_hooks, calling_hook
 from trainer.loop.log_reduction import LogReduction
@@ -243,7 +244,8 @@ class LogCollector(LogReduction):
                 raise ValueError(f"self.log({name!r}, {level}={given}) in {hook}(): {hook} logs with {level} in "
                                  f"{list(allowed)}")
         if not on_step and not on_epoch:
-            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) would log nothing; set one of them")
+            raise MisconfigurationException(f"self.log({name!r}, on_step=False, on_epoch=False) is not useful: it "
+                                            "would log nothing; set one of them")
         metric = is_metric(value)
         options = LogOptions(on_step, on_epoch, reduce_fx, sync_dist, prog_bar, logger, metric)
         if name not in self._options.get(stage, {}):

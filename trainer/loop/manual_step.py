@@ -99,6 +99,20 @@ def check_manual_setup(trainer: Any, strategy: Any, optimizers: list) -> None:
                          "set strategy.zero1=false or return one optimizer")
 
 
+def refuse_shared_under_loss_scaling(optimizers: list, scaler: Any) -> None:
+    """Optimizers may share a parameter (each steps it with the gradient it finds, as in Lightning),
+    except under fp16 loss scaling, which unscales each optimizer's gradients once per step: a shared
+    gradient would be unscaled twice."""
+    seen: dict[int, int] = {}
+    for index, optimizer in enumerate(optimizers):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if seen.setdefault(id(param), index) != index and scaler is not None:
+                    raise ValueError(f"configure_optimizers: optimizers {seen[id(param)]} and {index} share a parameter "
+                                     f"of shape {tuple(param.shape)}, which fp16 loss scaling would unscale twice; "
+                                     "give each parameter to one optimizer, or use precision bf16-mixed / 32")
+
+
 def setup_optimizers(run: Any, optimizer: Any, schedulers: list) -> tuple[Any, ManualStep | None]:
     """At fit start, after ``configure_optimizers`` (``optimizer``: one, or a list under manual
     optimization): set the optimizers up with the strategy. Returns ``(the optimizer, or the list of
@@ -111,6 +125,7 @@ def setup_optimizers(run: Any, optimizer: Any, schedulers: list) -> tuple[Any, M
         run.module.__dict__["_manual_step"] = _Configured([optimizer], schedulers, names)
         return optimizer, None
     check_manual_setup(run.trainer, run.strategy, optimizer)
+    refuse_shared_under_loss_scaling(optimizer, run.precision.scaler)
     optimizers = [run.strategy.setup_optimizer(o) for o in optimizer]
     step = ManualStep(run, optimizers, schedulers, names)
     run.count_optimizer_calls()  # global_step counts the module's opt.step() calls (trainer/loop/step_limits.py)
@@ -263,7 +278,7 @@ class ManualStep:
                 self.run.hooks.call("on_before_optimizer_step", optimizer)
                 return result
 
-            result = optimizer.step(wrapped, **kwargs)
+            result = optimizer.step(closure=wrapped, **kwargs)
         else:
             if kwargs:
                 raise ValueError(f"optimizer.step(**{sorted(kwargs)}) under fp16 loss scaling or ZeRO-1: the trainer "

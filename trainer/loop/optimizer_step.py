@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from trainer.api.errors import MisconfigurationException
 from trainer.runtime import distributed
 from trainer.runtime.tensors import move_to_device
 
@@ -83,10 +84,21 @@ def gradient_clipper(run: RankRun) -> Callable[..., Any]:
     """``self.clip_gradients(optimizer, val, algorithm)`` under automatic optimization (called from an
     overridden ``configure_gradient_clipping``): "norm" clips the global norm over every rank's
     shards and returns the norm before clipping, "value" clamps each element to ``[-val, val]``."""
-    def clip(optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = "norm") -> Any:
+    trainer = run.trainer
+    set_val, set_algorithm = trainer.gradient_clip_val, getattr(trainer, "gradient_clip_algorithm_arg", None)
+
+    def clip(optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None) -> Any:
+        # As Lightning: the Trainer's setting fills in what the call leaves out; a different one is an error.
+        for name, given, setting in (("gradient_clip_val", gradient_clip_val, set_val),
+                                     ("gradient_clip_algorithm", gradient_clip_algorithm, set_algorithm)):
+            if given is not None and setting is not None and given != setting:
+                raise MisconfigurationException(
+                    f"You have set `Trainer({name}={setting!r})` and have passed `clip_gradients({name}={given!r})`: "
+                    f"give {name} in one place only")
+        gradient_clip_val = set_val if gradient_clip_val is None else gradient_clip_val
         if gradient_clip_val is None:
             return None
-        algorithm = gradient_clip_algorithm or "norm"
+        algorithm = gradient_clip_algorithm or set_algorithm or "norm"
         if algorithm == "norm":
             return run.strategy.clip_grad_norm(run.module, gradient_clip_val)
         if algorithm != "value":

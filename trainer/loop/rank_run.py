@@ -163,7 +163,8 @@ class RankRun(RunParts, RunCounters):
         """Train until a limit, a stop or preemption; returns the last logged metrics."""
         limits, hooks = self.fit_plan.limits, self.hooks
         self.data_reload = DataReload(self, self.data.read_for_sanity)
-        self.module.train()
+        # (the module's and its submodules' modes stay as the user left them, as in Lightning: a frozen
+        # submodule in eval mode trains in eval mode; evaluation passes put every mode back: eval_modes.py)
         self.enter_stage("train")  # (Lightning's trainer.training: the whole fit but its evaluation passes)
         hooks.call("on_fit_start")
         run_sanity_check(self)  # trainer.num_sanity_val_steps: the training stream is left as it was

@@ -33,6 +33,8 @@ ACCEPTED_SEVERAL = (
     "ReduceLROnPlateau built on one of the optimizers, or {'scheduler': ..., 'name': str} (the module steps it)"
 )
 MANUAL_SCHEDULER_KEYS = ("scheduler", "name")
+#: scheduler dict keys accepted under manual optimization but not used there (one warning names them)
+MANUAL_UNUSED_SCHEDULER_KEYS = ("interval", "frequency", "monitor", "strict", "reduce_on_plateau")
 OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
 SCHEDULER_DICT_KEYS = ("scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict")
 
@@ -184,13 +186,6 @@ def split_manual(configured: Any) -> tuple[list[torch.optim.Optimizer], list[LRS
     if not optimizers or not all(_is_optimizer(o) for o in optimizers):
         raise TypeError(f"configure_optimizers gave optimizers {_describe(optimizers)}: each must be a "
                         f"torch.optim.Optimizer, at least one. {shapes}")
-    seen: dict[int, int] = {}
-    for index, optimizer in enumerate(optimizers):
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                if seen.setdefault(id(param), index) != index:
-                    raise ValueError(f"configure_optimizers: optimizers {seen[id(param)]} and {index} share a parameter "
-                                     f"of shape {tuple(param.shape)}; give each parameter to one optimizer")
     configs = [_read_manual_scheduler(s, optimizers) for s in schedulers]
     names = [c.name for c in configs if c.name is not None]
     if len(set(names)) != len(names):
@@ -212,7 +207,12 @@ def _read_manual_dict(configured: dict, shapes: str) -> tuple[list, list]:
 
 def _read_manual_scheduler(given: Any, optimizers: list) -> LRSchedulerConfig:
     options = dict(given) if isinstance(given, dict) else {"scheduler": given}
-    unknown = sorted(set(options) - set(MANUAL_SCHEDULER_KEYS), key=str)
+    unused = sorted(set(options) & set(MANUAL_UNUSED_SCHEDULER_KEYS), key=str)
+    if unused:  # (Lightning's too: they say when the trainer steps it, and the module steps it)
+        rank_zero_warn(log, "lr_scheduler dict: keys %s are not used under manual optimization (the module steps its "
+                       "schedulers itself, self.lr_schedulers()); 'interval' / 'frequency' are kept for "
+                       "LearningRateMonitor", unused)
+    unknown = sorted(set(options) - set(MANUAL_SCHEDULER_KEYS) - set(MANUAL_UNUSED_SCHEDULER_KEYS), key=str)
     if unknown:
         raise ValueError(f"lr_scheduler dict: keys {unknown} with manual optimization: the module steps its schedulers "
                          f"itself (self.lr_schedulers()), so when to step is its code; the keys are "
@@ -227,7 +227,11 @@ def _read_manual_scheduler(given: Any, optimizers: list) -> LRSchedulerConfig:
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"lr_scheduler dict: name={name!r}; it must be a non-empty string or None")
     # Never stepped by the trainer (its interval is not used); kept for checkpoints and LearningRateMonitor.
-    return LRSchedulerConfig(scheduler, name=name)
+    interval, frequency = options.get("interval", "step"), options.get("frequency", 1)
+    if interval not in INTERVALS or isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+        raise ValueError(f"lr_scheduler dict: interval={interval!r}, frequency={frequency!r}; the intervals are "
+                         f"{list(INTERVALS)}, the frequency an integer >= 1")
+    return LRSchedulerConfig(scheduler, name=name, interval=interval, frequency=frequency)
 
 
 def _read_optimizer_dict(configured: dict) -> tuple[Any, list, Any]:

@@ -190,3 +190,36 @@ def test_steps_without_batch_idx_are_called_with_the_batch_alone(tmp_path):
     trainer.fit(module)
     assert "val_loss" in trainer.callback_metrics
     assert len(trainer.predict(module)) == SAMPLES // BATCH
+
+
+class _ClipsWithTheTrainersValue:
+    """``self.clip_gradients`` leaving out the value: the Trainer's ``gradient_clip_val`` is used."""
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.clip_gradients(optimizer, gradient_clip_algorithm="value")
+
+
+def test_clip_gradients_takes_the_trainers_value_as_lightning(tmp_path):
+    from trainer import TrainModule, Trainer
+
+    reference = type("Reference", (_ClipsWithTheTrainersValue, program(lightning.LightningModule)), {})()
+    lightning.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False, logger=False,
+                      enable_checkpointing=False, enable_model_summary=False, gradient_clip_val=0.05,
+                      default_root_dir=str(tmp_path / "lightning"), num_sanity_val_steps=0).fit(reference)
+    ours = type("Ours", (_ClipsWithTheTrainersValue, program(TrainModule)), {})()
+    Trainer(max_epochs=1, progress_bar=False, loggers=[], enable_model_summary=False, batch_size=BATCH,
+            gradient_clip_val=0.05, run_dir=str(tmp_path / "ours")).fit(ours)
+    assert torch.allclose(_weights(ours), _weights(reference), rtol=1e-6, atol=1e-7)
+    unclipped = program(TrainModule)()  # (clipped at 0.3 by its own hook: the value used matters)
+    Trainer(max_epochs=1, progress_bar=False, loggers=[], enable_model_summary=False, batch_size=BATCH,
+            run_dir=str(tmp_path / "other")).fit(unclipped)
+    assert not torch.allclose(_weights(unclipped), _weights(ours), rtol=1e-3)
+
+
+def test_clip_gradients_with_another_value_than_the_trainers_is_lightnings_error(tmp_path):
+    from trainer import TrainModule, Trainer
+    from trainer.lightning.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=r"gradient_clip_val=0.05\)` and have passed `clip_gradients"):
+        Trainer(max_steps=1, progress_bar=False, loggers=[], batch_size=BATCH, gradient_clip_val=0.05,
+                run_dir=str(tmp_path)).fit(program(TrainModule)())

@@ -26,7 +26,7 @@ MIRRORED = {
 
 
 def test_the_top_level_names_are_the_trainers():
-    assert issubclass(L.LightningModule, TrainModule) and L.LightningDataModule is DataModule
+    assert issubclass(L.LightningModule, TrainModule) and issubclass(L.LightningDataModule, DataModule)
     # Lightning's Trainer: ours with Lightning's defaults (trainer/lightning/trainer.py)
     assert issubclass(L.Trainer, Trainer) and L.Callback is Callback
     assert (L.Trainer().max_epochs, L.Trainer().check_val_every_n_epoch, L.Trainer().log_every_n_steps) == (1000, 1, 50)
@@ -148,3 +148,11 @@ def test_the_readme_import_lines_run_as_written():
     names: dict = {}
     exec(code, names)  # the port's import lines, as the README gives them
     assert names["L"].LightningModule is not None and names["ModelCheckpoint"] is not None
+
+
+def test_a_fractional_val_check_interval_without_epochs_is_lightnings_error():
+    from trainer.lightning.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=r"val_check_interval=0.5, check_val_every_n_epoch=None"):
+        L.Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+    assert L.Trainer(val_check_interval=2, check_val_every_n_epoch=None, logger=False).val_every_n_steps == 2

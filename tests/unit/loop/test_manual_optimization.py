@@ -5,6 +5,7 @@ gradient sync, fp16 overflows skip the step, checkpoints resume exactly, and wha
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -138,7 +139,7 @@ def test_checkpoint_resume_of_a_manual_run_is_exact(tmp_path):
     assert lrs(tmp_path / "resumed") == lrs(tmp_path / "straight")[4:] and lrs(tmp_path / "straight")[-1][0] == 1e-3 / 4
 
 
-def test_several_optimizers_need_manual_optimization():
+def test_several_optimizers_need_manual_optimization(caplog):
     first, second = (torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1) for _ in range(2))
     for shape in ([first, second], ([first, second], []), [{"optimizer": first}, {"optimizer": second}]):
         with pytest.raises(TypeError, match="2 optimizers.*self.automatic_optimization = False"):
@@ -148,10 +149,41 @@ def test_several_optimizers_need_manual_optimization():
     scheduler = torch.optim.lr_scheduler.StepLR(second, 1)
     optimizers, configs = split_manual(([first, second], [scheduler]))
     assert [c.scheduler for c in configs] == [scheduler]
-    with pytest.raises(ValueError, match=r"keys \['interval'\] with manual optimization"):
-        split_manual([{"optimizer": first, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}])
-    with pytest.raises(ValueError, match="share a parameter"):
-        split_manual([first, torch.optim.SGD(first.param_groups[0]["params"], lr=0.1)])
+    with pytest.raises(ValueError, match=r"keys \['bogus'\] with manual optimization"):
+        split_manual([{"optimizer": first, "lr_scheduler": {"scheduler": scheduler, "bogus": "epoch"}}])
+    # Lightning's keys that say when the trainer would step it: accepted with one warning (the module steps it).
+    with caplog.at_level(logging.WARNING):
+        _, configs = split_manual([{"optimizer": second, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch",
+                                                                         "monitor": "loss"}}])
+    assert "['interval', 'monitor'] are not used under manual optimization" in caplog.text
+    assert configs[0].interval == "epoch" and configs[0].monitor is None
+    sharing = torch.optim.SGD(first.param_groups[0]["params"], lr=0.1)  # (allowed: refused only under fp16)
+    assert split_manual([first, sharing])[0] == [first, sharing]
+
+
+class SharedGAN(DigitsGAN):
+    """The generator's optimizer also steps the discriminator's last layer, which the discriminator's
+    optimizer steps too (two optimizers sharing parameters, as Lightning allows)."""
+
+    def configure_optimizers(self):
+        shared = list(self.discriminator.parameters())[-2:]
+        return [self.optimizer_factory(list(self.generator.parameters()) + shared),
+                self.optimizer_factory(self.discriminator.parameters())]
+
+
+def test_optimizers_sharing_a_parameter_train_alike_on_one_process_and_two_ranks(tmp_path):
+    single_losses, single_state = gan_run(tmp_path / "single", module=tiny_gan(SharedGAN))
+    ddp_losses, ddp_state = gan_run(tmp_path / "ddp", devices=2, strategy=DDPStrategy(), module=tiny_gan(SharedGAN))
+    torch.testing.assert_close(torch.tensor(ddp_losses), torch.tensor(single_losses), rtol=0, atol=1e-5)
+    assert_close_states(ddp_state, single_state, atol=1e-5)
+    _, unshared_state = gan_run(tmp_path / "unshared")  # the sharing is used: the weights differ without it
+    last = list(single_state)[-1]
+    assert not torch.allclose(single_state[last], unshared_state[last], atol=1e-4)
+
+
+def test_optimizers_sharing_a_parameter_under_fp16_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="share a parameter.*unscale twice"):
+        gan_run(tmp_path, module=tiny_gan(SharedGAN), precision="16-mixed")
 
 
 @pytest.mark.parametrize("args, message", [

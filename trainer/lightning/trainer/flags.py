@@ -4,6 +4,8 @@ mirror's ``Trainer`` (``trainer.py``):
 - `announce_limits`: a limit of exactly one batch (``1``) or of all of them (``1.0``) is easy to
   mistake for the other; as Lightning, the Trainer says at INFO level which one it took
   (``limit_*_batches``, ``overfit_batches``, ``val_check_interval``);
+- `check_val_interval`: a fractional ``val_check_interval`` with ``check_val_every_n_epoch=None``
+  is Lightning's MisconfigurationException;
 - `apply_barebones`: Lightning's ``Trainer(barebones=True)``: a run without checkpoints, loggers,
   progress bar, model summary or sanity-check batches. An argument that turns one of them back on is
   a ValueError naming it; the others are set off. ``self.log`` keeps feeding
@@ -33,6 +35,16 @@ _BAREBONES = {
     "detect_anomaly": (None, lambda v: not v),
     "profiler": (None, lambda v: v is None),
 }
+
+
+def check_val_interval(kwargs: dict[str, Any]) -> None:
+    """As Lightning: a fractional ``val_check_interval`` is a fraction of an epoch, so it needs
+    epochs to count in; with ``check_val_every_n_epoch=None`` given, it is a MisconfigurationException."""
+    interval = kwargs.get("val_check_interval")
+    if isinstance(interval, float) and "check_val_every_n_epoch" in kwargs and kwargs["check_val_every_n_epoch"] is None:
+        raise MisconfigurationException(
+            f"Trainer(val_check_interval={interval!r}, check_val_every_n_epoch=None): a fraction of an epoch needs "
+            "epochs to count in; give val_check_interval as a number of training batches, or check_val_every_n_epoch=N")
 
 
 def announce_limits(kwargs: dict[str, Any]) -> None:

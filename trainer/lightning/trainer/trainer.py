@@ -28,7 +28,8 @@ import os
 from typing import Any, Callable
 
 from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
-from trainer.lightning.trainer.flags import announce_limits, apply_barebones, reload_epochs
+from trainer.lightning.trainer.clipping import LightningClipSetting
+from trainer.lightning.trainer.flags import announce_limits, apply_barebones, check_val_interval, reload_epochs
 from trainer.lightning.trainer.loader_properties import LoaderProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
@@ -38,7 +39,7 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(LoaderProperties, _Trainer):
+class Trainer(LoaderProperties, LightningClipSetting, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
@@ -51,6 +52,7 @@ class Trainer(LoaderProperties, _Trainer):
         #: Lightning's ``reload_dataloaders_every_n_epochs`` (0: the data hooks run once per call;
         #: trainer/loop/data_reload.py)
         self.reload_dataloaders_every_n_epochs = reload_epochs(kwargs.pop("reload_dataloaders_every_n_epochs", 0))
+        check_val_interval(kwargs)
         #: the arguments set to Lightning's default because they were not given (not warned about as settings)
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():

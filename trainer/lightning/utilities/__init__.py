@@ -9,6 +9,7 @@ import torch
 from trainer.api.hparams import AttributeDict
 from trainer.lightning._missing import missing_names
 from trainer.lightning.utilities.grads import grad_norm
+from trainer.lightning.utilities.enums import GradClipAlgorithmType
 from trainer.lightning.utilities.rank_zero import (rank_zero_debug, rank_zero_deprecation, rank_zero_info,
                                                    rank_zero_only, rank_zero_warn)
 from trainer.runtime.tensors import move_to_device
@@ -19,7 +20,7 @@ def move_data_to_device(batch: Any, device: Any) -> Any:
     return move_to_device(batch, torch.device(device))
 
 
-__all__ = ["AttributeDict", "grad_norm", "move_data_to_device", "rank_zero_debug", "rank_zero_deprecation",
+__all__ = ["AttributeDict", "GradClipAlgorithmType", "grad_norm", "move_data_to_device", "rank_zero_debug", "rank_zero_deprecation",
            "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
 __getattr__ = missing_names(__name__, {
@@ -28,7 +29,6 @@ __getattr__ = missing_names(__name__, {
     "disable_possible_user_warnings": "warnings.filterwarnings (this trainer's messages are log records)",
     "find_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
     "set_shared_parameters": "nothing: tied parameters are found by the strategies themselves",
-    "GradClipAlgorithmType": "the strings 'norm' / 'value' (self.clip_gradients(..., gradient_clip_algorithm=))",
     "LightningEnum": "enum.Enum",
     "is_picklable": "pickle.dumps in a try block",
     "measure_flops": "the perf/ metrics the trainer logs (trainer/observe/throughput.py)",
