@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from trainer.loggers.background_writer import BackgroundWriter
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
-from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.hparams_file import plain_keys, write_hparams_yaml
+from trainer.loggers.tensorboard_graph import add_graph, graph_input
 from trainer.loggers.versions import VersionedDir, VersionedFolders
 from trainer.runtime.redact import redact_secrets
 
@@ -33,7 +34,8 @@ class TensorBoardLogger(VersionedFolders, Logger):
         version: the ``version_<n>`` folder under ``name`` (an int n, or a string used as the folder's
             name; None: the next free version).
         sub_dir: one more folder under the version's, where the events go (None: none).
-        log_graph: True is refused (call ``logger.experiment.add_graph(model, example_input)`` yourself).
+        log_graph: also the model's graph (GRAPHS tab), traced once per call with the module's
+            ``example_input_array`` (trainer/loggers/tensorboard_graph.py).
         default_hp_metric: with the hyperparameters, also an ``hp_metric`` of -1 (as Lightning).
         prefix: put before every metric name, joined with "-".
         flush_secs: write pending events to disk at least this often.
@@ -45,14 +47,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
     def __init__(self, save_dir: Any, name: str | None = "lightning_logs", version: int | str | None = None,
                  log_graph: bool = False, default_hp_metric: bool = True, prefix: str = "", sub_dir: Any = None,
                  flush_secs: int = 30, max_queue: int = 10, **writer_options: Any):
-        if log_graph:
-            raise ValueError("TensorBoardLogger(log_graph=True) is not supported here; call "
-                             "self.logger.experiment.add_graph(self, example_input) from a hook instead")
         unknown = sorted(set(writer_options) - set(WRITER_OPTIONS))
         if unknown:
             raise TypeError(f"TensorBoardLogger got unknown option(s) {unknown}; it takes save_dir, name, version, "
                             f"default_hp_metric, prefix, sub_dir, flush_secs, max_queue, {', '.join(WRITER_OPTIONS)}")
         self._dirs = VersionedDir(save_dir, name, version, sub_dir)
+        self.log_graph_enabled = bool(log_graph)  # Lightning's log_graph
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
         self._writer_options = dict(writer_options, flush_secs=flush_secs, max_queue=max_queue)
@@ -103,7 +103,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         if not writes_here():
             return
-        redacted = redact_secrets(dict(params))
+        redacted = plain_keys(redact_secrets(dict(params)))
         text = json.dumps(redacted, indent=2, default=str)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
@@ -122,6 +122,15 @@ class TensorBoardLogger(VersionedFolders, Logger):
             self.log_metrics(metrics, 0)
         if self._hparams_file:
             write_hparams_yaml(self.log_dir, params)
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """With ``log_graph=True``, the graph of ``model`` traced on ``input_array`` (None: its
+        ``example_input_array``); a UserWarning when there is no input to trace with (rank 0)."""
+        if not self.log_graph_enabled or not writes_here():
+            return
+        example = graph_input(model, input_array)
+        if example is not None:
+            add_graph(self.experiment, model, example)
 
     def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
         """A resume from the checkpoint at ``step``: TensorBoard shows the steps the killed run wrote

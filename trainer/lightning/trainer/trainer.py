@@ -6,6 +6,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
+- ``default_root_dir``: the working directory; ``logger``: Lightning's default logger list, and
+  ``trainer.log_dir`` as Lightning's, with this trainer's ``metrics.jsonl`` beside the loggers' files
+  but not among ``trainer.loggers``; ``PL_TRAINER_<ARGUMENT>`` environment variables (``loggers.py``);
 
 ``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
 shapes: ``validate`` / ``test`` return a list with one dict of metrics per loader, ``fit`` returns
@@ -24,6 +27,9 @@ import os
 from typing import Any, Callable
 
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones
+from trainer.lightning.trainer.loggers import (LightningLoggers, lightning_default_loggers, trainer_arguments,
+                                               with_environment_arguments)
+from trainer.lightning.trainer.properties import LightningRunProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -32,10 +38,11 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(_Trainer):
+class Trainer(LightningLoggers, LightningRunProperties, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
+        kwargs = with_environment_arguments(kwargs, trainer_arguments(_Trainer) + ["barebones"])  # PL_TRAINER_*
         self.barebones = bool(kwargs.get("barebones", False))
         kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
         announce_limits(kwargs)
@@ -47,6 +54,10 @@ class Trainer(_Trainer):
             kwargs["max_epochs"] = 1000
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        if kwargs.get("run_dir") is None and kwargs.get("default_root_dir") is None:
+            kwargs["default_root_dir"] = os.getcwd()  # Lightning's default_root_dir
+        if "loggers" not in kwargs and kwargs.get("logger", True) in (None, True):
+            kwargs["logger"] = lightning_default_loggers(os.fspath(kwargs.get("default_root_dir") or kwargs["run_dir"]))
         super().__init__(**kwargs)
 
     @property
