@@ -194,10 +194,19 @@ class TensorBoardLogger(VersionedFolders, Logger):
     def save(self) -> None:
         if self._events is not None and self._events.is_open:
             self._events.writer().flush()
+        self._hparams_yaml_if_missing()
 
     def finalize(self, status: str = "success") -> None:
         if self._events is not None:
             self._events.close()
+        self._hparams_yaml_if_missing()
+
+    def _hparams_yaml_if_missing(self) -> None:
+        """As Lightning's: once the version folder exists, it holds an ``hparams.yaml`` (an empty one when
+        no hyperparameters were logged)."""
+        if self._hparams_file and writes_here() and os.path.isdir(self.log_dir) and not os.path.isfile(
+                os.path.join(self.log_dir, "hparams.yaml")):
+            write_hparams_yaml(self.log_dir, {})
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 
@@ -110,3 +111,13 @@ class AppendedFile:
         state = dict(self.__dict__)
         state["_file"] = None  # a copy (a spawned worker's) opens the file itself
         return state
+
+
+def replace_existing_log_dir(log_dir: str, metrics_file: str) -> None:
+    """Lightning's check of a version folder given by hand: when it holds files, a UserWarning that
+    they are replaced, and ``metrics_file`` removed (a new run's rows start a new file)."""
+    if os.path.isdir(log_dir) and os.listdir(log_dir):
+        warnings.warn(f"Experiment logs directory {log_dir} exists and is not empty. Previous log files in this "
+                      "directory will be deleted when the new ones are saved!", UserWarning, stacklevel=3)
+        if os.path.isfile(metrics_file):
+            os.remove(metrics_file)
