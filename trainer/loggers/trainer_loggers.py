@@ -43,9 +43,9 @@ class TrainerLoggers:
         ``metrics.jsonl`` is the "jsonl" logger among its loggers); Lightning's Trainer keeps one."""
         return []
 
-    def train_log_dir(self, run_dir: str) -> str | None:
-        """Where rank 0 writes ``train.log`` (when no other log handler is set up): the run directory;
-        None: nowhere."""
+    def log_files_dir(self, run_dir: str) -> str | None:
+        """Where rank 0 writes the trainer's own log files (``train.log`` when no other log handler is set
+        up, ``flops.txt``): the run directory; None: nowhere."""
         return run_dir
 
     def logger_objects(self, run_dir: str) -> list[Any]:

@@ -68,7 +68,7 @@ def build_run(run: RankRun) -> None:
                 data_rank=strategy.data_parallel_rank, run_dir=run_dir)
     if rank == 0:
         os.makedirs(run_dir, exist_ok=True)
-        if run.own_log_handler and (log_file_dir := trainer.train_log_dir(run_dir)) is not None:
+        if run.own_log_handler and (log_file_dir := trainer.log_files_dir(run_dir)) is not None:
             os.makedirs(log_file_dir, exist_ok=True)
             log_to_file(os.path.join(log_file_dir, "train.log"))
     module._trainer = trainer

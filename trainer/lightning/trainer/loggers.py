@@ -10,7 +10,7 @@
   into ``trainer.log_dir`` beside the loggers' files but is not one of ``trainer.loggers`` (a module's
   ``for logger in self.loggers: logger.experiment...`` sees Lightning's list); with no logger
   (``logger=False``, ``fast_dev_run``) nothing is written, as under Lightning, and neither is
-  ``train.log``, which otherwise goes into ``trainer.log_dir`` too;
+  ``train.log`` or ``flops.txt``, which otherwise go into ``trainer.log_dir`` too;
 - ``PL_TRAINER_<ARGUMENT>`` environment variables give the arguments not passed (Lightning's
   ``PL_TRAINER_MAX_STEPS=7``): the value read as a Python literal, else as text.
 """
@@ -101,6 +101,6 @@ class LightningLoggers:
         directory = self.log_dir if loggers else None
         return [_TrainerRecord(directory)] if directory is not None else []
 
-    def train_log_dir(self, run_dir: str) -> str | None:
-        """``train.log`` beside the loggers' files (``trainer.log_dir``); no logger: none."""
+    def log_files_dir(self, run_dir: str) -> str | None:
+        """``train.log`` and ``flops.txt`` beside the loggers' files (``trainer.log_dir``); no logger: none."""
         return self.log_dir if self.loggers else None
