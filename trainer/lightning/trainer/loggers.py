@@ -36,6 +36,18 @@ def lightning_default_loggers(save_dir: str) -> list[Any]:
     return [CSVLogger(save_dir=save_dir, name="lightning_logs")]
 
 
+def with_lightning_logging(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with Lightning's ``default_root_dir`` (the working directory) when neither it nor
+    ``run_dir`` is given, and Lightning's default logger list for ``logger`` True or not given (unless
+    this trainer's ``loggers=`` is)."""
+    merged = dict(kwargs)
+    if merged.get("run_dir") is None and merged.get("default_root_dir") is None:
+        merged["default_root_dir"] = os.getcwd()
+    if "loggers" not in merged and merged.get("logger", True) in (None, True):
+        merged["logger"] = lightning_default_loggers(os.fspath(merged.get("default_root_dir") or merged["run_dir"]))
+    return merged
+
+
 def with_environment_arguments(kwargs: dict[str, Any], accepted: Iterable[str]) -> dict[str, Any]:
     """``kwargs`` with each ``PL_TRAINER_<NAME>`` environment variable of an ``accepted`` argument
     not given (a given argument wins); a warning names a ``PL_TRAINER_`` variable that is none."""

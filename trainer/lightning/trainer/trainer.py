@@ -27,8 +27,8 @@ import os
 from typing import Any, Callable
 
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones
-from trainer.lightning.trainer.loggers import (LightningLoggers, lightning_default_loggers, trainer_arguments,
-                                               with_environment_arguments)
+from trainer.lightning.trainer.loggers import (LightningLoggers, trainer_arguments, with_environment_arguments,
+                                               with_lightning_logging)
 from trainer.lightning.trainer.properties import LightningRunProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
@@ -54,10 +54,8 @@ class Trainer(LightningLoggers, LightningRunProperties, _Trainer):
             kwargs["max_epochs"] = 1000
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        if kwargs.get("run_dir") is None and kwargs.get("default_root_dir") is None:
-            kwargs["default_root_dir"] = os.getcwd()  # Lightning's default_root_dir
-        if "loggers" not in kwargs and kwargs.get("logger", True) in (None, True):
-            kwargs["logger"] = lightning_default_loggers(os.fspath(kwargs.get("default_root_dir") or kwargs["run_dir"]))
+        # (in a function: jsonargparse reads a kwargs key used here as an untyped argument of this __init__)
+        kwargs = with_lightning_logging(kwargs)  # default_root_dir, Lightning's default logger (loggers.py)
         super().__init__(**kwargs)
 
     @property
