@@ -58,6 +58,9 @@ class TensorBoardLogger(VersionedFolders, Logger):
         self._writer_options = dict(writer_options, flush_secs=flush_secs, max_queue=max_queue)
         self._hparams_file = True  # Lightning's hparams.yaml beside the events (not in a run directory)
         self._events: BackgroundWriter | None = None  # made at the first write
+        # in a trainer's run, writes are queued for the writer's thread; used directly (no run), each
+        # write is done when the call returns (nothing left running behind the caller's back)
+        self._queued_writes = False
 
     @classmethod
     def in_run_dir(cls, run_dir: str, flush_secs: int = 30, max_queue: int = 10,
@@ -67,7 +70,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
         logger = cls(log_dir or run_dir, name="", version="", default_hp_metric=False,
                      flush_secs=flush_secs, max_queue=max_queue)
         logger._hparams_file = False
+        logger._queued_writes = True
         return logger
+
+    def open_in_run(self) -> None:
+        """A run writes through the writer's thread: a logging step only queues its numbers."""
+        self._queued_writes = True
 
 
     @property
@@ -81,6 +89,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
         if self._events is None:
             self._events = BackgroundWriter(self._open_writer)
         return self._events
+
+    def _submit(self, job: Any) -> None:
+        """Queue ``job`` for the writer's thread; outside a run, wait until it is written."""
+        self._background().submit(job)
+        if not self._queued_writes:
+            self._background().writer()
 
     def _open_writer(self) -> Any:
         from torch.utils.tensorboard import SummaryWriter
@@ -98,7 +112,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scalars.append((f"{self._prefix}-{name}" if self._prefix else name, value))
         if scalars:
-            self._background().submit(lambda writer: _add_scalars(writer, scalars, step))
+            self._submit(lambda writer: _add_scalars(writer, scalars, step))
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         if not writes_here():
@@ -117,7 +131,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
             for summary in hparams(flat, hp_metrics):
                 writer.file_writer.add_summary(summary)
 
-        self._background().submit(write)
+        self._submit(write)
         if metrics:
             self.log_metrics(metrics, 0)
         if self._hparams_file:

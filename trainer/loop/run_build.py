@@ -165,6 +165,8 @@ def _open_loggers(trainer: Trainer, run_dir: str, rank: int, logged_hparams: Any
         adopt_run_of_checkpoint(source, run_dir)  # resumed into a new run directory: the checkpoint's W&B run goes on
     loggers = trainer.logger_objects(run_dir)
     loggers = loggers + trainer.record_loggers(loggers, run_dir)  # (the trainer's own, not trainer.loggers)
+    for logger in loggers:
+        logger.open_in_run()
     params = for_loggers(trainer.config, logged_hparams)  # the config and save_hyperparameters()'s
     if params is not None:
         for logger in loggers:
