@@ -152,8 +152,9 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
 
     @property
     def trainer(self) -> Trainer:
-        """The trainer running this module (set by ``Trainer.fit``)."""
-        if self._trainer is None:
+        """The trainer running this module (set by ``Trainer.fit``); None while TensorBoard traces the
+        module's graph without one (the tracer reads every attribute)."""
+        if self._trainer is None and not self.__dict__.get("_graph_tracing"):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet; call Trainer.fit(module)")
         return self._trainer
 

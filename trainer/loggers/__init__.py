@@ -26,7 +26,7 @@ holds the run's logger objects; only rank 0's write (elsewhere ``experiment`` is
 
 Files: ``base.py`` (the ``Logger`` interface, ``DummyExperiment``), ``versions.py`` (Lightning's version folders), ``registry.py`` (names -> backends; the accepted forms
 of ``Trainer(loggers=...)``), one file per backend (``jsonl_logger.py``, ``csv_logger.py``,
-``tensorboard_logger.py``, ``wandb_logger.py``, ``mlflow_logger.py``; ``mlflow_store.py``: where an
+``tensorboard_logger.py`` (its graph: ``tensorboard_graph.py``), ``wandb_logger.py``, ``mlflow_logger.py``; ``mlflow_store.py``: where an
 MLflow run is kept and what it holds), ``hparams_file.py`` (``hparams.yaml`` of the file
 loggers), ``redact.py`` (secrets kept out of everything a logger writes), ``resume_history.py`` (on
 resume, every logger back at the checkpoint: nothing after it twice, nothing before it missing, filled

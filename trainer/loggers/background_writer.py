@@ -69,7 +69,7 @@ class BackgroundWriter:
 
     def submit(self, job: Callable[[Any], None]) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="logger-writer", daemon=True)
+            self._thread = _WriterThread(self)
             self._thread.start()
             _RUNNING.add(self)
         self._jobs.put(job)
@@ -106,15 +106,21 @@ class BackgroundWriter:
             self._writer = self._open_writer()
         return self._writer
 
+    def stop_thread(self) -> None:
+        """End the thread once the jobs queued so far are done; the writer stays open (a later job
+        starts a new thread)."""
+        thread = self._thread
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join()
+            self._thread = None
+            _RUNNING.discard(self)
+
     def close(self) -> None:
         try:
             self._wait()
         finally:
-            if self._thread is not None:
-                self._jobs.put(None)
-                self._thread.join()
-                self._thread = None
-                _RUNNING.discard(self)
+            self.stop_thread()
             writer, self._writer = self._writer, None
             if writer is not None:
                 writer.close()
@@ -145,3 +151,17 @@ class QueuedWrites:
         """Write what is queued and end the thread (raising a write's error)."""
         if self._writes is not None:
             self._writes.close()
+
+
+class _WriterThread(threading.Thread):
+    """The daemon thread of a `BackgroundWriter`; ``stop()`` ends it after the jobs queued so far (what a
+    test harness that stops left-over daemon threads calls)."""
+
+    def __init__(self, owner: BackgroundWriter):
+        super().__init__(target=owner._work, name="logger-writer", daemon=True)
+        self._owner = weakref.ref(owner)
+
+    def stop(self) -> None:
+        owner = self._owner()
+        if owner is not None and owner._thread is self:
+            owner.stop_thread()

@@ -82,6 +82,10 @@ class Logger:
         """Record the run's resolved configuration (default: ignore). Implementations write it
         through `trainer.loggers.redact_secrets`."""
 
+    def open_in_run(self) -> None:
+        """Called on rank 0 when a run of the trainer opens this logger, before its first write (default:
+        nothing). A backend may then hand its writes to a thread of its own (TensorBoard does)."""
+
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """Lightning's hook for a model graph (default: nothing)."""
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
-from trainer.loggers.versions import AppendedFile, VersionedDir, VersionedFolders
+from trainer.loggers.versions import AppendedFile, VersionedDir, VersionedFolders, replace_existing_log_dir
 
 
 class CSVLogger(VersionedFolders, AppendedFile, Logger):
@@ -24,7 +24,8 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
       either the old file or the new one, never half a header. New names are rare (the first
       logging step, the first validation), so the rewrites are too.
     - Every row is flushed as it is written. An existing file (a resumed run in the same run
-      directory) is appended to, keeping its columns.
+      directory) is appended to, keeping its columns; as Lightning's, a ``version`` given by hand
+      whose folder already holds files gives a warning and its old ``metrics.csv`` is replaced.
 
     Built as Lightning's: ``CSVLogger(save_dir, name="lightning_logs", version=None)`` writes
     ``<save_dir>/<name>/version_<n>/metrics.csv`` (``log_dir``; the next free version unless given).
@@ -37,7 +38,8 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         version: the ``version_<n>`` folder under ``name`` (an int n, or a string used as the folder's
             name; None: the next free version).
         prefix: put before every metric name, joined with "-".
-        flush_logs_every_n_steps: accepted for Lightning's programs; every row is flushed as it is written.
+        flush_logs_every_n_steps: Lightning's: ``save()`` is called every this many steps (every row
+            is on disk as it is written; ``experiment.metrics`` holds the rows since the last save).
         filename: the file's name in ``log_dir``.
     """
 
@@ -49,12 +51,20 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         self._prefix = prefix
         self._filename = filename
         self._file: Any = None  # opened at the first row
+        self.flush_logs_every_n_steps = flush_logs_every_n_steps
+        #: the rows logged since the last ``save()`` (Lightning's experiment writer's buffer; here every
+        #: row is on disk already)
+        self.metrics: list[dict[str, Any]] = []
+        # a version given by hand whose folder holds files: Lightning's warning, and its metrics file replaced
+        self._check_existing = version is not None
 
     @classmethod
     def in_run_dir(cls, run_dir: str, filename: str = "metrics.csv", log_dir: str | None = None) -> CSVLogger:
         """The logger ``loggers=["csv"]`` builds: ``filename`` in ``log_dir`` (a DeepSpeed config's
         ``csv_monitor.output_path/job_name``), else in the run directory."""
-        return cls(log_dir or run_dir, name="", version="", filename=filename)
+        logger = cls(log_dir or run_dir, name="", version="", filename=filename)
+        logger._check_existing = False  # the run directory's file: a resumed run appends to it
+        return logger
 
 
     @property
@@ -67,10 +77,19 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
     @property
     def experiment(self) -> Any:
         """This logger (Lightning's CSV experiment writer: ``log_metrics``, ``log_hparams``,
-        ``save``) on rank 0; a DummyExperiment elsewhere."""
-        return self if writes_here() else DummyExperiment()
+        ``save``, ``metrics``) on rank 0; a DummyExperiment elsewhere. The first use checks a
+        version folder given by hand (see ``log_metrics``)."""
+        if not writes_here():
+            return DummyExperiment()
+        if self._check_existing:
+            self._check_existing = False
+            replace_existing_log_dir(self.log_dir, self.path)
+        return self
 
     def _open(self) -> None:
+        if self._check_existing:
+            self._check_existing = False
+            replace_existing_log_dir(self.log_dir, self.path)
         os.makedirs(self.log_dir, exist_ok=True)
         self._columns: list[str] = ["step"]
         self._has_header = False
@@ -107,6 +126,14 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
             self._file.write(self._encode([row]))
             self._file.flush()
         self._last_row = row
+        self.metrics.append(row)
+        if (step + 1) % self.flush_logs_every_n_steps == 0:
+            self.save()
+
+    def save(self) -> None:
+        """Lightning's periodic save (every ``flush_logs_every_n_steps`` steps): the rows are on disk
+        already; the buffer of rows since the last save is emptied."""
+        self.metrics = []
 
     def rows_up_to(self, step: int) -> list[tuple[int, dict[str, float]]]:
         """The file's rows with a step up to ``step`` as ``[(step, {name: value})]`` (names without
@@ -121,6 +148,7 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         ``history``'s (the calls made before the save). The next call at ``step`` fills that row."""
         if not writes_here():
             return
+        self._check_existing = False  # the file holds the run being resumed
         self.finalize()
         rows = self._read_rows()
         if not rows:

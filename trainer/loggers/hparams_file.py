@@ -17,7 +17,16 @@ FILENAME = "hparams.yaml"
 
 def _plain(value: Any) -> Any:
     """YAML-safe: mappings, lists and scalars as they are; an object as its readable text."""
-    return readable(value)
+    return readable(plain_keys(value))
+
+
+def plain_keys(value: Any) -> Any:
+    """``value`` with every mapping key that is not a str, int, float, bool or None (``5j``, a tuple)
+    as its text, nested mappings included: what JSON and YAML files can hold as a key."""
+    if isinstance(value, Mapping):
+        return {(key if key is None or isinstance(key, (str, int, float, bool)) else str(key)): plain_keys(item)
+                for key, item in value.items()}
+    return value
 
 
 class _Dumper(yaml.SafeDumper):
@@ -35,6 +44,7 @@ _Dumper.add_representer(str, _string)
 def write_hparams_yaml(run_dir: str, params: Mapping[str, Any]) -> str:
     """Write ``params`` (redacted) to ``<run_dir>/hparams.yaml`` atomically; returns its path."""
     path = os.path.join(run_dir, FILENAME)
+    os.makedirs(run_dir, exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         yaml.dump(redact_secrets(_plain(dict(params))), handle, Dumper=_Dumper, sort_keys=False)
     os.replace(path + ".tmp", path)

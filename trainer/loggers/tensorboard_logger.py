@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from trainer.loggers.background_writer import BackgroundWriter, python_number
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
-from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.hparams_file import plain_keys, write_hparams_yaml
+from trainer.loggers.tensorboard_graph import add_graph, graph_input
 from trainer.loggers.versions import VersionedDir, VersionedFolders
 from trainer.runtime.redact import redact_secrets
 
@@ -33,7 +34,8 @@ class TensorBoardLogger(VersionedFolders, Logger):
         version: the ``version_<n>`` folder under ``name`` (an int n, or a string used as the folder's
             name; None: the next free version).
         sub_dir: one more folder under the version's, where the events go (None: none).
-        log_graph: True is refused (call ``logger.experiment.add_graph(model, example_input)`` yourself).
+        log_graph: also the model's graph (GRAPHS tab), traced once per call with the module's
+            ``example_input_array`` (trainer/loggers/tensorboard_graph.py).
         default_hp_metric: with the hyperparameters, also an ``hp_metric`` of -1 (as Lightning).
         prefix: put before every metric name, joined with "-".
         flush_secs: write pending events to disk at least this often.
@@ -45,19 +47,20 @@ class TensorBoardLogger(VersionedFolders, Logger):
     def __init__(self, save_dir: Any, name: str | None = "lightning_logs", version: int | str | None = None,
                  log_graph: bool = False, default_hp_metric: bool = True, prefix: str = "", sub_dir: Any = None,
                  flush_secs: int = 30, max_queue: int = 10, **writer_options: Any):
-        if log_graph:
-            raise ValueError("TensorBoardLogger(log_graph=True) is not supported here; call "
-                             "self.logger.experiment.add_graph(self, example_input) from a hook instead")
         unknown = sorted(set(writer_options) - set(WRITER_OPTIONS))
         if unknown:
             raise TypeError(f"TensorBoardLogger got unknown option(s) {unknown}; it takes save_dir, name, version, "
                             f"default_hp_metric, prefix, sub_dir, flush_secs, max_queue, {', '.join(WRITER_OPTIONS)}")
         self._dirs = VersionedDir(save_dir, name, version, sub_dir)
+        self.log_graph_enabled = bool(log_graph)  # Lightning's log_graph
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
         self._writer_options = dict(writer_options, flush_secs=flush_secs, max_queue=max_queue)
         self._hparams_file = True  # Lightning's hparams.yaml beside the events (not in a run directory)
         self._events: BackgroundWriter | None = None  # made at the first write
+        # in a trainer's run, writes are queued for the writer's thread; used directly (no run), each
+        # write is done when the call returns (nothing left running behind the caller's back)
+        self._queued_writes = False
 
     @classmethod
     def in_run_dir(cls, run_dir: str, flush_secs: int = 30, max_queue: int = 10,
@@ -67,7 +70,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
         logger = cls(log_dir or run_dir, name="", version="", default_hp_metric=False,
                      flush_secs=flush_secs, max_queue=max_queue)
         logger._hparams_file = False
+        logger._queued_writes = True
         return logger
+
+    def open_in_run(self) -> None:
+        """A run writes through the writer's thread: a logging step only queues its numbers."""
+        self._queued_writes = True
 
 
     @property
@@ -81,6 +89,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
         if self._events is None:
             self._events = BackgroundWriter(self._open_writer)
         return self._events
+
+    def _submit(self, job: Any) -> None:
+        """Queue ``job`` for the writer's thread; outside a run, wait until it is written."""
+        self._background().submit(job)
+        if not self._queued_writes:
+            self._background().writer()
 
     def _open_writer(self) -> Any:
         from torch.utils.tensorboard import SummaryWriter
@@ -97,12 +111,12 @@ class TensorBoardLogger(VersionedFolders, Logger):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scalars.append((f"{self._prefix}-{name}" if self._prefix else name, value))
         if scalars:
-            self._background().submit(lambda writer: _add_scalars(writer, scalars, step))
+            self._submit(lambda writer: _add_scalars(writer, scalars, step))
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         if not writes_here():
             return
-        redacted = redact_secrets(dict(params))
+        redacted = plain_keys(redact_secrets(dict(params)))
         text = json.dumps(redacted, indent=2, default=str)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
@@ -116,11 +130,20 @@ class TensorBoardLogger(VersionedFolders, Logger):
             for summary in hparams(flat, hp_metrics):
                 writer.file_writer.add_summary(summary)
 
-        self._background().submit(write)
+        self._submit(write)
         if metrics:
             self.log_metrics(metrics, 0)
         if self._hparams_file:
             write_hparams_yaml(self.log_dir, params)
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """With ``log_graph=True``, the graph of ``model`` traced on ``input_array`` (None: its
+        ``example_input_array``); a UserWarning when there is no input to trace with (rank 0)."""
+        if not self.log_graph_enabled or not writes_here():
+            return
+        example = graph_input(model, input_array)
+        if example is not None:
+            add_graph(self.experiment, model, example)
 
     def resume_at(self, step: int, history: list | None, dropped_from: int | None) -> None:
         """A resume from the checkpoint at ``step``: TensorBoard shows the steps the killed run wrote
@@ -184,10 +207,19 @@ class TensorBoardLogger(VersionedFolders, Logger):
     def save(self) -> None:
         if self._events is not None and self._events.is_open:
             self._events.writer().flush()
+        self._hparams_yaml_if_missing()
 
     def finalize(self, status: str = "success") -> None:
         if self._events is not None:
             self._events.close()
+        self._hparams_yaml_if_missing()
+
+    def _hparams_yaml_if_missing(self) -> None:
+        """As Lightning's: once the version folder exists, it holds an ``hparams.yaml`` (an empty one when
+        no hyperparameters were logged)."""
+        if self._hparams_file and writes_here() and os.path.isdir(self.log_dir) and not os.path.isfile(
+                os.path.join(self.log_dir, "hparams.yaml")):
+            write_hparams_yaml(self.log_dir, {})
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -37,6 +37,17 @@ class TrainerLoggers:
     def logger(self, value: Any) -> None:
         self.loggers = [] if value is None else [value]
 
+    def record_loggers(self, loggers: list[Any], run_dir: str) -> list[Any]:
+        """The trainer's own record of a run: Logger objects rank 0 writes with ``loggers`` (the run's
+        Logger objects) that are not among ``trainer.loggers``. None here (this Trainer's
+        ``metrics.jsonl`` is the "jsonl" logger among its loggers); Lightning's Trainer keeps one."""
+        return []
+
+    def log_files_dir(self, run_dir: str) -> str | None:
+        """Where rank 0 writes the trainer's own log files (``train.log`` when no other log handler is set
+        up, ``flops.txt``): the run directory; None: nowhere."""
+        return run_dir
+
     def logger_objects(self, run_dir: str) -> list[Any]:
         """The Logger objects for ``logger_specs`` writing under ``run_dir``: built once, then the same
         objects (a new run directory or a new choice builds them anew). Building writes nothing."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 
@@ -57,25 +58,33 @@ class VersionedDir:
     def version(self, value: int | str) -> None:
         self._version = value
 
-    @property
-    def log_dir(self) -> str:
-        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
-        path = os.path.join(self.root_dir, version) if version else self.root_dir
-        if self._sub_dir:
-            path = os.path.join(path, self._sub_dir)
-        return os.path.expanduser(os.path.expandvars(path))
-
 
 class VersionedFolders:
     """Lightning's folder attributes of a file logger that keeps a `VersionedDir` as ``_dirs``
-    (a mixin of the CSV and TensorBoard loggers)."""
+    (a mixin of the CSV and TensorBoard loggers). ``root_dir`` and ``log_dir`` are read from the
+    ``save_dir``, ``name`` and ``version`` properties, so a subclass that overrides one of them (as
+    Lightning's tests do) moves the folders with it."""
 
     _dirs: VersionedDir
 
     name = property(lambda self: self._dirs.name, doc="The experiment folder under save_dir ('' for none).")
     save_dir = property(lambda self: self._dirs.save_dir, doc="The folder given (or the run directory).")
-    root_dir = property(lambda self: self._dirs.root_dir, doc="save_dir / name.")
-    log_dir = property(lambda self: self._dirs.log_dir, doc="Where the logger's files go.")
+    sub_dir = property(lambda self: self._dirs._sub_dir, doc="One more folder under the version's (None: none).")
+
+    @property
+    def root_dir(self) -> str:
+        """save_dir / name."""
+        return os.path.join(self.save_dir, self.name) if self.name else self.save_dir
+
+    @property
+    def log_dir(self) -> str:
+        """Where the logger's files go: root_dir / version_<n> (or the version's own name) / sub_dir,
+        with ``~`` and ``$VARIABLES`` expanded."""
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        path = os.path.join(self.root_dir, version) if version else self.root_dir
+        if self.sub_dir:
+            path = os.path.join(path, self.sub_dir)
+        return os.path.expanduser(os.path.expandvars(path))
 
     @property
     def version(self) -> int | str:
@@ -102,3 +111,13 @@ class AppendedFile:
         state = dict(self.__dict__)
         state["_file"] = None  # a copy (a spawned worker's) opens the file itself
         return state
+
+
+def replace_existing_log_dir(log_dir: str, metrics_file: str) -> None:
+    """Lightning's check of a version folder given by hand: when it holds files, a UserWarning that
+    they are replaced, and ``metrics_file`` removed (a new run's rows start a new file)."""
+    if os.path.isdir(log_dir) and os.listdir(log_dir):
+        warnings.warn(f"Experiment logs directory {log_dir} exists and is not empty. Previous log files in this "
+                      "directory will be deleted when the new ones are saved!", UserWarning, stacklevel=3)
+        if os.path.isfile(metrics_file):
+            os.remove(metrics_file)

@@ -34,6 +34,7 @@ from trainer.checkpoint import load_weights
 from trainer.checkpoint.safetensors_dir import is_safetensors_dir, load_safetensors_dir
 from trainer.data.user_loader import RunData
 from trainer.loggers import Logger, agree_versions
+from trainer.loggers.tensorboard_graph import log_graphs
 from trainer.loggers.wandb_run_id import adopt_run_of_checkpoint
 from trainer.loop.hooks import RunHooks
 from trainer.loop.log_collector import LogCollector
@@ -68,8 +69,9 @@ def build_run(run: RankRun) -> None:
                 data_rank=strategy.data_parallel_rank, run_dir=run_dir)
     if rank == 0:
         os.makedirs(run_dir, exist_ok=True)
-        if run.own_log_handler:
-            log_to_file(os.path.join(run_dir, "train.log"))
+        if run.own_log_handler and (log_file_dir := trainer.log_files_dir(run_dir)) is not None:
+            os.makedirs(log_file_dir, exist_ok=True)
+            log_to_file(os.path.join(log_file_dir, "train.log"))
     module._trainer = trainer
     saves = (trainer.checkpoint is not None and trainer.checkpoint.enabled) or getattr(
         trainer.checkpoint_callback, "_files", False)  # Lightning's ModelCheckpoint writing files
@@ -119,6 +121,7 @@ def build_run(run: RankRun) -> None:
         load_weights(init_from, module, part_of_model=strategy.owns_step)  # pipeline: this rank's stages
     # 7. the loggers
     run.install(loggers=_open_loggers(trainer, run_dir, rank, logged_hparams))
+    log_graphs(run.loggers, module, strategy.name)  # (rank 0's; TensorBoardLogger(log_graph=True))
 
 
 def _build_model(trainer: Trainer, module: TrainModule, strategy: Strategy) -> WeightInit:
@@ -164,6 +167,9 @@ def _open_loggers(trainer: Trainer, run_dir: str, rank: int, logged_hparams: Any
     if source not in (None, "auto", "last", "best"):
         adopt_run_of_checkpoint(source, run_dir)  # resumed into a new run directory: the checkpoint's W&B run goes on
     loggers = trainer.logger_objects(run_dir)
+    loggers = loggers + trainer.record_loggers(loggers, run_dir)  # (the trainer's own, not trainer.loggers)
+    for logger in loggers:
+        logger.open_in_run()
     params = for_loggers(trainer.config, logged_hparams)  # the config and save_hyperparameters()'s
     if params is not None:
         for logger in loggers:

@@ -234,8 +234,9 @@ class TrainStep:
             hooks.call("on_after_backward")
         if counting:
             run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
-            if run.rank == 0 and run.trainer.write_flops_file:
-                write_flops_by_module(counter, os.path.join(run.run_dir, "flops.txt"))
+            if run.rank == 0 and run.trainer.write_flops_file and \
+                    (log_files := run.trainer.log_files_dir(run.run_dir)) is not None:
+                write_flops_by_module(counter, os.path.join(log_files, "flops.txt"))
         if last and nonfinite is not None:
             nonfinite.end_step(run.step + 1, run.epoch)
         return output

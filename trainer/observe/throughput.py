@@ -9,6 +9,8 @@ tensor-core figures from the vendors' datasheets); on CPUs and unknown GPUs it i
 
 from __future__ import annotations
 
+import os
+
 import resource
 import sys
 import time
@@ -172,6 +174,7 @@ def write_flops_by_module(counter: Any, path: str, depth: int = 3) -> None:
         if name != "TrainingStepForward" and name.count(".") < depth:
             rows.append((name, sum(per_op.values())))
     total = counter.get_total_flops() or 1
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(f"{'module':60s} {'GFLOP':>12s} {'share':>7s}\n")
         for name, flops in rows:

@@ -99,8 +99,6 @@ def test_folders_and_versions_are_lightnings(tmp_path):
             assert ours(save_dir, **args).log_dir == theirs(save_dir, **args).log_dir, args
         os.makedirs(os.path.join(save_dir, "lightning_logs", "version_4"))
         assert ours(save_dir).version == theirs(save_dir).version == 5
-    with pytest.raises(ValueError, match=r"log_graph=True\) is not supported"):
-        TensorBoardLogger(str(tmp_path), log_graph=True)
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['colour'\]"):
         TensorBoardLogger(str(tmp_path), colour=1)
     with pytest.raises(ValueError, match=r"log_model"):

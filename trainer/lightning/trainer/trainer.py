@@ -9,6 +9,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
+- ``default_root_dir``: the working directory; ``logger``: Lightning's default logger list, and
+  ``trainer.log_dir`` as Lightning's, with this trainer's ``metrics.jsonl`` beside the loggers' files
+  but not among ``trainer.loggers``; ``PL_TRAINER_<ARGUMENT>`` environment variables (``loggers.py``);
 
 ``reload_dataloaders_every_n_epochs=N``: the data hooks are called again every N epochs
 (``trainer/loop/data_reload.py``); ``barebones=True`` and the INFO lines about limits of one batch (``flags.py``); Lightning's return
@@ -31,6 +34,9 @@ from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
 from trainer.lightning.trainer.clipping import LightningClipSetting
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones, check_val_interval, reload_epochs
 from trainer.lightning.trainer.loader_properties import LoaderProperties
+from trainer.lightning.trainer.loggers import (LightningLoggers, trainer_arguments, with_environment_arguments,
+                                               with_lightning_logging)
+from trainer.lightning.trainer.properties import LightningRunProperties
 from trainer.lightning.utilities.rank_zero import rank_zero_info
 
 from trainer.trainer import Trainer as _Trainer
@@ -39,13 +45,14 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(LoaderProperties, LightningClipSetting, _Trainer):
+class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, LightningRunProperties, _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
     write_flops_file = False  # Lightning writes nothing of its own into default_root_dir
 
     def __init__(self, **kwargs: Any):
+        kwargs = with_environment_arguments(kwargs, trainer_arguments(_Trainer) + ["barebones"])  # PL_TRAINER_*
         self.barebones = bool(kwargs.get("barebones", False))
         kwargs = apply_barebones(kwargs)  # Lightning's Trainer(barebones=True) (flags.py)
         announce_limits(kwargs)
@@ -61,6 +68,8 @@ class Trainer(LoaderProperties, LightningClipSetting, _Trainer):
             kwargs["max_epochs"] = 1000
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        # (in a function: jsonargparse reads a kwargs key used here as an untyped argument of this __init__)
+        kwargs = with_lightning_logging(kwargs)  # default_root_dir, Lightning's default logger (loggers.py)
         super().__init__(**kwargs)
         #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
         #: again at the end of fit as this trainer does
