@@ -109,7 +109,10 @@ class LightningLoggers:
         return os.fspath(directory) if directory is not None else None
 
     def record_loggers(self, loggers: list[Any], run_dir: str) -> list[Any]:
-        """``metrics.jsonl`` in ``trainer.log_dir`` when there is a logger with a folder (see the module)."""
+        """``metrics.jsonl`` in ``trainer.log_dir`` when there is a logger with a folder (see the module);
+        none when the loggers given hold this trainer's own record already (``loggers=["jsonl"]``)."""
+        if any(isinstance(logger, JSONLLogger) for logger in loggers):
+            return []
         directory = self.log_dir if loggers else None
         return [_TrainerRecord(directory)] if directory is not None else []
 
