@@ -1,5 +1,5 @@
 """Hugging Face models through the command line, as a user types them: ``recipe=hf_sequence_classification``
-(a tiny random BERT saved locally) on DDP 2 trains as one process does on the same global batch, and every
+(a tiny random BERT saved locally) on DDP 2 and FSDP 2 (full and grad_op) trains as one process does on the same global batch, and every
 wrong input ends with one line on stderr, exit status 1, before any worker starts.
 
 Tolerance: CPU fp32, the recipe's own AdamW and warmup-cosine schedule, rtol=1e-5 / atol=1e-6 over 15 steps
@@ -47,14 +47,27 @@ def _classify(bert_dir, run_dir, *overrides):
     return train_losses(str(run_dir)), full_weights(str(run_dir / "checkpoints"))
 
 
-def test_bert_classifier_ddp2_equals_one_process(bert_dir, tmp_path):
+@pytest.fixture(scope="module")
+def bert_one_process(bert_dir, tmp_path_factory):
+    return _classify(bert_dir, tmp_path_factory.mktemp("bert-single"), "data.batch_size=16")
+
+
+LAYOUTS = {  # global batch 16 in every run; BERT declares no _no_split_modules: under FSDP its blocks are named
+    "ddp2": ["data.batch_size=8", "strategy=ddp", "trainer.devices=2"],
+    "fsdp2-full": ["data.batch_size=8", "strategy=fsdp", "trainer.devices=2", "model.blocks=[BertLayer]"],
+    "fsdp2-grad_op": ["data.batch_size=8", "strategy=fsdp", "strategy.sharding=grad_op", "trainer.devices=2",
+                      "model.blocks=[BertLayer]"],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_bert_classifier_equals_one_process(layout, bert_dir, bert_one_process, tmp_path):
     from tests.support.same_training import assert_same_training
 
-    single = _classify(bert_dir, tmp_path / "single", "data.batch_size=16")
-    ddp = _classify(bert_dir, tmp_path / "ddp", "data.batch_size=8", "strategy=ddp", "trainer.devices=2")
-    assert_same_training(ddp, single, steps=STEPS, tol=TOL)
-    assert "model.classifier.weight" in single[1]
-    losses = single[0]
+    result = _classify(bert_dir, tmp_path / layout, *LAYOUTS[layout])
+    assert_same_training(result, bert_one_process, steps=STEPS, tol=TOL)
+    assert "model.classifier.weight" in bert_one_process[1]
+    losses = bert_one_process[0]
     assert losses[-1] < losses[0]  # it trained
 
 

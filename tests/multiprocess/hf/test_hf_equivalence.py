@@ -67,36 +67,46 @@ def gpt2_one_process(tmp_path_factory):
                devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_gpt2_with_tied_embeddings_equals_one_process(strategy, gpt2_one_process, tmp_path):
-    # GPT-2 declares no tensor-parallel plan: its layouts are the data-parallel ones.
+DATA_PARALLEL = {  # GPT-2 and BERT declare no tensor-parallel plan: their layouts are the data-parallel ones
+    "ddp2": lambda: "ddp",
+    "fsdp2-full": lambda: FSDPStrategy(sharding="full"),
+    "fsdp2-grad_op": lambda: FSDPStrategy(sharding="grad_op"),
+}
+
+
+@pytest.mark.parametrize("layout", list(DATA_PARALLEL))
+def test_gpt2_with_tied_embeddings_equals_one_process(layout, gpt2_one_process, tmp_path):
     reference = gpt2_one_process
-    result = fit(tmp_path / strategy, TinyCausalLM(config=gpt2_config()), strategy=strategy, devices=2,
+    result = fit(tmp_path / layout, TinyCausalLM(config=gpt2_config()), strategy=DATA_PARALLEL[layout](), devices=2,
                  batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
     assert "model.lm_head.weight" in result[1]  # tied to the embedding: equal to it, and to one process's
     assert (result[1]["model.lm_head.weight"] == result[1]["model.transformer.wte.weight"]).all()
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_bert_classifier_equals_one_process(strategy, tmp_path):
-    config = bert_config()
-    reference = fit(tmp_path / "single", TinyClassifier(config=config), strategy="single", devices=1,
-                    batch_size=GLOBAL_BATCH, max_steps=STEPS)
+@pytest.fixture(scope="module")
+def bert_one_process(tmp_path_factory):
+    return fit(tmp_path_factory.mktemp("bert-single"), TinyClassifier(config=bert_config()), strategy="single",
+               devices=1, batch_size=GLOBAL_BATCH, max_steps=STEPS)
+
+
+@pytest.mark.parametrize("layout", list(DATA_PARALLEL))
+def test_bert_classifier_equals_one_process(layout, bert_one_process, tmp_path):
+    reference = bert_one_process
     # BERT declares no _no_split_modules: under FSDP its blocks are named.
-    result = fit(tmp_path / strategy, TinyClassifier(config=config, blocks=["BertLayer"]), strategy=strategy,
-                 devices=2, batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
+    result = fit(tmp_path / layout, TinyClassifier(config=bert_config(), blocks=["BertLayer"]),
+                 strategy=DATA_PARALLEL[layout](), devices=2, batch_size=GLOBAL_BATCH // 2, max_steps=STEPS)
     assert_same_training(result, reference, steps=STEPS, tol=TOL)
 
 
-def _cli(llama_dir, run_dir, *overrides):
+def _cli(model_dir, run_dir, *overrides):
     """recipe=hf_causal_lm through train.py with its own AdamW and warm-up-cosine schedule: (per-step
     losses, the final weights of its last checkpoint)."""
     from tests.support.command_line import TRAIN, assert_ok, run
     from tests.support.helpers import train_losses
     from trainer.checkpoint.consolidate import full_weights
 
-    result = run(TRAIN + ["recipe=hf_causal_lm", f"model.path={llama_dir}", "model.pretrained=false",
+    result = run(TRAIN + ["recipe=hf_causal_lm", f"model.path={model_dir}", "model.pretrained=false",
                           "module.max_bytes=20000", "data.block_size=16", f"trainer.max_steps={STEPS}",
                           "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=null", "trainer.progress_bar=false",
                           "logger=[jsonl]", f"hydra.run.dir={run_dir}", *overrides], timeout=300)
@@ -123,3 +133,21 @@ def test_command_line_equals_one_process(layout, llama_dir, cli_one_process, tmp
     result = _cli(llama_dir, tmp_path / layout, *CLI_LAYOUTS[layout])
     assert_same_training(result, cli_one_process, steps=STEPS, tol=TOL)
     assert cli_one_process[0][-1] < cli_one_process[0][0]  # it trained
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("gpt2"), gpt2_config())
+
+
+@pytest.fixture(scope="module")
+def gpt2_cli_one_process(gpt2_dir, tmp_path_factory):
+    return _cli(gpt2_dir, tmp_path_factory.mktemp("gpt2-cli-single"), "data.batch_size=8")
+
+
+@pytest.mark.parametrize("layout", ["ddp2", "fsdp2-full", "fsdp2-grad_op"])
+def test_gpt2_command_line_equals_one_process(layout, gpt2_dir, gpt2_cli_one_process, tmp_path):
+    # recipe=hf_causal_lm with GPT-2's directory: its tied embedding and head, its own _no_split_modules
+    result = _cli(gpt2_dir, tmp_path / layout, *CLI_LAYOUTS[layout])
+    assert_same_training(result, gpt2_cli_one_process, steps=STEPS, tol=TOL)
+    assert gpt2_cli_one_process[0][-1] < gpt2_cli_one_process[0][0]  # it trained
