@@ -77,6 +77,10 @@ def build_fit(run: RankRun) -> None:
     fitting = find_batch_size(run, fitting)
     run.replan(fitting.batch, fitting)
     fitting.limits.note_schedules(run)
+    if run.rank == 0 and run.step > 0 and fitting.limits.done(run):  # resumed where this run's limits end it
+        log.warning("resumed at step %d, epoch %d, where this run's limits (trainer.max_steps=%s, trainer.max_epochs=%s) "
+                    "already end it: nothing is trained; raise them to continue the run", run.step, run.epoch,
+                    trainer.max_steps, trainer.max_epochs)
     # 5. fp16 steps, the summary's counts, observers, the non-finite check
     precision, device = run.precision, run.device
     if run.summary is not None:

@@ -111,6 +111,20 @@ def test_schedule_tied_to_max_steps_warns_once_on_extension(tmp_path, caplog):
     assert sorted(step_losses(tmp_path)) == list(range(1, FINAL + 1))
 
 
+def test_a_resume_where_the_limits_already_end_the_run_says_so(tmp_path, caplog):
+    args = dict(LAYOUTS["single"], **SAVE_LAST)
+    fit(tmp_path, Regressor(), max_steps=FIRST, **args)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        fit(tmp_path, Regressor(), max_steps=FIRST, resume="auto", **args)  # nothing left to train
+    said = [r.getMessage() for r in caplog.records if "already end it: nothing is trained" in r.getMessage()]
+    assert len(said) == 1 and f"resumed at step {FIRST}" in said[0] and f"trainer.max_steps={FIRST}" in said[0], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        fit(tmp_path, Regressor(), max_steps=FINAL, resume="auto", **args)  # extended: it trains on, unwarned
+    assert not [r for r in caplog.records if "nothing is trained" in r.getMessage()]
+    assert sorted(step_losses(tmp_path)) == list(range(1, FINAL + 1))
+
+
 # ----- 6: validate(ckpt) --------------------------------------------------------------------------------
 def test_validate_loads_the_checkpoint(tmp_path):
     fit(tmp_path, Regressor(val_samples=40), max_steps=6, checkpoint=dict(save_last=True))
