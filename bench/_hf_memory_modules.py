@@ -27,6 +27,15 @@ def reset_peak() -> bool:
         return False
 
 
+def import_model_code(path: str) -> None:
+    """Import transformers' modeling code for the directory's config (a throw-away build on the meta
+    device, nothing allocated): a fresh process would otherwise count those imports inside the window."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+
+
 class LoadMeasuredLM(HFCausalLM):
     """HFCausalLM that measures each rank's resident memory over the load of its directory's weights:
     from the start of ``configure_model`` (the peak reset there) to ``on_fit_start`` (the model built
@@ -42,6 +51,7 @@ class LoadMeasuredLM(HFCausalLM):
         return None
 
     def configure_model(self):
+        import_model_code(self.path)
         self._reset = reset_peak()
         self._rss_before = status_kib("VmRSS") * 1024
         super().configure_model()

@@ -71,6 +71,22 @@ def measure_load(directory: str, strategy: str, world: int, out: str) -> list[di
     return [read_json(os.path.join(out, f"load_rank{rank}.json")) for rank in range(world)]
 
 
+#: measure_load in a fresh interpreter (arguments: the bench folder, then measure_load's)
+_LOAD_IN_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from hf_load_memory import measure_load; "
+                  "measure_load(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])")
+
+
+def measure_load_fresh(directory: str, strategy: str, world: int, out: str) -> list[dict]:
+    """``measure_load`` run from a new interpreter: a long-lived caller (a test session) holds freed memory
+    that a load in it would reuse without raising its resident size, hiding a whole copy."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", _LOAD_IN_CHILD, BENCH, directory, strategy, str(world), out],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"measure_load({strategy!r}, {world}) failed ({done.returncode}): {done.stderr[-2000:]}")
+    return [read_json(os.path.join(out, f"load_rank{rank}.json")) for rank in range(world)]
+
+
 def read_json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
@@ -120,7 +136,7 @@ def run(layers: int, width: int, vocab: int, export: bool = True) -> dict:
         for name, (strategy, world) in LAYOUTS.items():
             out = os.path.join(tmp, name)
             os.makedirs(out)
-            results["load"][name] = measure_load(directory, strategy, world, out)
+            results["load"][name] = measure_load_fresh(directory, strategy, world, out)
         if export:
             os.makedirs(os.path.join(tmp, "export"))
             results["export"] = measure_export(directory, os.path.join(tmp, "export"))
