@@ -342,6 +342,9 @@ class WandbLogger(QueuedWrites, Logger):
                 self._cannot_go_online(f"wandb.init failed: {type(error).__name__}: {error}")
                 wandb.teardown()  # forget the failed run, or the retry finds its id "in use"
                 self._run = wandb.init(mode="offline", **init_args)
+        # wandb.init registered W&B's own exit hooks; exit hooks run last-registered first, so this one,
+        # registered again now, writes what is still queued before W&B ends the run at exit
+        atexit.register(_finalize_at_exit, weakref.ref(self))
 
     def _cannot_go_online(self, reason: str) -> None:
         if self.mode == "online":

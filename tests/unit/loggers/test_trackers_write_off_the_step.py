@@ -14,10 +14,10 @@ import types
 
 import pytest
 import torch
-from torch.utils.data import TensorDataset
 
+from tests.support.helpers import Regressor
 from tests.unit.loggers.test_loggers import no_network_wandb, offline_runs, wandb_run  # noqa: F401 (a fixture)
-from trainer import Trainer, TrainModule
+from trainer import Trainer
 from trainer.loggers import CSVLogger, MLFlowLogger, WandbLogger
 
 pytestmark = pytest.mark.timeout(180)
@@ -131,20 +131,6 @@ def test_mlflow_starts_and_writes_on_its_thread_and_raises_a_failed_write_at_the
     assert client.get_run(logger.run_id).info.status == "FINISHED"  # the run still ended
 
 
-class _Regression(TrainModule):
-    def __init__(self):
-        super().__init__(optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
-        self.net = torch.nn.Linear(4, 1)
-
-    def train_dataset(self):
-        generator = torch.Generator().manual_seed(0)
-        return TensorDataset(torch.randn(256, 4, generator=generator), torch.randn(256, 1, generator=generator))
-
-    def training_step(self, batch, batch_idx):
-        inputs, targets = batch
-        return torch.nn.functional.mse_loss(self.net(inputs), targets)
-
-
 def test_the_csv_logger_does_nothing_on_a_quiet_step(tmp_path, monkeypatch):
     calls: list = []
     for name in ("log_metrics", "log_hyperparams", "save", "_open", "_rewrite", "_encode"):
@@ -156,7 +142,7 @@ def test_the_csv_logger_does_nothing_on_a_quiet_step(tmp_path, monkeypatch):
     def self_step(logger):
         return steps[-1] if steps else 0
 
-    class Counted(_Regression):
+    class Counted(Regressor):
         def on_train_batch_start(self, batch, batch_idx):
             steps.append(self.trainer.global_step + 1)
 
