@@ -8,7 +8,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 
-SAMPLES = 16384  # 256 global batches of 64: a 1500-step run crosses five epoch ends
+SAMPLES = 96_000  # 1,500 global batches of 64: a 1500-step run is one epoch
 FEATURES, CLASSES, WIDTH = 64, 10, 256
 LR = 1e-3
 

@@ -4,19 +4,21 @@
                                       [--out bench/results/hot_path_overhead.json] [--note TEXT]
 
 On an idle machine (nothing else running) the defaults are the measurement: one process and 2 DDP
-ranks, 1500 steps, a warm-up round then 5 pairs (about 10 minutes on 2 cores). A quick check that it
+ranks, 1500 steps, a warm-up round then 5 pairs (about 12 minutes on 2 cores). A quick check that it
 works: ``--steps 50 --pairs 1 --warmup 0 --out /tmp/check.json``.
 
 Every contender trains the same MLP (64 -> 256 -> 256 -> 256 -> 10, ReLU) with AdamW (lr 1e-3) on the
-same 16,384 random samples (a ``TensorDataset``), global batch 64 (32 per rank on 2 ranks), for ``--steps`` optimizer steps,
-reporting the loss every 50 steps, with no validation and no checkpoints:
+same 96,000 random samples (a ``TensorDataset``), global batch 64 (32 per rank on 2 ranks), for ``--steps`` optimizer steps,
+reporting the loss every 50 steps, with no validation:
 
 - hand-written: a ``DataLoader`` with ``shuffle=True`` (``DistributedSampler`` and ``DistributedDataParallel``
   under ``mp.spawn`` on 2 ranks, each rank half the cores), forward, backward, ``step``, ``zero_grad``;
   ``loss.item()`` (all-reduced on 2 ranks) and a printed line every 50 steps;
-- trainer: ``Trainer(max_steps=..., batch_size=64 // ranks, log_every_n_steps=50, loggers=[],
-  checkpoint=None, progress_bar=False, enable_model_summary=False)``, ``strategy="ddp", devices=2`` on
-  2 ranks (the trainer spawns its workers);
+- trainer: the defaults a user gets, ``Trainer(max_steps=..., batch_size=64 // ranks, log_every_n_steps=50,
+  progress_bar=False)``: TensorBoard events, ``metrics.jsonl``, the model summary and a checkpoint at the
+  end, in a temporary run directory; ``strategy="ddp", devices=2`` on 2 ranks (the trainer spawns its
+  workers);
+- trainer-no-loggers: the same with ``loggers=[], checkpoint=None, enable_model_summary=False``;
 - Lightning (if installed; a bench-only dependency): ``L.Trainer(max_steps=..., logger=False,
   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)``, ``ddp_spawn``
   on 2 ranks, the module returning its loss (no ``self.log``).
@@ -46,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LOG_EVERY = 50
 GLOBAL_BATCH = 64
-CONTENDERS = ("hand-written", "trainer", "lightning")
+CONTENDERS = ("hand-written", "trainer", "trainer-no-loggers", "lightning")
 
 
 # ----- one run (a process of its own) ---------------------------------------------------------------------
@@ -119,14 +121,19 @@ def run_hand_written(steps: int, ranks: int) -> None:
     mp.spawn(_hand_written_worker, args=(steps, ranks, _free_port()), nprocs=ranks)
 
 
-def run_trainer(steps: int, ranks: int) -> None:
+def run_trainer(steps: int, ranks: int, quiet: bool = False) -> None:
+    """The defaults (``quiet``: no loggers, no checkpoint, no model summary)."""
     from _trainer_mlp import MLPModule
     from trainer import Trainer
 
+    off = {"loggers": [], "checkpoint": None, "enable_model_summary": False} if quiet else {}
     with tempfile.TemporaryDirectory() as run_dir:
-        Trainer(max_steps=steps, batch_size=GLOBAL_BATCH // ranks, log_every_n_steps=LOG_EVERY, loggers=[],
-                checkpoint=None, progress_bar=False, enable_model_summary=False, run_dir=run_dir,
-                **({"strategy": "ddp", "devices": ranks} if ranks > 1 else {})).fit(MLPModule())
+        Trainer(max_steps=steps, batch_size=GLOBAL_BATCH // ranks, log_every_n_steps=LOG_EVERY, progress_bar=False,
+                run_dir=run_dir, **off, **({"strategy": "ddp", "devices": ranks} if ranks > 1 else {})).fit(MLPModule())
+
+
+def run_trainer_no_loggers(steps: int, ranks: int) -> None:
+    run_trainer(steps, ranks, quiet=True)
 
 
 def run_lightning(steps: int, ranks: int) -> None:
@@ -143,7 +150,8 @@ def run_lightning(steps: int, ranks: int) -> None:
                   log_every_n_steps=LOG_EVERY, default_root_dir=root).fit(LitMLP(), loader)
 
 
-RUNS = {"hand-written": run_hand_written, "trainer": run_trainer, "lightning": run_lightning}
+RUNS = {"hand-written": run_hand_written, "trainer": run_trainer, "trainer-no-loggers": run_trainer_no_loggers,
+        "lightning": run_lightning}
 
 
 # ----- timing whole processes ------------------------------------------------------------------------------
@@ -238,7 +246,7 @@ def main() -> None:
     from _mlp_modules import SAMPLES
 
     info = machine()
-    contenders = list(CONTENDERS if info["lightning"] is not None and not args.no_lightning else CONTENDERS[:2])
+    contenders = list(CONTENDERS if info["lightning"] is not None and not args.no_lightning else CONTENDERS[:3])
     date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load_start = os.getloadavg()[0]
     print(f"{date}, {info['processor']}, {info['cpu_count']} cores, python {info['python']}, torch {info['torch']}, "
