@@ -14,7 +14,6 @@ from trainer.loop.fit_build import build_fit
 from trainer.loop.rank_run import RankRun
 from trainer.loop.run_build import build_run
 from trainer.loop.run_result import RunResult, collect_result
-from trainer.runtime.frozen_heap import frozen_heap
 from trainer.runtime.launch import ClusterEnvironment
 from trainer.runtime.rank_logging import configure_rank_logging
 from trainer.runtime.torch_flags import torch_flags
@@ -40,8 +39,9 @@ def run_on_rank(trainer: Trainer, module: TrainModule, mode: str, env: ClusterEn
                 build_run(run)
                 if mode == "fit":
                     build_fit(run)
-                with frozen_heap():  # the set-up's objects left out of the collector's scans (frozen_heap.py)
-                    returned = run.fit() if mode == "fit" else run_evaluation(run, mode)  # or validate / test / predict
+                    returned = run.fit()
+                else:
+                    returned = run_evaluation(run, mode)  # validate / test / predict
             result = collect_result(run, mode, returned)  # the weights for the caller of a spawned fit
             run.hooks.call("teardown", trainer.stage)  # datamodule, callbacks, module
             clean = True
