@@ -14,6 +14,7 @@ and the metrics the Trainer shows hold what the module and callbacks logged, as 
 - an epoch-level row (training rows, epoch ends, evaluation results) carries ``"epoch"``, the
   current epoch, as Lightning adds it for the loggers (not into ``logged_metrics``), unless it holds
   a logged ``"step"``, which is then the row's step and not written as a metric (Lightning's rule);
+- an evaluation batch's row is in ``logged_metrics`` after the call (not in ``callback_metrics``);
 - the step is Lightning's: during ``fit`` the index of the last trained batch (the first batch's row
   is at 0; an epoch end and a validation are at their last batch's step); ``validate`` / ``test``
   outside a fit at the batches trained so far; an evaluation batch's own row at the stage's batch count.
@@ -63,6 +64,8 @@ def write_eval_step_row(run: RankRun, stage: str, metrics: dict[str, float]) -> 
     run.eval_steps_logged[stage] = step + 1
     hidden = run.module_logs.hidden
     written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
+    if getattr(run.trainer, "lightning_rows", False):  # (Lightning's logged_metrics hold them, not callback_metrics)
+        run.eval_step_values.update(written)
     for logger in run.loggers:
         logger.log_metrics(metrics=written, step=step)
 

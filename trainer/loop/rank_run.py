@@ -74,6 +74,7 @@ class RankRun(RunParts, RunCounters):
         self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
         self.num_eval_batches: dict[str, list[int]] = {}  # test / predict: this rank's batches per loader
         self.eval_steps_logged: dict[str, int] = {}  # per evaluation stage: batches whose on_step values were written
+        self.eval_step_values: dict[str, float] = {}  # the last evaluation batch rows' values (logged_metrics)
         self.preempted = False
         self.data_reload: DataReload | None = None  # fit's reload_dataloaders_every_n_epochs
 

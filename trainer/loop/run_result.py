@@ -57,7 +57,7 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     # What callbacks saw last (the latest step values too, as Lightning's callback_metrics), as numbers.
     shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
-                       current_epoch=run.epoch, metrics=dict(run.last_metrics), shown=shown,
+                       current_epoch=run.epoch, metrics={**run.eval_step_values, **run.last_metrics}, shown=shown,
                        hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
                        loader_of=dict(run.module_logs.loader_of),
                        callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)

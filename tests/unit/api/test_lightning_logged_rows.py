@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import (AddIndexOrNotSteps, EpochEndAgainSteps, ModuleSteps, build,
+from tests.support.lightning_loop_modules import (AddIndexOrNotSteps, EpochEndAgainSteps, EvalStepSteps, ModuleSteps, build,
                                                   recording_logger, run_call)
 
 pl = pytest.importorskip("lightning.pytorch")
@@ -29,7 +29,7 @@ def test_the_loggers_rows_and_the_trainers_metrics_are_lightnings(tmp_path):
     seen = {}
     for side, package in (("lightning", pl), ("ours", ours)):
         path = str(tmp_path / f"{side}.jsonl")
-        module = build(package, ModuleSteps)()
+        module = build(package, EvalStepSteps)()
         trainer, _ = run_call(package, module, "fit", str(tmp_path / side), max_epochs=2,
                               logger=recording_logger(package, path))
         fitted = (dict(trainer.logged_metrics), dict(trainer.callback_metrics))
