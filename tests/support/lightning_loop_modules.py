@@ -177,8 +177,30 @@ class SeveralLoadersSteps(ModuleSteps):
     test_dataloader = predict_dataloader = _loaders
 
 
+class EpochEndAgainSteps(ModuleSteps):
+    """``shared`` logged per step in training_step, then per epoch in on_train_epoch_end (Lightning keeps both)."""
+
+    def training_step(self, batch, batch_idx):
+        self.log("shared", 100.0, prog_bar=True, logger=False)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_epoch_end(self):
+        self.log_dict({"shared": 111.0, f"at_{self.current_epoch}": float(self.current_epoch)}, prog_bar=True)
+
+
+class AddIndexOrNotSteps(SeveralLoadersSteps):
+    """Per-loader names with and without ``add_dataloader_idx``."""
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.log("common", 7.0)
+        self.log(f"only_{dataloader_idx}", 3.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+        self.log_dict({"a" if dataloader_idx == 0 else "b": 1.0}, add_dataloader_idx=False)
+
+
 Skip = build(ours, SkipSteps)
 SeveralLoaders = build(ours, SeveralLoadersSteps)
 Module = build(ours, ModuleSteps)
 EvalStep = build(ours, EvalStepSteps)
+EpochEndAgain = build(ours, EpochEndAgainSteps)
+AddIndexOrNot = build(ours, AddIndexOrNotSteps)
 Recording = type("Recording", (RecordingSteps, ours.loggers.Logger), {"__module__": __name__})

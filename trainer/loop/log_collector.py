@@ -95,6 +95,9 @@ class LogCollector(LogReduction):
         self._dataloader_suffix = ""  # "/dataloader_idx_N" while one of several loaders runs
         self._epochs: dict[str, Scope] = {}
         self._options: dict[str, dict[str, LogOptions]] = {}  # stage -> name -> options (first call's)
+        #: stage -> name -> options of the name logged again at the other level only (e.g. on_step in
+        #: training_step, on_epoch in on_train_epoch_end: Lightning keeps both; each has its own aggregate)
+        self._other_level: dict[str, dict[str, LogOptions]] = {}
         self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
         self._known_metrics: dict[str, Any] = {}  # name -> metric object, over the run
         #: output names the progress bar shows (``prog_bar=True``) and names kept off the loggers
@@ -111,6 +114,12 @@ class LogCollector(LogReduction):
         self._anyone_logs = False  # some rank has logged a synced name (learnt at reductions)
         self._padding_metrics: list[Any] | None = None
         self._trainer_wrote: set[str] = set()  # the trainer's own names written at this training step
+        #: every name the trainer itself wrote in this run (throughput, memory, losses it reduced); not the user's
+        self.own_names: set[str] = set()
+        #: with several evaluation loaders: name -> the loader whose batches logged it (one loader only)
+        self.loader_of: dict[str, int] = {}
+        self._shared_names: set[str] = set()  # names logged in the batches of two loaders
+        self._dataloader_idx: int | None = None
         self._reduced: set[str] = set()  # stages whose epoch values were reduced since their last step
 
     # ----- where the run is (called by the loop) ---------------------------------------------------
@@ -206,6 +215,8 @@ class LogCollector(LogReduction):
         self.shadowed.update({name: metrics.pop(name) for name in list(metrics) if name in user})
         if self.current_stage == "train":  # (a training step's merge)
             self._trainer_wrote = set(metrics)
+        if not metrics.keys() <= self.own_names:
+            self.own_names.update(metrics)
         if logged:
             metrics.update(logged)
         return metrics
@@ -217,9 +228,11 @@ class LogCollector(LogReduction):
         if self.refused:
             raise RuntimeError(f"self.log({name!r}): {self.refused}")
         hook, function = calling_hook()
-        if self._dataloader_suffix and add_dataloader_idx and hook is not None and \
-                (hook.endswith("_step") or "_batch_" in hook) and isinstance(name, str):
-            name += self._dataloader_suffix  # one of several loaders (Lightning's names)
+        if self._dataloader_suffix and hook is not None and (hook.endswith("_step") or "_batch_" in hook) and \
+                isinstance(name, str):
+            if add_dataloader_idx:
+                name += self._dataloader_suffix  # one of several loaders (Lightning's names)
+            self._note_loader(name)
         rule = HOOKS.get(hook) if hook is not None else None
         if rule is None:
             where = f"{hook}()" if hook is not None else f"{function}(), which is not a hook Lightning logs from,"
@@ -254,6 +267,8 @@ class LogCollector(LogReduction):
                 raise ValueError(f"self.log({name!r}) in the {stage} stage, but it is logged in the {other} stage too; "
                                  f"give each its own name (e.g. 'train_loss', 'val_loss')")
         known = self._options.setdefault(stage, {}).setdefault(name, options)
+        if known != options and _other_level(known, options):  # (Lightning's: one aggregate per level)
+            known = self._other_level.setdefault(stage, {}).setdefault(name, options)
         if known != options:
             raise ValueError(f"self.log({name!r}) in the {stage} stage with {options}, but earlier with {known}; "
                              "log one name with the same arguments every time")
@@ -318,6 +333,15 @@ class LogCollector(LogReduction):
     def use_dataloader(self, dataloader_idx: int | None) -> None:
         """The evaluation loader that runs now (None: the stage's only one; names are kept as given)."""
         self._dataloader_suffix = "" if dataloader_idx is None else f"/dataloader_idx_{dataloader_idx}"
+        self._dataloader_idx = dataloader_idx
+
+    def _note_loader(self, name: str) -> None:
+        """``name`` was logged in a batch of the current loader (of several): it belongs to that loader's
+        results (Lightning's per-loader dicts), unless another loader's batches log it too."""
+        owner = self.loader_of.setdefault(name, self._dataloader_idx)
+        if owner != self._dataloader_idx or name in self._shared_names:
+            self._shared_names.add(name)
+            self.loader_of.pop(name, None)
 
     def discard_eval_step(self) -> None:
         self._eval_step = Scope()
@@ -335,6 +359,11 @@ class LogCollector(LogReduction):
         if name not in scope.values:
             scope.values[name] = Aggregate(options)
         scope.values[name].add(value, weight)
+
+
+def _other_level(known: LogOptions, options: LogOptions) -> bool:
+    """Whether two calls log one name at different levels only (one on_step, the other on_epoch)."""
+    return {(known.on_step, known.on_epoch), (options.on_step, options.on_epoch)} == {(True, False), (False, True)}
 
 
 def merge_logged(metrics: dict[str, float], logged: dict[str, float] | None, collector: LogCollector) -> dict[str, float]:

@@ -30,6 +30,7 @@ from trainer.checkpoint.run_states import RunStates
 from trainer.loggers import JSONLLogger
 from trainer.loop.counters import RunCounters
 from trainer.loop.data_reload import DataReload
+from trainer.loop.logged_rows import write_eval_step_row, write_row
 from trainer.loop.optimizer_step import EpochSkipped
 from trainer.loop.run_parts import RunParts
 from trainer.loop.sanity_check import run_sanity_check
@@ -73,6 +74,7 @@ class RankRun(RunParts, RunCounters):
         self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
         self.num_eval_batches: dict[str, list[int]] = {}  # test / predict: this rank's batches per loader
         self.eval_steps_logged: dict[str, int] = {}  # per evaluation stage: batches whose on_step values were written
+        self.eval_step_values: dict[str, float] = {}  # the last evaluation batch rows' values (logged_metrics)
         self.preempted = False
         self.data_reload: DataReload | None = None  # fit's reload_dataloaders_every_n_epochs
 
@@ -102,22 +104,14 @@ class RankRun(RunParts, RunCounters):
         self.num_val_batches = counts
 
     def log(self, metrics: dict[str, float]) -> None:
-        """Record ``metrics`` (the callbacks' view) and write them with rank 0's loggers at this step."""
-        self.last_metrics.update(metrics)
-        hidden = self.module_logs.hidden  # self.log(..., logger=False): for the hooks and monitors only
-        written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
-        for logger in self.loggers:
-            logger.log_metrics(written, self.step)
+        """Record ``metrics`` (the callbacks' view) and write them with rank 0's loggers at this step
+        (what each logger gets: ``logged_rows.py``)."""
+        write_row(self, metrics)
 
     def log_eval_step(self, stage: str, metrics: dict[str, float]) -> None:
         """Write an evaluation batch's ``on_step`` values at the stage's own batch count (Lightning's axis
         for them); ``callback_metrics`` keeps the pass's aggregates, not these."""
-        step = self.eval_steps_logged.get(stage, 0)
-        self.eval_steps_logged[stage] = step + 1
-        hidden = self.module_logs.hidden
-        written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
-        for logger in self.loggers:
-            logger.log_metrics(written, step)
+        write_eval_step_row(self, stage, metrics)
 
     # ----- what the view and the callbacks read --------------------------------------------------------
     @property

@@ -42,6 +42,8 @@ class RunResult:
     state_dict: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # spawned fit: the full weights
     #: spawned: {index among trainer.callbacks: results} of the callbacks that keep results for the caller
     callback_results: dict[int, Any] = field(default_factory=dict, repr=False)
+    #: with several evaluation loaders: metric name -> the loader whose batches alone logged it
+    loader_of: dict[str, int] = field(default_factory=dict)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
@@ -55,8 +57,9 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     # What callbacks saw last (the latest step values too, as Lightning's callback_metrics), as numbers.
     shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
-                       current_epoch=run.epoch, metrics=dict(run.last_metrics), shown=shown,
+                       current_epoch=run.epoch, metrics={**run.eval_step_values, **run.last_metrics}, shown=shown,
                        hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
+                       loader_of=dict(run.module_logs.loader_of),
                        callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)
                                          if callable(getattr(callback, "results", None))})
     if run.env.launcher != "spawned":

@@ -4,11 +4,14 @@ itself in tests/unit/api/test_lightning_loop_semantics.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import trainer.lightning as L
-from tests.support.lightning_loop_modules import EvalStep, Module, Recording, SeveralLoaders, Skip, recorded_rows, run_call
+from tests.support.lightning_loop_modules import (AddIndexOrNot, EpochEndAgain, EvalStep, Module, Recording, SeveralLoaders,
+                                                  Skip, recorded_rows, run_call)
 
 pytestmark = pytest.mark.timeout(600)
 TWO_RANKS = dict(strategy="ddp", devices=2, accelerator="cpu")
@@ -67,3 +70,21 @@ def test_several_test_and_predict_loaders_on_two_ranks_as_one_process(tmp_path, 
     assert len(predicted_two) == len(predicted_one) == 2
     for two, one in zip(predicted_two, predicted_one):
         torch.testing.assert_close(torch.cat(two), torch.cat(one))
+
+
+def test_the_loggers_rows_and_the_results_per_loader_on_two_ranks_as_one_process(tmp_path):
+    # Every row as Lightning writes it (the epoch added, its step), a name logged per step and again at
+    # the epoch end, and the test results per loader (names logged without the loader's index).
+    seen = {}
+    for ranks, flags in ((1, {}), (2, TWO_RANKS)):
+        path = str(tmp_path / f"{ranks}.jsonl")
+        trainer, _ = run_call(L, EpochEndAgain(batch_size=4 // ranks, eval_batch=2 // ranks), "fit",
+                              str(tmp_path / str(ranks)), max_epochs=2, logger=Recording(path), **flags)
+        with open(path) as f:
+            rows = [json.loads(line) for line in f]
+        shown = {name: float(value) for name, value in trainer.callback_metrics.items()}
+        seen[ranks] = (rows, shown, trainer.test(AddIndexOrNot(eval_batch=2 // ranks), verbose=False))
+    (rows_one, shown_one, tested_one), (rows_two, shown_two, tested_two) = seen[1], seen[2]
+    assert rows_two == [pytest.approx(row, rel=1e-6) for row in rows_one] and rows_one[0]["step"] == 0
+    assert shown_two == pytest.approx(shown_one, rel=1e-6) and shown_two["shared"] == 111.0
+    assert tested_two == tested_one and set(tested_one[1]) == {"common/dataloader_idx_1", "only_1", "b", "e"}

@@ -4,18 +4,40 @@ mirror's ``Trainer``, ``trainer.py``):
 - ``lightning_module``: the module being run (not the strategy's wrapper: ``trainer.model``);
 - ``estimated_stepping_batches``: ``max_steps`` as soon as the Trainer is built when ``max_steps``
   alone bounds the run (Lightning's answer; no data read), else the core Trainer's (known once fit
-  has read the data).
+  has read the data);
+- ``callback_metrics`` / ``logged_metrics`` after a call: the values as tensors, as Lightning's (a
+  number logged becomes a float32 tensor; the core Trainer keeps them as floats).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainer.trainer import Trainer as _Trainer
 
 
 class LightningRunProperties:
-    """``lightning_module`` and ``estimated_stepping_batches`` (see the module)."""
+    """``lightning_module``, ``estimated_stepping_batches``, the metrics as tensors (see the module)."""
+
+    @property
+    def callback_metrics(self) -> dict[str, Any]:
+        """The core Trainer's ``callback_metrics``; after a call, as tensors."""
+        return _as_tensors(_Trainer.callback_metrics.fget(self), self._run_view is None)
+
+    @callback_metrics.setter
+    def callback_metrics(self, value: dict[str, Any]) -> None:
+        _Trainer.callback_metrics.fset(self, value)
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The core Trainer's ``logged_metrics``; after a call, as tensors."""
+        return _as_tensors(_Trainer.logged_metrics.fget(self), self._run_view is None)
+
+    @logged_metrics.setter
+    def logged_metrics(self, value: dict[str, Any]) -> None:
+        _Trainer.logged_metrics.fset(self, value)
 
     @property
     def lightning_module(self) -> Any:
@@ -32,3 +54,11 @@ class LightningRunProperties:
         if self.max_steps not in (-1, None) and self.max_epochs is None:
             return self.max_steps
         return _Trainer.estimated_stepping_batches.fget(self)
+
+
+def _as_tensors(metrics: dict[str, Any], convert: bool) -> dict[str, Any]:
+    """``metrics`` with each number a 0-dim tensor (a float32 one for a Python number) when ``convert``."""
+    if not convert:
+        return metrics
+    return {name: torch.tensor(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else value for name, value in metrics.items()}

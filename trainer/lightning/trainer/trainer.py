@@ -6,6 +6,10 @@ that leaves them unset trains as long, validates as often and logs as often as u
   and no validation at the end of fit beyond that schedule;
 - what ``validation_step`` / ``test_step`` return is not turned into ``val/`` / ``test/`` metrics (only
   ``self.log`` logs, as Lightning);
+- the loggers, ``trainer.logged_metrics`` and ``trainer.callback_metrics`` hold what the module and the
+  callbacks logged, the loggers' rows with ``"epoch"`` and at Lightning's steps, not this trainer's own
+  values (``train/loss``, ``perf/...``: they stay in ``metrics.jsonl``; ``trainer/loop/logged_rows.py``);
+  after a call the two dicts hold tensors, as Lightning's (``properties.py``);
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
@@ -50,6 +54,7 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
 
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
     write_flops_file = False  # Lightning writes nothing of its own into default_root_dir
+    lightning_rows = True  # the loggers get what was logged, as Lightning numbers and fills rows (logged_rows.py)
 
     def __init__(self, **kwargs: Any):
         kwargs = with_environment_arguments(kwargs, trainer_arguments(_Trainer) + ["barebones"])  # PL_TRAINER_*
@@ -102,12 +107,12 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.validate`'s metrics as Lightning returns them: ``[metrics]``."""
         return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).validate(*args, **self._files_named(kwargs))),
-                        skipped=self.limit_val_batches == 0)
+                        self.__dict__.get("_metric_loaders", {}), skipped=self.limit_val_batches == 0)
 
     def test(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
         """`trainer.Trainer.test`'s metrics as Lightning returns them: ``[metrics]``."""
         return _as_list(_exit_on_interrupt(lambda: super(Trainer, self).test(*args, **self._files_named(kwargs))),
-                        skipped=self.limit_test_batches == 0)
+                        self.__dict__.get("_metric_loaders", {}), skipped=self.limit_test_batches == 0)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         """`trainer.Trainer.predict` (a KeyboardInterrupt exits as under Lightning)."""
@@ -144,14 +149,18 @@ def _exit_on_interrupt(call: Callable[[], Any]) -> Any:
         raise SystemExit(1) from interrupt
 
 
-def _as_list(metrics: dict[str, float] | None, skipped: bool = False) -> list[dict[str, float]] | None:
+def _as_list(metrics: dict[str, float] | None, loader_of: dict[str, int] | None = None,
+             skipped: bool = False) -> list[dict[str, float]] | None:
     """Lightning's list of one metrics dict per loader (with several loaders, loader N's dict holds the
-    names ending in ``/dataloader_idx_N`` and those of none); ``[]`` for a pass a zero limit skipped."""
+    names ending in ``/dataloader_idx_N``, those logged in loader N's batches alone (``loader_of``, e.g.
+    with ``add_dataloader_idx=False``) and those of none); ``[]`` for a pass a zero limit skipped."""
     if metrics is None:
         return None
     if skipped:
         return []
     owner = {name: int(match.group(1)) for name in metrics if (match := re.search(r"/dataloader_idx_(\d+)$", name))}
+    for logged, index in (loader_of or {}).items():  # (a name logged on_step and on_epoch: name_epoch)
+        owner.update({name: index for name in (logged, logged + "_epoch") if name in metrics and name not in owner})
     if not owner:
         return [metrics]
     return [{name: value for name, value in metrics.items() if owner.get(name, index) == index}
