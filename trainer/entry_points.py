@@ -11,6 +11,8 @@ from torch.utils.data import DataLoader
 from trainer.api.datamodule import DataModule, check_datamodule
 from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
+from trainer.data.ready_batches import is_ready_batches, refuse_on_ranks, several_train_loaders
+from trainer.data.val_data import several_loaders
 from trainer.loop.resume import resolve_ckpt_path
 from trainer.loop.weights_return import refuse_stale_module
 
@@ -25,6 +27,11 @@ LOADER_ARGUMENTS = {
     "test": {"dataloaders": "test"},
     "predict": {"dataloaders": "predict"},
 }
+
+
+def name_of(mode: str, stage: str) -> str:
+    """The entry point's argument that gives ``stage``'s loaders."""
+    return next(name for name, each in LOADER_ARGUMENTS[mode].items() if each == stage)
 
 
 def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], datamodule: Any,
@@ -54,12 +61,11 @@ def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], 
                             f"loaders first: give the checkpoint by keyword, trainer.{mode}(model, ckpt_path={loader!r})")
         several = list(loader.values()) if isinstance(loader, dict) else loader if isinstance(loader, (list, tuple)) else None
         evaluation = mode in ("validate", "test", "predict") or name == "val_dataloaders"
-        if evaluation and several and all(isinstance(each, DataLoader) for each in several):
-            pass  # several evaluation loaders, run one after the other (dataloader_idx 0, 1, ...)
-        elif not isinstance(loader, DataLoader):
-            raise TypeError(f"Trainer.{mode}: {name}= must be one torch.utils.data.DataLoader (or a DataModule), got "
-                            f"{type(loader).__name__}; several loaders (a list or dict of DataLoaders) are supported "
-                            "for validation, test and predict: give one DataLoader")
+        if several and all(isinstance(each, DataLoader) or is_ready_batches(each) for each in several):
+            pass  # several loaders: evaluation runs them one after the other, training cycles them together
+        elif not isinstance(loader, DataLoader) and not is_ready_batches(loader):
+            raise TypeError(f"Trainer.{mode}: {name}= must be a torch.utils.data.DataLoader, a list or dict of them, an "
+                            f"iterable of ready batches (or a DataModule), got {type(loader).__name__}")
         by_stage[LOADER_ARGUMENTS[mode][name]] = loader
     if by_stage and datamodule is not None:
         raise ValueError(f"Trainer.{mode}: give the data either as {' / '.join(LOADER_ARGUMENTS[mode])}= or as "
@@ -78,6 +84,13 @@ def prepare_call(trainer: Trainer, mode: str, model: Any, module: Any, loaders: 
     ``trainer.datamodule`` / ``stage`` / ``given_loaders`` / ``ckpt_path`` set (the last writes before
     the run; the Trainer is read-only while it is live)."""
     model, loaders_by_stage, datamodule = call_arguments(mode, model, module, loaders, datamodule, ckpt_path, verbose)
+    for stage, loader in loaders_by_stage.items():  # (what the data hooks return is checked on the ranks)
+        where = f"Trainer.{mode}: {name_of(mode, stage)}="
+        if stage == "train" and several_train_loaders(loader):
+            refuse_on_ranks(loader, where, trainer.world_size, several=True)
+        for part in several_loaders(loader) or [loader]:
+            if is_ready_batches(part):
+                refuse_on_ranks(part, where, trainer.world_size)
     module = resolve_call(trainer, model, datamodule, mode, loaders_by_stage)
     check_hooks(module, trainer.callbacks, trainer.datamodule, trainer.strategy)
     trainer.strategy.check_module(module)  # (nd: the tensor-parallel degree and plan)

@@ -11,6 +11,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 from trainer.api.errors import MisconfigurationException
 from trainer.data.loaders import LoaderOptions
+from trainer.data.ready_batches import (CycledLoaders, ReadyBatches, first_of, is_ready_batches, refuse_on_ranks,
+                                        several_train_loaders)
+from trainer.runtime import distributed
 
 if TYPE_CHECKING:
     from trainer.api.module import TrainModule
@@ -53,7 +56,15 @@ def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_
     if not isinstance(loader, DataLoader):
         if limit is not None:
             _refuse_fraction_of_unsized(loader, where, *limit)
-        raise TypeError(f"{where} must return a torch.utils.data.DataLoader (or None), got {type(loader).__name__}")
+        if several_train_loaders(loader):  # (validation, test and predict read several loaders as parts)
+            refuse_on_ranks(loader, where, distributed.world_size(), several=True)
+            return UserLoader(where, ReadyBatches(CycledLoaders(loader), where), 1, False, False, None, first_of,
+                              LoaderOptions())
+        if not is_ready_batches(loader):
+            raise TypeError(f"{where} must return a torch.utils.data.DataLoader, an iterable of ready batches (or "
+                            f"None), got {type(loader).__name__}")
+        refuse_on_ranks(loader, where, distributed.world_size())
+        return UserLoader(where, ReadyBatches(loader, where), 1, False, False, None, first_of, LoaderOptions())
     check_map_style(loader.dataset, where, stream_ok)
     custom = loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
     if custom and batch_sampler_ok and not isinstance(loader.dataset, IterableDataset):
@@ -130,6 +141,8 @@ def _collate(module: TrainModule, loader_collate: Callable[[list], Any] | None, 
     from trainer.api.module import TrainModule
 
     overridden = type(module).collate_fn is not TrainModule.collate_fn
+    if loader_collate is first_of:  # ready batches: used as they are
+        return first_of
     if loader_collate is None or loader_collate is default_collate:
         return module.collate_fn
     if overridden:

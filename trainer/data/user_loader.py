@@ -39,6 +39,7 @@ from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_s
 from trainer.data.batch_sampler import BatchSamplerStream
 from trainer.data.loader_reading import UserLoader, _collate, check_map_style, kept_samples, read_loader
 from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
+from trainer.data.ready_batches import in_dataset_order, several_train_loaders
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 from trainer.data.val_data import read_val
@@ -93,6 +94,17 @@ def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool
     return True
 
 
+def overfit_loaders(loaders: Any, where: str, overfit_batches: Any) -> Any:
+    """Several training loaders under ``overfit_batches``: read in dataset order (a warning where one
+    shuffled or sampled; as Lightning, ``trainer.train_dataloader`` then shows the rebuilt loaders)."""
+    rebuilt = in_dataset_order(loaders)
+    if rebuilt is None:
+        return loaders
+    rank_zero_warn(log, "trainer.overfit_batches=%s: the training loaders of %s are read in dataset order (their "
+                   "shuffling or sampler is turned off)", overfit_batches, where)
+    return rebuilt
+
+
 class RunData:
     """The data of one run on one rank, read from the module's hooks once (before the model is wrapped:
     the strategies may need the resolved batch). ``batch``: the resolved ``batch_size``, ``drop_last``,
@@ -122,6 +134,8 @@ class RunData:
         with seeded(derive_seed(seed, "data", "train")):
             loader = self.returned["train"] = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
+        if getattr(trainer, "overfit_batches", None) and several_train_loaders(loader):
+            loader = self.returned["train"] = overfit_loaders(loader, where, trainer.overfit_batches)
         self.train = read_loader(loader, where, stream_ok=True, batch_sampler_ok=True, limit=(
             "limit_train_batches", getattr(trainer, "limit_train_batches", None))) if loader is not None else None
         given = trainer.batch_arguments  # as the user gave them, None = unset

@@ -8,6 +8,11 @@ batch's output to rank 0 and returns them as a list in batch order. Strategies w
 a collective (FSDP) run in lockstep: short ranks run extra forwards of batch 0 that count for
 nothing. The pipeline strategy is refused before any worker starts (``trainer/entry_points.py``).
 
+A stream (an ``IterableDataset``, or an iterable of ready batches on one process) is read as the pass
+goes, in batches of the loader's batch size, rank r running batches r, r + W, ... of it (every rank
+reads it; ``test`` under ``data.stream_mode=sharded`` reads its own shards), so ``batch_idx`` and the
+order of ``predict``'s outputs are the stream's; ``trainer.num_test_batches`` is known at its end.
+
 ``limit_test_batches`` / ``limit_predict_batches`` keep the first N of these batches (a float: that
 fraction of them), so the same batches on any world size; 0 skips the pass: no data is read, no
 hook runs, ``test`` returns ``{}`` and ``predict`` None (as Lightning).
@@ -16,9 +21,12 @@ hook runs, ``test`` returns ``{}`` and ``predict`` None (as Lightning).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import math
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
+from torch.utils.data import IterableDataset
 
 from trainer.api.hook_calls import call_step, require_dataloader_idx
 from trainer.runtime import distributed
@@ -34,7 +42,9 @@ from trainer.loop.eval_modes import EvalModes
 from trainer.loop.eval_step_logs import EvalStepLogs
 from trainer.loop.optimizer_step import transfer_batch
 from trainer.data.loader_reading import _collate, check_map_style, kept_samples, read_loader
+from trainer.data.streaming.validation import StreamValShard
 from trainer.data.val_data import several_loaders
+from trainer.api.errors import MisconfigurationException
 from trainer.loop.validation import require_validation_data
 from trainer.loop.run_limits import disables, eval_sample_limit
 
@@ -74,18 +84,29 @@ class EvalData:
 
     def __init__(self, run: RankRun, stage: str, loader: Any, where: str):
         module, trainer = run.module, run.trainer
-        user = read_loader(loader, where, limit=(f"limit_{stage}_batches", getattr(trainer, f"limit_{stage}_batches"))) \
+        setting = getattr(trainer, f"limit_{stage}_batches")
+        user = read_loader(loader, where, stream_ok=True, limit=(f"limit_{stage}_batches", setting)) \
             if loader is not None else None
         self.dataset = user.dataset if user is not None else getattr(run.data.hooks, f"{stage}_dataset")()
         if self.dataset is None:
             raise ValueError(f"Trainer.{stage}: {type(run.data.hooks.source[stage]).__name__} has no {stage} data; define "
                              f"{stage}_dataset() or {where} (on the module, or on a DataModule passed as datamodule=)")
+        #: a stream (an IterableDataset, or an iterable of ready batches): read as the pass goes
+        self.stream = isinstance(self.dataset, IterableDataset)
         if user is None:
-            check_map_style(self.dataset, f"{stage}_dataset()")
+            check_map_style(self.dataset, f"{stage}_dataset()", stream_ok=True)
             # As the training data is loaded (data.batch_size, the module's collate_fn, data.* workers).
             self.batch_size, self.options, self.collate = trainer.batch_size, run.data.train_options, module.collate_fn
-            self.size = eval_sample_limit(getattr(trainer, f"limit_{stage}_batches"), self.batch_size,
-                                          len(self.dataset))
+            self.size = stream_sample_limit(setting, self.batch_size, self.dataset, f"{stage}_dataset()", stage) \
+                if self.stream else eval_sample_limit(setting, self.batch_size, len(self.dataset))
+            return
+        if self.stream:
+            if user.drop_last:
+                raise ValueError(f"{where}: drop_last=True cannot be honoured for a stream (an IterableDataset): "
+                                 f"{stage} runs over every sample once; remove drop_last")
+            self.batch_size, self.options = user.batch_size, user.options
+            self.collate = _collate(module, user.collate_fn, where)
+            self.size = stream_sample_limit(setting, self.batch_size, self.dataset, where, stage)
             return
         #: the samples run: all, or with drop_last all but the short last batch (as one process)
         self.size = kept_samples(len(self.dataset), user.batch_size, user.drop_last, where)
@@ -98,6 +119,40 @@ class EvalData:
         self.batch_size, self.options = user.batch_size, user.options
         self.collate = _collate(module, user.collate_fn, where)
         self.size = eval_sample_limit(getattr(trainer, f"limit_{stage}_batches"), self.batch_size, self.size)
+
+
+def stream_sample_limit(setting: Any, batch_size: int, dataset: Any, where: str, stage: str) -> int | None:
+    """The first samples of a stream a pass runs under ``limit_<stage>_batches`` (None: to its end); a
+    fraction needs the stream's ``__len__`` (Lightning's error without one)."""
+    if setting is None or (isinstance(setting, float) and setting == 1.0):
+        return None
+    if not isinstance(setting, float):
+        return setting * batch_size
+    try:
+        length = len(dataset)
+    except TypeError:
+        raise MisconfigurationException(
+            f"{where} gave {type(dataset).__name__}, an `IterableDataset` without a length: `Trainer(limit_{stage}_"
+            f"batches)` must be `1.0` or an int (a count of batches), not the fraction {setting}") from None
+    return eval_sample_limit(setting, batch_size, length)
+
+
+def _stream_batches(run: RankRun, stage: str, data: EvalData) -> Iterator[tuple[int, int, Any]]:
+    """``(batch index, weight, collated batch)`` of this rank's part of a stream, read as the pass goes:
+    every rank reads the stream (``predict``: always, so the outputs come back in stream order) and runs
+    batches r, r + W, ...; ``test`` under ``data.stream_mode=sharded`` reads its own shards. A lockstep
+    strategy pads to the busiest rank (weight 0, index 0)."""
+    source = SimpleNamespace(trainer=run.trainer, val_set=data.dataset, val_batch_size=data.batch_size,
+                             val_collate=data.collate, val_options=data.options)
+    shard = StreamValShard(source, 0, run.data_rank, run.data_parallel_size, data.size,
+                           mode="invariant" if stage == "predict" else None)
+    if run.strategy.lockstep_forward:
+        shard = shard.padded_to_the_busiest()
+    real = 0
+    for weight, batch, is_real in shard.weighted():
+        yield (real * run.data_parallel_size + run.data_rank if is_real else 0), weight, batch
+        real += is_real
+    data.real = real
 
 
 def eval_data(run: RankRun, stage: str) -> list[EvalData]:
@@ -126,14 +181,17 @@ def _pass(run: RankRun, stage: str, on_output: Any) -> tuple[EvalModes, list[int
     if len(datas) > 1:
         require_dataloader_idx(run.module, f"{stage}_step", f"{stage}_dataloader", len(datas))
     counts = run.num_eval_batches[stage] = []  # (Lightning's trainer.num_test_batches / num_predict_batches)
-    for data in datas:
-        counts.append(len(eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)))
+    for data in datas:  # (a stream's: known at its end; until then its limit's, or inf)
+        counts.append(math.inf if data.stream and data.size is None else
+                      len(eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)))
     modes = EvalModes(run.hooks, stage)
     modes.enter()
     run.hooks.call(f"on_{stage}_start")
     run.hooks.call(f"on_{stage}_epoch_start")
-    for dataloader_idx, data in zip(indices, datas):
+    for i, (dataloader_idx, data) in enumerate(zip(indices, datas)):
         _loader_pass(run, stage, data, dataloader_idx, on_output)
+        if data.stream:
+            counts[i] = data.real
     run.strategy.after_evaluation(run.wrapped)
     run.hooks.call(f"on_{stage}_epoch_end")
     return modes, indices
@@ -143,28 +201,33 @@ def _loader_pass(run: RankRun, stage: str, data: EvalData, dataloader_idx: int |
     """One loader's batches (``dataloader_idx`` None: the stage's only loader, as Lightning, not passed)."""
     module, strategy, hooks = run.module, run.strategy, run.hooks
     extra = () if dataloader_idx is None else (dataloader_idx,)  # the steps' and batch hooks' last argument
-    mine = eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)
-    weights = [len(indices) for _, indices in mine]
-    most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))  # rank 0's: the busiest
+    if data.stream:
+        batches, most = _stream_batches(run, stage, data), None
+    else:
+        mine = eval_batches(data.size, data.batch_size, run.data_rank, run.data_parallel_size)
+        weights = [len(indices) for _, indices in mine]
+        most = len(eval_batches(data.size, data.batch_size, 0, run.data_parallel_size))  # rank 0's: the busiest
+        if strategy.lockstep_forward:
+            # Every rank runs as many forwards as rank 0; the extra ones re-read sample 0.
+            mine += [(0, [0])] * (most - len(mine))
+            weights += [0] * (most - len(weights))
+        seed = derive_seed(run.trainer.seed, stage, run.data_rank, *extra)
+        loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
+        batches = ((index, weight, batch) for (index, _), weight, batch in zip(mine, weights, loader))
     if strategy.lockstep_forward:
-        # Every rank runs as many forwards as rank 0; the extra ones re-read sample 0.
-        mine += [(0, [0])] * (most - len(mine))
-        weights += [0] * (most - len(weights))
-
         def forward(batch: Any, index: int) -> Any:
             return run.wrapped(batch, index, f"{stage}_step", *extra)
     else:
         def forward(batch: Any, index: int) -> Any:
             return call_step(module, f"{stage}_step", batch, index, *extra)
-    seed = derive_seed(run.trainer.seed, stage, run.data_rank, *extra)
-    loader = build_loader(data.dataset, [indices for _, indices in mine], data.collate, data.options, seed)
-    bar = ProgressBar(len(mine), run.trainer.progress_bar if run.rank == 0 else False, desc=stage, unit="batch",
+    bar = ProgressBar(None if data.stream else len(mine), run.trainer.progress_bar if run.rank == 0 else False,
+                      desc=stage, unit="batch",
                       leave=False)
     step_logs = EvalStepLogs(run, stage, most)  # self.log(..., on_step=True) (test; predict refuses self.log)
     logs = run.module_logs
     logs.use_dataloader(dataloader_idx)  # self.log names get "/dataloader_idx_N" with several loaders
     with evaluation_grad_mode(run):
-        for (index, _), weight, batch in zip(mine, weights, loader):
+        for index, weight, batch in batches:
             bar.update()
             batch = run.precision.convert_input(transfer_batch(run, batch, dataloader_idx=dataloader_idx or 0))
             if weight:

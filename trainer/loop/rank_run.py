@@ -195,7 +195,8 @@ class RankRun(RunParts, RunCounters):
                 if self.preempted or not (skipped or stopped or epoch_over(
                         plan, self.epoch, self.epoch_step, self.fit_plan.steps_per_epoch)):
                     break
-                self.end_epoch(validate=not skipped, stopped=stopped)  # (a skipped epoch's rest validates nothing)
+                # (a skipped epoch's rest validates nothing, nor does an epoch whose stream gave no batch)
+                self.end_epoch(validate=not skipped and self.epoch_step > 0, stopped=stopped)
         finally:
             self.progress.close()
             self.trace.close()

@@ -163,7 +163,7 @@ def val_sample_limit(limit: Any, val_batch_size: int, ranks: int, num_samples: i
     """Validation samples under ``limit`` (global batches of ``val_batch_size x ranks``, or a fraction
     of the loader's batches of ``val_batch_size``, rounded down as Lightning's on one process, at least
     one); None: all."""
-    if limit is None or limit == -1:
+    if limit is None or limit == -1 or (isinstance(limit, float) and limit == 1.0):
         return None
     if isinstance(limit, float):
         return min(fraction_of(limit, -(-num_samples // val_batch_size)) * val_batch_size, num_samples)

@@ -31,12 +31,16 @@ def epoch_length(trainer: Any, plan: Any) -> tuple[int | float, int | None]:
         steps = train_steps_per_epoch(trainer, plan.steps_per_epoch)
         return steps, val_interval_steps(trainer, steps)
     estimate, limit = plan.estimated_steps, trainer.limit_train_batches
+    if isinstance(limit, float) and limit == 1.0:  # every batch: the whole stream
+        limit = None
     if isinstance(limit, float) and limit and estimate is None:
         raise _no_length("trainer.limit_train_batches", limit)
     cap = fraction_of(limit, estimate) if isinstance(limit, float) else (math.inf if limit is None else limit)
     if trainer.val_check_fraction is None:
         return cap, trainer.val_every_n_steps
     if estimate is None:
+        if trainer.val_check_fraction == 1.0:  # the whole epoch: validation at its end (as Lightning)
+            return cap, None
         raise _no_length("trainer.val_check_interval", trainer.val_check_fraction)
     return cap, fraction_of(trainer.val_check_fraction, min(cap, estimate)) or None
 

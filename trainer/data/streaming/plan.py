@@ -30,6 +30,7 @@ import torch
 
 from trainer.data.batch_plan import GlobalBatchPlan, MicroBatch, StepPlan
 from trainer.data.loaders import _loading_generators
+from trainer.runtime.rank_logging import rank_zero_warn
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import MODES, check_enough_shards, first_sample, shard_count
@@ -167,9 +168,10 @@ class StreamPlan:
                 self._sharded_step(samples, epoch, step)
             if plan is None:
                 self.ended.add(epoch)
-                if step == 0:
-                    raise ValueError(f"the streaming dataset {type(self.dataset).__name__} gave no full global batch in "
-                                     f"epoch {epoch} (global batch {self.global_batch_size}, drop_last={self.drop_last})")
+                if step == 0:  # as Lightning: the epoch ends without a step (its hooks still run), not an error
+                    rank_zero_warn(log, "the streaming dataset %s gave no full global batch in epoch %d (global batch "
+                                   "%d, drop_last=%s): the epoch ends without a training step", type(self.dataset).__name__,
+                                   epoch, self.global_batch_size, self.drop_last)
                 return
             step += 1
             self._states[(epoch, step)] = EXHAUSTED if exhausted else copy.deepcopy(loader.state_dict())

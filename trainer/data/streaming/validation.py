@@ -25,6 +25,7 @@ try:
     import numpy as np
 except ImportError:  # NumPy is optional
     np = None
+from trainer.data.ready_batches import batch_length, first_of
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
@@ -39,7 +40,7 @@ def val_length(dataset: Any, setting: Any) -> int | float:
     try:
         return len(dataset)
     except TypeError:
-        if isinstance(setting, float):
+        if isinstance(setting, float) and setting != 1.0:
             raise ValueError(f"trainer.limit_val_batches={setting} is a fraction of the validation set, but it is a "
                              "stream without __len__: give an integer (global validation batches), or give the "
                              "dataset __len__") from None
@@ -53,9 +54,9 @@ class StreamValShard:
 
     is_stream = True
 
-    def __init__(self, data: Any, epoch: int, rank: int, world: int, limit: int | None):
+    def __init__(self, data: Any, epoch: int, rank: int, world: int, limit: int | None, mode: str | None = None):
         trainer, dataset = data.trainer, data.val_set
-        self.mode, self.rank, self.world, self.strategy = trainer.stream_mode, rank, world, trainer.strategy
+        self.mode, self.rank, self.world, self.strategy = mode or trainer.stream_mode, rank, world, trainer.strategy
         self.batch_size, self.collate_fn = data.val_batch_size, data.val_collate
         self.dataset, self.seed, self.epoch, self.limit = dataset, trainer.seed, epoch, limit
         self.num_shards = shard_count(dataset)
@@ -121,7 +122,9 @@ class StreamValShard:
                 yield 0, pin_batch(self.collate_fn([first]), self.pin_memory), False
                 continue
             self.real += 1
-            yield len(mine), pin_batch(self.collate_fn(mine), self.pin_memory), True
+            # (ready batches: one per "sample", weighing its own samples, as Lightning's evaluation means)
+            weight = batch_length(mine[0]) if self.collate_fn is first_of else len(mine)
+            yield weight, pin_batch(self.collate_fn(mine), self.pin_memory), True
 
     def _notice(self, seconds: float) -> None:
         after, self.notice_after_s = self.notice_after_s, None  # once a pass
