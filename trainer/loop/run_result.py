@@ -42,6 +42,8 @@ class RunResult:
     state_dict: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # spawned fit: the full weights
     #: spawned: {index among trainer.callbacks: results} of the callbacks that keep results for the caller
     callback_results: dict[int, Any] = field(default_factory=dict, repr=False)
+    #: the names of ``shown`` that ``self.log(..., prog_bar=True)`` gave (Lightning's progress_bar_metrics)
+    prog_bar: list[str] = field(default_factory=list)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
@@ -56,7 +58,8 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
                        current_epoch=run.epoch, metrics=dict(run.last_metrics), shown=shown,
-                       hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
+                       hidden=sorted(run.module_logs.hidden), prog_bar=sorted(run.module_logs.prog_bar_names()),
+                       batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
                        callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)
                                          if callable(getattr(callback, "results", None))})
     if run.env.launcher != "spawned":

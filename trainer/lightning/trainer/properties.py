@@ -2,6 +2,8 @@
 mirror's ``Trainer``, ``trainer.py``):
 
 - ``lightning_module``: the module being run (not the strategy's wrapper: ``trainer.model``);
+- ``state``: ``fn``, ``stage`` and ``status`` as Lightning's enums (``TrainerFn``, ``RunningStage``,
+  ``TrainerStatus``: ``trainer.state.fn.value``), each equal to the string the core Trainer gives;
 - ``estimated_stepping_batches``: ``max_steps`` as soon as the Trainer is built when ``max_steps``
   alone bounds the run (Lightning's answer; no data read), else the core Trainer's (known once fit
   has read the data).
@@ -11,11 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.lightning.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from trainer.trainer import Trainer as _Trainer
 
 
 class LightningRunProperties:
-    """``lightning_module`` and ``estimated_stepping_batches`` (see the module)."""
+    """``lightning_module``, ``state`` and ``estimated_stepping_batches`` (see the module)."""
+
+    @property
+    def state(self) -> TrainerState:
+        """Lightning's ``trainer.state``: the call (``fn``), what runs now (``stage``), ``status``."""
+        fn, stage, status = _Trainer.state.fget(self)
+        return TrainerState(_member(TrainerFn, fn), _member(RunningStage, stage), _member(TrainerStatus, status))
 
     @property
     def lightning_module(self) -> Any:
@@ -32,3 +41,8 @@ class LightningRunProperties:
         if self.max_steps not in (-1, None) and self.max_epochs is None:
             return self.max_steps
         return _Trainer.estimated_stepping_batches.fget(self)
+
+
+def _member(enum: Any, value: str | None) -> Any:
+    """``value`` as the member of ``enum`` equal to it (None stays None)."""
+    return None if value is None else enum(value)
