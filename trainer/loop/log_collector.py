@@ -240,7 +240,9 @@ class LogCollector(LogReduction):
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log: the name must be a non-empty string, got {name!r}")
         if reduce_fx not in REDUCE_FX:
-            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): the reductions are {list(REDUCE_FX)}")
+            raise MisconfigurationException(f"self.log({name!r}, reduce_fx={reduce_fx!r}): only `self.log(..., "
+                                            f"reduce_fx={{min,max,mean,sum}})` are supported: the reductions are "
+                                            f"{list(REDUCE_FX)}")
         for key, flag in (("prog_bar", prog_bar), ("logger", logger), ("sync_dist", sync_dist)):
             if not isinstance(flag, bool):
                 raise TypeError(f"self.log({name!r}, {key}={flag!r}): give True or False")

@@ -102,3 +102,19 @@ def test_barebones_warns_and_logs_nothing(tmp_path):
     with pytest.warns(UserWarning, match=r"barebones=True\)` is configured"):
         trainer.fit(Logs("none"))
     assert "seen" not in trainer.callback_metrics and "also" not in trainer.callback_metrics
+
+
+@pytest.mark.parametrize(("value", "options", "error", "match"), [
+    (-1.0, dict(reduce_fx=torch.argmax), "MisconfigurationException", r"reduce_fx={min,max,mean,sum}\)` are supported"),
+    (torch.tensor([1.0, 2.0]), {}, "ValueError", "tensor must have a single element"),
+])
+def test_a_reduction_or_a_value_lightning_refuses(tmp_path, value, options, error, match):
+    from trainer.lightning.utilities import exceptions
+
+    class Logs(Steps, L.LightningModule):
+        def training_step(self, batch, batch_idx):
+            self.log("foo", value, **options)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(getattr(exceptions, error, ValueError), match=match):
+        L.Trainer(**_flags(tmp_path)).fit(Logs("none"))
