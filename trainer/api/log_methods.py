@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import warnings
+
 import torch
 
+from trainer.api.errors import MisconfigurationException
 from trainer.runtime.metric_objects import collection_items, is_metric, is_metric_collection
 
 
@@ -30,6 +33,24 @@ def reduction_name(reduce_fx: Any) -> Any:
         return _REDUCTION_FUNCTIONS.get(reduce_fx, reduce_fx)
     except TypeError:  # (an unhashable value)
         return reduce_fx
+
+
+def _check_metric_attribute(module: Any, name: str, metric: Any) -> None:
+    """A logged ``Metric`` must be one of ``module``'s attributes (its state is saved and restored with
+    the module's, as Lightning requires); the attributes found are cached on the module."""
+    found = module.__dict__.get("_metric_attributes")
+    if found is None or id(metric) not in found:
+        found = {id(child): child_name for child_name, child in module.named_modules() if is_metric(child)}
+        module.__dict__["_metric_attributes"] = found
+    if id(metric) in found:
+        return
+    what = f"self.log({name!r}, <{type(metric).__name__}>): the metric is not an attribute of {type(module).__name__}"
+    if not found:
+        raise MisconfigurationException(f"{what}; fix this by setting an attribute for the metric in your "
+                                        "LightningModule (self.metric = ...) and logging that attribute")
+    raise MisconfigurationException(f"{what}; log one of its metric attributes, or call "
+                                    f"`self.log({name}, ..., metric_attribute=name)` where `name` is one of "
+                                    f"{list(found.values())}")
 
 
 class ModuleLogMethods:
@@ -57,6 +78,17 @@ class ModuleLogMethods:
         ``metric_attribute`` names the module attribute holding a logged ``Metric`` (checked, else
         unused); ``enable_graph=True`` and ``sync_dist_group`` are refused (values are detached and
         reduced over the data-parallel ranks)."""
+        trainer = self.__dict__.get("_trainer")
+        if getattr(trainer, "barebones", False):  # Lightning's Trainer(barebones=True): no logging
+            warnings.warn(f"self.log({name!r}) logs nothing: `Trainer(barebones=True)` is configured, which runs "
+                          "without logging (it costs speed); build the Trainer without barebones=True to log",
+                          stacklevel=2)
+            return
+        if add_dataloader_idx and isinstance(name, str) and "/dataloader_idx_" in name:
+            raise MisconfigurationException(
+                f"You called `self.log` with the key `{name}`: with add_dataloader_idx=True the trainer adds "
+                "'/dataloader_idx_N' itself where several loaders run; log the name without it (or pass "
+                "add_dataloader_idx=False)")
         if enable_graph is not False:
             raise ValueError(f"self.log({name!r}, enable_graph={enable_graph!r}): logged values are detached; "
                              "remove enable_graph")
@@ -75,6 +107,8 @@ class ModuleLogMethods:
         if rank_zero_only and is_metric(value):
             raise ValueError(f"self.log({name!r}, <{type(value).__name__}>, rank_zero_only=True): a Metric syncs its "
                              "states over every rank when computed; drop rank_zero_only")
+        if metric_attribute is None and is_metric(value):
+            _check_metric_attribute(self, name, value)
         collector = getattr(self, "_log_collector", None)
         if collector is None:
             raise RuntimeError(f"self.log({name!r}) outside a run: {type(self).__name__} is not being fitted, "

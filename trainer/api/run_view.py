@@ -185,6 +185,12 @@ class RunView:
         return MappingProxyType(metrics)
 
     @property
+    def prog_bar_names(self) -> frozenset[str]:
+        """The names of `callback_metrics` that ``self.log(..., prog_bar=True)`` gives."""
+        logs = getattr(self._run, "module_logs", None)
+        return logs.prog_bar_names() if logs is not None else frozenset()
+
+    @property
     def stop_requested(self) -> bool:
         """Whether a stop was asked for (by a callback, or ``trainer.should_stop`` on this rank)."""
         return self._run.stop_requested()

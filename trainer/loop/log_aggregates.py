@@ -80,8 +80,9 @@ def checked_value(name: str, value: Any) -> Any:
     """A Python float, or a detached float64 tensor of one element (metadata checks only: no sync)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"self.log({name!r}, ...): the value is a tensor of shape {tuple(value.shape)}; log a "
-                             "Python number or a tensor with one element (reduce it first, e.g. .mean())")
+            raise ValueError(f"self.log({name!r}, ...): the value is a tensor of shape {tuple(value.shape)} (a logged "
+                             "tensor must have a single element); log a Python number or a tensor with one element "
+                             "(reduce it first, e.g. .mean())")
         if value.is_complex():
             raise ValueError(f"self.log({name!r}, ...): the value is a complex tensor; log a real number")
         return value.detach().reshape(()).to(torch.float64)

@@ -31,7 +31,7 @@ import torch
 from trainer.api.errors import MisconfigurationException
 from trainer.loop.log_aggregates import REDUCE_FX, Aggregate, LogOptions, Scope, checked_value
 from trainer.loop.log_hooks import HOOKS, allowed_hooks, calling_hook
-from trainer.loop.log_reduction import LogReduction
+from trainer.loop.log_reduction import LogReduction, suffixed
 from trainer.runtime.metric_objects import MetricStates, forward_value, is_metric, module_metrics
 
 
@@ -98,6 +98,7 @@ class LogCollector(LogReduction):
         #: stage -> name -> options of the name logged again at the other level only (e.g. on_step in
         #: training_step, on_epoch in on_train_epoch_end: Lightning keeps both; each has its own aggregate)
         self._other_level: dict[str, dict[str, LogOptions]] = {}
+        self._option_hooks: dict[tuple[str, str], str] = {}  # (stage, name) -> the hook of its first call
         self._metrics: dict[str, dict[str, Any]] = {}  # stage -> name -> metric object logged since it began
         self._known_metrics: dict[str, Any] = {}  # name -> metric object, over the run
         #: output names the progress bar shows (``prog_bar=True``) and names kept off the loggers
@@ -206,6 +207,16 @@ class LogCollector(LogReduction):
                 names.update((name + "_step", name + "_epoch") if both else (name,))
         return names
 
+    def prog_bar_names(self) -> frozenset[str]:
+        """The output names of the values logged with ``prog_bar=True`` (now or earlier in this run)."""
+        names = set(self.prog_bar)
+        for options_by_name in self._options.values():
+            for name, options in options_by_name.items():
+                if options.prog_bar:
+                    both = options.on_step and options.on_epoch
+                    names.update((suffixed(name, "_step"), suffixed(name, "_epoch")) if both else (name,))
+        return frozenset(names)
+
     def merge(self, metrics: dict[str, float], logged: dict[str, float] | None) -> dict[str, float]:
         """The trainer's ``metrics`` with the ``self.log`` values added. A name the user logs (now or
         at any time in this run) is the user's: the trainer's value under that name is not written
@@ -242,7 +253,9 @@ class LogCollector(LogReduction):
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log: the name must be a non-empty string, got {name!r}")
         if reduce_fx not in REDUCE_FX:
-            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): the reductions are {list(REDUCE_FX)}")
+            raise MisconfigurationException(f"self.log({name!r}, reduce_fx={reduce_fx!r}): only `self.log(..., "
+                                            f"reduce_fx={{min,max,mean,sum}})` are supported: the reductions are "
+                                            f"{list(REDUCE_FX)}")
         for key, flag in (("prog_bar", prog_bar), ("logger", logger), ("sync_dist", sync_dist)):
             if not isinstance(flag, bool):
                 raise TypeError(f"self.log({name!r}, {key}={flag!r}): give True or False")
@@ -269,9 +282,12 @@ class LogCollector(LogReduction):
         known = self._options.setdefault(stage, {}).setdefault(name, options)
         if known != options and _other_level(known, options):  # (Lightning's: one aggregate per level)
             known = self._other_level.setdefault(stage, {}).setdefault(name, options)
+        first_hook = self._option_hooks.setdefault((stage, name), hook)
         if known != options:
-            raise ValueError(f"self.log({name!r}) in the {stage} stage with {options}, but earlier with {known}; "
-                             "log one name with the same arguments every time")
+            where = f"twice in `{hook}`" if first_hook == hook else f"in `{hook}` and before in `{first_hook}`"
+            raise MisconfigurationException(
+                f"You called `self.log({name}, ...)` {where} with different arguments ({options} now, {known} "
+                f"before); log one name with the same arguments every time in the {stage} stage")
         if hook == "on_train_epoch_end" and "train" in self._reduced:  # (a callback's, where it runs after that)
             raise RuntimeError(f"self.log({name!r}) in {hook}() after this training epoch's values were reduced and "
                                "written: nothing would log it with its epoch; log it in the module's "

@@ -44,6 +44,8 @@ class RunResult:
     callback_results: dict[int, Any] = field(default_factory=dict, repr=False)
     #: with several evaluation loaders: metric name -> the loader whose batches alone logged it
     loader_of: dict[str, int] = field(default_factory=dict)
+    #: the names of ``shown`` that ``self.log(..., prog_bar=True)`` gave (Lightning's progress_bar_metrics)
+    prog_bar: list[str] = field(default_factory=list)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
@@ -58,8 +60,8 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     shown = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in run.view.callback_metrics.items()}
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
                        current_epoch=run.epoch, metrics={**run.eval_step_values, **run.last_metrics}, shown=shown,
-                       hidden=sorted(run.module_logs.hidden), batch=run.batch, run_dir=run.run_dir, model=run.wrapped,
-                       loader_of=dict(run.module_logs.loader_of),
+                       hidden=sorted(run.module_logs.hidden), prog_bar=sorted(run.module_logs.prog_bar_names()),
+                       batch=run.batch, run_dir=run.run_dir, model=run.wrapped, loader_of=dict(run.module_logs.loader_of),
                        callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)
                                          if callable(getattr(callback, "results", None))})
     if run.env.launcher != "spawned":

@@ -56,9 +56,10 @@ def test_barebones_runs_without_loggers_or_checkpoints(tmp_path, caplog):
     assert "barebones=True" in caplog.text
     assert trainer.barebones and not trainer.loggers and not L.Trainer(logger=False).barebones
     module = Small()
-    trainer.fit(module)
+    with pytest.warns(UserWarning, match=r"barebones=True\)` is configured"):  # self.log logs nothing (Lightning's)
+        trainer.fit(module)
     assert not list(tmp_path.rglob("*.ckpt")) and not (tmp_path / "checkpoints").exists()
-    assert "val_loss" in trainer.callback_metrics  # self.log still feeds the callbacks' metrics
+    assert "val_loss" not in trainer.callback_metrics and trainer.progress_bar_callback is None
 
 
 @pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "limit_test_batches",

@@ -1,6 +1,6 @@
 """Lightning's ``lightning.pytorch.callbacks``: ``Callback``, and with Lightning's arguments
 ``EarlyStopping`` (``early_stopping.py``), ``LearningRateMonitor`` (``lr_monitor.py``), ``Timer``
-(``timer.py``), ``ModelCheckpoint`` (``model_checkpoint.py``), ``TQDMProgressBar`` (``progress.py``),
+(``timer.py``), ``ModelCheckpoint`` (``model_checkpoint.py``), ``ProgressBar`` and ``TQDMProgressBar`` (``progress.py``),
 ``BasePredictionWriter`` (``prediction_writer.py``); the
 modules are named as Lightning's. The other Lightning callbacks are an ImportError saying what to use."""
 
@@ -10,7 +10,7 @@ from trainer.lightning.callbacks.early_stopping import EarlyStopping
 from trainer.lightning.callbacks.lr_monitor import LearningRateMonitor
 from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
 from trainer.lightning.callbacks.prediction_writer import BasePredictionWriter
-from trainer.lightning.callbacks.progress import TQDMProgressBar
+from trainer.lightning.callbacks.progress import ProgressBar, TQDMProgressBar
 from trainer.lightning.callbacks.timer import Timer
 
 _MISSING = {
@@ -26,8 +26,6 @@ _MISSING = {
     "ModelPruning": "torch.nn.utils.prune in a Callback of your own",
     "ModelSummary": "Trainer(enable_model_summary=True)",
     "OnExceptionCheckpoint": "Trainer(checkpoint=...) (a preempted run saves before it stops)",
-    "ProgressBar": "Trainer(progress_bar=True) (the trainer's tqdm bar on rank 0); a custom bar is a Callback "
-                   "of your own",
     "RichModelSummary": "Trainer(enable_model_summary=True)",
     "RichProgressBar": "Trainer(progress_bar=True) (a tqdm bar on rank 0)",
     "SpikeDetection": "Trainer(nonfinite_loss='error') for NaN / inf losses",
@@ -36,6 +34,7 @@ _MISSING = {
     "WeightAveraging": "torch.optim.swa_utils.AveragedModel in a Callback of your own",
 }
 
-__all__ = ["BasePredictionWriter", "Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "TQDMProgressBar", "Timer"]
+__all__ = ["BasePredictionWriter", "Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar",
+           "TQDMProgressBar", "Timer"]
 
 __getattr__ = missing_names(__name__, _MISSING)

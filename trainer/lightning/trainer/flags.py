@@ -8,8 +8,8 @@ mirror's ``Trainer`` (``trainer.py``):
   is Lightning's MisconfigurationException;
 - `apply_barebones`: Lightning's ``Trainer(barebones=True)``: a run without checkpoints, loggers,
   progress bar, model summary or sanity-check batches. An argument that turns one of them back on is
-  a ValueError naming it; the others are set off. ``self.log`` keeps feeding
-  ``trainer.callback_metrics`` (callbacks may monitor a value); nothing is written to a logger.
+  a ValueError naming it; the others are set off. ``self.log`` warns and logs nothing (as
+  Lightning: ``trainer/api/log_methods.py``).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 mirror's ``Trainer``, ``trainer.py``):
 
 - ``lightning_module``: the module being run (not the strategy's wrapper: ``trainer.model``);
+- ``state``: ``fn``, ``stage`` and ``status`` as Lightning's enums (``TrainerFn``, ``RunningStage``,
+  ``TrainerStatus``: ``trainer.state.fn.value``), each equal to the string the core Trainer gives;
 - ``estimated_stepping_batches``: ``max_steps`` as soon as the Trainer is built when ``max_steps``
   alone bounds the run (Lightning's answer; no data read), else the core Trainer's (known once fit
   has read the data);
@@ -13,12 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
+<<<<<<< HEAD
 import torch
 
+=======
+from trainer.lightning.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
+>>>>>>> pbar
 from trainer.trainer import Trainer as _Trainer
 
 
 class LightningRunProperties:
+<<<<<<< HEAD
     """``lightning_module``, ``estimated_stepping_batches``, the metrics as tensors (see the module)."""
 
     @property
@@ -38,6 +45,15 @@ class LightningRunProperties:
     @logged_metrics.setter
     def logged_metrics(self, value: dict[str, Any]) -> None:
         _Trainer.logged_metrics.fset(self, value)
+=======
+    """``lightning_module``, ``state`` and ``estimated_stepping_batches`` (see the module)."""
+
+    @property
+    def state(self) -> TrainerState:
+        """Lightning's ``trainer.state``: the call (``fn``), what runs now (``stage``), ``status``."""
+        fn, stage, status = _Trainer.state.fget(self)
+        return TrainerState(_member(TrainerFn, fn), _member(RunningStage, stage), _member(TrainerStatus, status))
+>>>>>>> pbar
 
     @property
     def lightning_module(self) -> Any:
@@ -56,9 +72,15 @@ class LightningRunProperties:
         return _Trainer.estimated_stepping_batches.fget(self)
 
 
+<<<<<<< HEAD
 def _as_tensors(metrics: dict[str, Any], convert: bool) -> dict[str, Any]:
     """``metrics`` with each number a 0-dim tensor (a float32 one for a Python number) when ``convert``."""
     if not convert:
         return metrics
     return {name: torch.tensor(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool)
             else value for name, value in metrics.items()}
+=======
+def _member(enum: Any, value: str | None) -> Any:
+    """``value`` as the member of ``enum`` equal to it (None stays None)."""
+    return None if value is None else enum(value)
+>>>>>>> pbar

@@ -13,6 +13,8 @@ that leaves them unset trains as long, validates as often and logs as often as u
 - ``log_every_n_steps``: 50 (ours: 10);
 - ``seed``: the one ``seed_everything`` set (``PL_GLOBAL_SEED``), else 0: it seeds the sample order
   and the workers as the Trainer's seed does;
+- ``trainer.progress_bar_callback``: a ``TQDMProgressBar`` unless ``enable_progress_bar=False``, and
+  ``trainer.progress_bar_metrics`` (``progress.py``); the bar is drawn when stderr is a terminal;
 - ``default_root_dir``: the working directory; ``logger``: Lightning's default logger list, and
   ``trainer.log_dir`` as Lightning's, with this trainer's ``metrics.jsonl`` beside the loggers' files
   but not among ``trainer.loggers``; ``PL_TRAINER_<ARGUMENT>`` environment variables (``loggers.py``);
@@ -38,6 +40,7 @@ from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
 from trainer.lightning.trainer.clipping import LightningClipSetting
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones, check_val_interval, reload_epochs
 from trainer.lightning.trainer.loader_properties import LoaderProperties
+from trainer.lightning.trainer.progress import ProgressBarProperties
 from trainer.lightning.trainer.loggers import (LightningLoggers, trainer_arguments, with_environment_arguments,
                                                with_lightning_logging)
 from trainer.lightning.trainer.properties import LightningRunProperties
@@ -49,7 +52,8 @@ from trainer.trainer import Trainer as _Trainer
 LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
 
 
-class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, LightningRunProperties, _Trainer):
+class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, LightningRunProperties, ProgressBarProperties,
+              _Trainer):
     """`trainer.Trainer` with Lightning's defaults (see the module docstring)."""
 
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
@@ -76,6 +80,7 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
         # (in a function: jsonargparse reads a kwargs key used here as an untyped argument of this __init__)
         kwargs = with_lightning_logging(kwargs)  # default_root_dir, Lightning's default logger (loggers.py)
         super().__init__(**kwargs)
+        self._choose_progress_bar()  # trainer.progress_bar_callback (progress.py)
         #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
         #: again at the end of fit as this trainer does
         self.validates_at_fit_end = False
