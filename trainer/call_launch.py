@@ -49,11 +49,8 @@ def _store_result(trainer: Trainer, result: RunResult, module: TrainModule, mode
     ``fit`` its module and datamodule, reused by ``validate()`` / ``test()`` / ``predict()``."""
     trainer.global_step, trainer.current_epoch, trainer._batches = result.global_step, result.current_epoch, result.batches
     trainer.callback_metrics, trainer.logged_metrics = dict(result.shown), result.logged_metrics
-<<<<<<< HEAD
     trainer._metric_loaders = result.loader_of  # (the results per loader: trainer/lightning/trainer/trainer.py)
-=======
     trainer._prog_bar_names = frozenset(result.prog_bar)
->>>>>>> pbar
     trainer._last_batch, trainer.run_dir, trainer._model = result.batch, result.run_dir, result.model
     if mode == "fit":
         trainer._fitted = (module, trainer.datamodule)

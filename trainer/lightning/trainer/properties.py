@@ -15,18 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-<<<<<<< HEAD
 import torch
 
-=======
 from trainer.lightning.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
->>>>>>> pbar
 from trainer.trainer import Trainer as _Trainer
 
 
 class LightningRunProperties:
-<<<<<<< HEAD
-    """``lightning_module``, ``estimated_stepping_batches``, the metrics as tensors (see the module)."""
+    """``lightning_module``, ``state``, ``estimated_stepping_batches``, the metrics as tensors (see the module)."""
+
+    @property
+    def state(self) -> TrainerState:
+        """Lightning's ``trainer.state``: the call (``fn``), what runs now (``stage``), ``status``."""
+        fn, stage, status = _Trainer.state.fget(self)
+        return TrainerState(_member(TrainerFn, fn), _member(RunningStage, stage), _member(TrainerStatus, status))
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
@@ -45,15 +47,6 @@ class LightningRunProperties:
     @logged_metrics.setter
     def logged_metrics(self, value: dict[str, Any]) -> None:
         _Trainer.logged_metrics.fset(self, value)
-=======
-    """``lightning_module``, ``state`` and ``estimated_stepping_batches`` (see the module)."""
-
-    @property
-    def state(self) -> TrainerState:
-        """Lightning's ``trainer.state``: the call (``fn``), what runs now (``stage``), ``status``."""
-        fn, stage, status = _Trainer.state.fget(self)
-        return TrainerState(_member(TrainerFn, fn), _member(RunningStage, stage), _member(TrainerStatus, status))
->>>>>>> pbar
 
     @property
     def lightning_module(self) -> Any:
@@ -72,15 +65,14 @@ class LightningRunProperties:
         return _Trainer.estimated_stepping_batches.fget(self)
 
 
-<<<<<<< HEAD
 def _as_tensors(metrics: dict[str, Any], convert: bool) -> dict[str, Any]:
     """``metrics`` with each number a 0-dim tensor (a float32 one for a Python number) when ``convert``."""
     if not convert:
         return metrics
     return {name: torch.tensor(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool)
             else value for name, value in metrics.items()}
-=======
+
+
 def _member(enum: Any, value: str | None) -> Any:
     """``value`` as the member of ``enum`` equal to it (None stays None)."""
     return None if value is None else enum(value)
->>>>>>> pbar
