@@ -71,7 +71,7 @@ def test_a_module_set_up_with_fabric_logs_clips_and_steps_through_it():
     module = Net()
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     wrapped, wrapped_optimizer = fabric.setup(module, optimizer)
-    assert wrapped is module and wrapped.fabric == fabric and module.inner.fabric is None  # (a plain nn.Module inside)
+    assert wrapped is module and wrapped.fabric == fabric
     assert wrapped.logger is logger and wrapped.loggers == [logger] and wrapped.optimizers() is wrapped_optimizer
     wrapped.log("loss", torch.tensor(0.5))
     logger.log_metrics.assert_called_with(metrics={"loss": 0.5}, step=None)
@@ -87,9 +87,10 @@ def test_a_module_set_up_with_fabric_logs_clips_and_steps_through_it():
     fabric.clip_gradients = Mock()
     wrapped.clip_gradients(optimizer, gradient_clip_val=0.5, gradient_clip_algorithm=GradClipAlgorithmType("value"))
     fabric.clip_gradients.assert_called_once_with(module, optimizer, clip_val=0.5, max_norm=None)
+    bare = Fabric()  # (held: a module keeps only a weak reference to its Fabric, as Lightning's)
     with pytest.raises(IndexError):
-        _ = Fabric().setup(Net()).logger
-    assert Fabric().setup(Net()).loggers == []
+        _ = bare.setup(Net()).logger
+    assert bare.setup(Net()).loggers == []
 
 
 def test_what_this_fabric_does_not_do_is_refused_with_one_line():

@@ -45,7 +45,7 @@ from trainer.lightning.utilities.rank_zero import rank_zero_info
 from trainer.trainer import Trainer as _Trainer
 
 #: what Lightning's Trainer does where its argument is not given, and ours does otherwise
-LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
+LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50, "strategy": "auto"}
 
 
 class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, LightningRunProperties, _Trainer):
