@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from trainer.api.hook_calls import call_with_stage
 from trainer.api.hparams import HyperparametersMixin
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -220,4 +221,4 @@ def setup_datamodule(datamodule: DataModule | None, stage: str, seed: int) -> No
     if stage not in STAGES:
         raise ValueError(f"DataModule.setup: stage={stage!r} is not one of {STAGES}")
     with seeded(derive_seed(seed, "data", "setup")):
-        datamodule.setup(stage)
+        call_with_stage(datamodule.setup, stage)

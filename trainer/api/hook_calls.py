@@ -59,3 +59,14 @@ def require_dataloader_idx(module: Any, name: str, stage_loader: str, count: int
     if method is not None and not _binds(method, None, 0, 0):
         raise RuntimeError(f"You provided multiple `{stage_loader}` ({count} loaders), but no `dataloader_idx` argument "
                            f"in `{type(module).__name__}.{name}()`. Try adding `dataloader_idx=0` to its signature.")
+
+
+def call_with_stage(method: Any, *args: Any) -> Any:
+    """``setup`` / ``teardown``: ``method(*args[:-1], stage=args[-1])`` as Lightning calls them when
+    ``method`` takes a ``stage`` keyword, else the stage positionally (an override naming it otherwise)."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: called as given
+        return method(*args)
+    keyword = any(p.kind is p.VAR_KEYWORD or (p.name == "stage" and p.kind is not p.POSITIONAL_ONLY) for p in parameters)
+    return method(*args[:-1], stage=args[-1]) if keyword else method(*args)

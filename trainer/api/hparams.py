@@ -45,6 +45,19 @@ class AttributeDict(dict):
     def __delattr__(self, key: str) -> None:
         del self[key]
 
+    def __eq__(self, other: object) -> bool:
+        """As a dict's; equal also to another mapping with the same items (the OmegaConf ``DictConfig``
+        a module's hyperparameters were saved from, which a dict subclass does not compare to)."""
+        if isinstance(other, Mapping) and not isinstance(other, dict):
+            return dict(self) == dict(other.items())
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, as a dict)
+
 
 def is_json_exact(value: Any) -> bool:
     """Whether ``value`` comes back from JSON as it went in (same types: no tuples, no objects)."""

@@ -194,3 +194,9 @@ class TrainModule(HyperparametersMixin, ModuleRunState, ManualOptimizationHooks,
         state.pop("_device_mesh", None)  # strategy=nd's mesh (its process groups)
         state.pop("_fsdp_root_and_group", None)  # an FSDP run's wrapper and process group (trainer/strategies/fsdp.py)
         return state
+
+
+#: properties ``torch.jit.script`` leaves alone: this trainer's own (run state read through the trainer,
+#: not TorchScript); a subclass's own properties are compiled, as under Lightning
+TrainModule.__jit_unused_properties__ = sorted({name for base in TrainModule.__mro__ for name, value in vars(base).items()
+                                                if isinstance(value, property)})

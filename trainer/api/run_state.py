@@ -217,8 +217,13 @@ class TrainerRunState(RankProperties):
     @property
     def lr_schedulers(self) -> list[Any]:
         """The run's learning-rate schedulers, in the order ``configure_optimizers`` returned them."""
-        configs = self._run_view.lr_scheduler_configs if self._run_view is not None else []
-        return [config.scheduler for config in configs]
+        return [config.scheduler for config in self.lr_scheduler_configs]
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """One ``LRSchedulerConfig`` per scheduler (``scheduler``, ``interval``, ``frequency``,
+        ``monitor`` ...: Lightning's name), in the order ``configure_optimizers`` returned them."""
+        return self._run_view.lr_scheduler_configs if self._run_view is not None else []
 
     @property
     def estimated_stepping_batches(self) -> int:

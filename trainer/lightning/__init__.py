@@ -9,7 +9,8 @@ Every name is this trainer's own implementation of what Lightning's means: ``Lig
 (``core/module.py``: a ``TrainModule`` built with Lightning's constructor), ``LightningDataModule``,
 ``Trainer``, ``Callback``, ``seed_everything`` (``seed.py``), ``callbacks/``, ``loggers/``,
 ``utilities/`` (with ``types.py``, ``imports.py``, ``rank_zero.py``), ``core/optimizer.py``
-(``LightningOptimizer``) and ``fabric/utilities/imports.py``. ``trainer.lightning.pytorch`` is this
+(``LightningOptimizer``), ``Fabric`` (``fabric/fabric.py``: one process, one device) and
+``fabric/utilities/imports.py``. ``trainer.lightning.pytorch`` is this
 module again (``L.pytorch.callbacks...``). A Lightning name this trainer does not have is an
 ImportError that says what to use (``_missing.py``), never a stand-in; so is a Lightning module it
 does not have (``trainer.lightning.tuner``). Importing it sets ``lightning_utilities``' rank as
@@ -18,8 +19,9 @@ importing Lightning does (``utilities/rank_zero.py``).
 
 from trainer.api.callback import Callback
 from trainer.lightning import callbacks, core, fabric, loggers, utilities
-from trainer.lightning._missing import install_missing_module_finder, missing_names
+from trainer.lightning._missing import install_missing_module_finder
 from trainer.lightning.core import LightningDataModule, LightningModule
+from trainer.lightning.fabric import Fabric
 from trainer.lightning.cli import cli_lightning_logo
 from trainer.lightning.seed import seed_everything
 from trainer.lightning.trainer import Trainer
@@ -28,11 +30,7 @@ from trainer.lightning.utilities.rank_zero import share_rank_with_lightning_util
 install_missing_module_finder()  # a Lightning module this trainer lacks: an ImportError saying what to use
 share_rank_with_lightning_utilities()  # as importing Lightning does
 
-__all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "cli_lightning_logo", "seed_everything",
+__all__ = ["Callback", "Fabric", "LightningDataModule", "LightningModule", "Trainer", "cli_lightning_logo", "seed_everything",
            "callbacks", "core", "fabric", "loggers", "pytorch", "utilities"]
-
-__getattr__ = missing_names(__name__, {
-    "Fabric": "trainer.lightning.Trainer with a trainer.lightning.LightningModule (this trainer has no Fabric)",
-})
 
 from trainer.lightning import pytorch  # noqa: E402  (after the names it re-exports)

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from trainer.loggers.base import DummyExperiment, Logger, writes_here
 from trainer.loggers.hparams_file import write_hparams_yaml
+from trainer.loggers.remote_files import RemoteCSV, is_remote
 from trainer.loggers.versions import AppendedFile, VersionedDir, VersionedFolders, replace_existing_log_dir
 
 
@@ -31,6 +32,8 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
     ``<save_dir>/<name>/version_<n>/metrics.csv`` (``log_dir``; the next free version unless given).
     Built by name (``loggers=["csv"]``, ``conf/logger/``): into the run directory itself (``in_run_dir``).
     Nothing is written before the first row. ``experiment`` is the logger itself (rank 0).
+    A ``save_dir`` URL (``memory://``, ``s3://`` ... through fsspec, as Lightning's) keeps the rows and
+    writes the whole file at each ``save()`` and at ``finalize`` (a remote file is not rewritten in place).
 
     Args:
         save_dir: the folder the logger's folders go into (see above).
@@ -57,6 +60,7 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         self.metrics: list[dict[str, Any]] = []
         # a version given by hand whose folder holds files: Lightning's warning, and its metrics file replaced
         self._check_existing = version is not None
+        self._remote = is_remote(save_dir)
 
     @classmethod
     def in_run_dir(cls, run_dir: str, filename: str = "metrics.csv", log_dir: str | None = None) -> CSVLogger:
@@ -81,12 +85,18 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         version folder given by hand (see ``log_metrics``)."""
         if not writes_here():
             return DummyExperiment()
-        if self._check_existing:
+        if self._check_existing and not self._remote:
             self._check_existing = False
             replace_existing_log_dir(self.log_dir, self.path)
         return self
 
     def _open(self) -> None:
+        if self._remote:  # (a version given by hand starts a new file, as a local one's is replaced)
+            rows, self._check_existing = ([] if self._check_existing else self._read_rows()), False
+            self._file = RemoteCSV(self.path, rows)
+            self._columns, self._has_header = self._file.columns, True
+            self._last_row = self._file.rows[-1] if self._file.rows else None
+            return
         if self._check_existing:
             self._check_existing = False
             replace_existing_log_dir(self.log_dir, self.path)
@@ -116,7 +126,9 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         if same_step:
             row = {**self._last_row, **row}
         new_columns = [name for name in row if name not in self._columns]
-        if new_columns or not self._has_header:
+        if self._remote:
+            self._file.add(row, replace_last_row=same_step)
+        elif new_columns or not self._has_header:
             self._columns.extend(new_columns)
             self._rewrite(row, replace_last_row=same_step)
         else:
@@ -132,7 +144,9 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
 
     def save(self) -> None:
         """Lightning's periodic save (every ``flush_logs_every_n_steps`` steps): the rows are on disk
-        already; the buffer of rows since the last save is emptied."""
+        already (a URL's file: written now); the buffer of rows since the last save is emptied."""
+        if self._remote and self._file is not None:
+            self._file.write()
         self.metrics = []
 
     def rows_up_to(self, step: int) -> list[tuple[int, dict[str, float]]]:
@@ -154,6 +168,11 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
         if not rows:
             return
         self._open()  # the columns of the file's header
+        if self._remote:
+            self._file.rows = [row for row_step, row in rows if row_step <= step]
+            self._file.write()
+            self._last_row = self._file.rows[-1] if self._file.rows else None
+            return
         kept = [(row_step, row) for row_step, row in rows if row_step <= step]
         if kept and kept[-1][0] == step and dropped_from is not None and dropped_from <= step and history is not None:
             before_save: dict[str, Any] = {}
@@ -175,10 +194,13 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
 
     def _read_rows(self) -> list[tuple[int, dict[str, Any]]]:
         """(step, row) of every complete row of the file (a row cut short by a kill is left out)."""
-        if not os.path.exists(self.path):
+        if self._remote:
+            text = RemoteCSV.read_text(self.path)
+        elif not os.path.exists(self.path):
             return []
-        with open(self.path, newline="", encoding="utf-8") as f:
-            text = f.read()
+        else:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                text = f.read()
         if not text.endswith("\n"):
             text = text[:text.rfind("\n") + 1]
         rows = []
@@ -192,7 +214,9 @@ class CSVLogger(VersionedFolders, AppendedFile, Logger):
     def log_hyperparams(self, params: Mapping[str, Any] | None = None) -> None:
         """Write ``params`` to ``hparams.yaml`` beside the metrics (secrets redacted); no ``params``
         (as Lightning's): an empty file, the version folder made."""
-        if writes_here():
+        if writes_here() and self._remote:
+            RemoteCSV.write_hparams(self.log_dir, params or {})
+        elif writes_here():
             os.makedirs(self.log_dir, exist_ok=True)
             write_hparams_yaml(self.log_dir, params or {})
 

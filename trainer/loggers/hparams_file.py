@@ -41,11 +41,16 @@ def _string(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
 _Dumper.add_representer(str, _string)
 
 
+def hparams_yaml_text(params: Mapping[str, Any]) -> str:
+    """``params`` (redacted) as the text of ``hparams.yaml``."""
+    return yaml.dump(redact_secrets(_plain(dict(params))), Dumper=_Dumper, sort_keys=False)
+
+
 def write_hparams_yaml(run_dir: str, params: Mapping[str, Any]) -> str:
     """Write ``params`` (redacted) to ``<run_dir>/hparams.yaml`` atomically; returns its path."""
     path = os.path.join(run_dir, FILENAME)
     os.makedirs(run_dir, exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        yaml.dump(redact_secrets(_plain(dict(params))), handle, Dumper=_Dumper, sort_keys=False)
+        handle.write(hparams_yaml_text(params))
     os.replace(path + ".tmp", path)
     return path

@@ -6,15 +6,20 @@ import os
 import warnings
 from typing import Any
 
+from trainer.loggers.remote_files import is_remote, remote_versions
+
 
 def next_version(root: str) -> int:
-    """One more than the highest ``version_<n>`` folder in ``root`` (0 if none)."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return 0
+    """One more than the highest ``version_<n>`` folder in ``root`` (0 if none; a URL read through fsspec)."""
+    if is_remote(root):
+        names = remote_versions(root)
+    else:
+        try:
+            names = [name for name in os.listdir(root) if os.path.isdir(os.path.join(root, name))]
+        except OSError:
+            return 0
     found = [int(name[len("version_"):]) for name in names
-             if name.startswith("version_") and name[len("version_"):].isdigit() and os.path.isdir(os.path.join(root, name))]
+             if name.startswith("version_") and name[len("version_"):].isdigit()]
     return max(found) + 1 if found else 0
 
 

@@ -25,9 +25,10 @@ from trainer.loop.manual_step import setup_optimizers
 from trainer.loop.optimizer_step import gradient_clipper
 from trainer.loop.resume import restore_run
 from trainer.loop.step_accounting import NonfiniteLossWatch
-from trainer.loop.step_limits import plan_fit
+from trainer.loop.step_limits import epoch_cap, plan_fit
 from trainer.loop.stream_limits import describe_epoch
 from trainer.loop.train_step import TrainStep
+from trainer.api.errors import MisconfigurationException
 from trainer.api.trainer_arguments import validates_during_training
 from trainer.observe.model_summary import count_local
 from trainer.observe.profiling import TraceWindow, WallClockBreakdown
@@ -77,6 +78,12 @@ def build_fit(run: RankRun) -> None:
     fitting = find_batch_size(run, fitting)
     run.replan(fitting.batch, fitting)
     fitting.limits.note_schedules(run)
+    epochs, done = epoch_cap(trainer), run.epoch + (run.epoch_step >= fitting.steps_per_epoch > 0)  # (epochs ended)
+    if getattr(trainer, "refuses_resume_past_max_epochs", False) and run.step > 0 and epochs is not None \
+            and done > epochs:  # (Lightning's Trainer: an error; every rank alike)
+        raise MisconfigurationException(
+            f"You restored a checkpoint with current_epoch={done}, past Trainer(max_epochs={trainer.max_epochs}): "
+            "fit(ckpt_path=...) would train nothing; raise max_epochs to continue the run")
     if run.rank == 0 and run.step > 0 and fitting.limits.done(run):  # resumed where this run's limits end it
         log.warning("resumed at step %d, epoch %d, where this run's limits (trainer.max_steps=%s, trainer.max_epochs=%s) "
                     "already end it: nothing is trained; raise them to continue the run", run.step, run.epoch,

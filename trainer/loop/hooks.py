@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from trainer.api.callback import Callback
 from trainer.api.datamodule import DataModule, setup_datamodule
-from trainer.api.hook_calls import call_module_hook
+from trainer.api.hook_calls import call_module_hook, call_with_stage
 from trainer.api.hook_table import BEHAVIOUR_HOOKS, CALLBACKS, DATAMODULE, MODULE, OPTIONAL_LAST_ARGUMENT, RECEIVERS
 from trainer.api.lightning_hooks import overrides
 from trainer.api.module import TrainModule
@@ -107,7 +107,7 @@ class RunHooks:
                     datamodule, seed = self.datamodule, self.trainer.seed
                     calls.append(lambda stage: setup_datamodule(datamodule, stage, seed))
                 else:
-                    calls.append(getattr(self.datamodule, name))
+                    calls.append(self._adapted(getattr(self.datamodule, name), name, count))
         return calls
 
     def _callback_call(self, callback: Callback, name: str, count: int | None) -> Callable[..., Any]:
@@ -126,6 +126,8 @@ class RunHooks:
     def _adapted(method: Callable, name: str, count: int | None) -> Callable[..., Any]:
         """``method``, or for an override of Lightning's shape of a hook with an argument of ours
         (``on_train_epoch_end(self)``), ``method`` called without that last argument."""
+        if name in ("setup", "teardown"):  # the stage as a keyword where the hook takes one (as Lightning)
+            return lambda *args: call_with_stage(method, *args)
         if name in OPTIONAL_LAST_ARGUMENT and count and not _takes(method, count) and _takes(method, count - 1):
             return lambda *args: method(*args[:-1])
         return method

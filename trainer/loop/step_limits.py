@@ -76,13 +76,21 @@ def plan_fit(trainer: Any, module: Any, plan: GlobalBatchPlan, batch: BatchSetti
     return FitPlan(plan, batch, steps_per_epoch, val_every_n_steps, limits, limits.estimated_stepping_batches(trainer))
 
 
+def epoch_cap(trainer: Any) -> int | None:
+    """``trainer.max_epochs`` as a bound: None for none (None, or -1 as Lightning's Trainer gives it),
+    else the epochs (0: nothing is trained)."""
+    epochs = trainer.max_epochs
+    return None if epochs is None or epochs == -1 else epochs
+
+
 class StepLimits:
     """The stop rule of one fit (see the module docstring); ``manual``: the module steps its
     optimizers itself, so ``global_step`` is not the batch count."""
 
     def __init__(self, trainer: Any, steps_per_epoch: int, manual: bool):
         self.manual = manual
-        epoch_limit = steps_per_epoch * trainer.max_epochs if trainer.max_epochs else math.inf
+        epochs = epoch_cap(trainer)
+        epoch_limit = steps_per_epoch * epochs if epochs is not None else math.inf
         if steps_per_epoch == 0:  # limit_train_batches=0: fit trains nothing (not endless empty epochs)
             epoch_limit = 0
         self.max_steps = trainer.max_steps if trainer.max_steps > 0 else math.inf  # global_step units
@@ -90,7 +98,7 @@ class StepLimits:
         self.batches = epoch_limit if manual else min(epoch_limit, self.max_steps)
         self.epoch_bound = epoch_limit != math.inf
         # Epochs counted as they end too: an epoch cut short (on_train_batch_start returned -1) has fewer steps.
-        self.max_epochs, self.steps_per_epoch = (trainer.max_epochs if self.epoch_bound else None), steps_per_epoch
+        self.max_epochs, self.steps_per_epoch = (epochs if self.epoch_bound else None), steps_per_epoch
         self._per_batch: int | None = None  # optimizer steps of the last batch (manual)
         self._before = 0  # global_step before the current batch
         self._shown = 0  # the progress bar's position

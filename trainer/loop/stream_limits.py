@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer.data.streaming.plan import is_stream
 from trainer.loop.run_limits import fraction_of, train_steps_per_epoch, val_interval_steps
-from trainer.loop.step_limits import StepLimits
+from trainer.loop.step_limits import StepLimits, epoch_cap
 
 
 def _no_length(setting: str, value: Any) -> ValueError:
@@ -81,10 +81,10 @@ class StreamLimits(StepLimits):
 
     def __init__(self, trainer: Any, plan: Any, steps_per_epoch: int | float, manual: bool):
         super().__init__(trainer, steps_per_epoch, manual)
-        self.max_epochs = trainer.max_epochs
+        self.max_epochs = epoch_cap(trainer)
         self.sharded = getattr(plan, "mode", None) == "sharded"
         per_epoch = min(steps_per_epoch, plan.estimated_steps or math.inf)
-        self.estimate = per_epoch * self.max_epochs if self.max_epochs else math.inf
+        self.estimate = per_epoch * self.max_epochs if self.max_epochs is not None else math.inf
         if self.max_steps != math.inf:
             self.estimate = min(self.estimate, self.max_steps)
 
@@ -104,9 +104,9 @@ class StreamLimits(StepLimits):
 
     def describe_total(self) -> str:
         parts = [] if self.max_steps == math.inf else [f"{int(self.max_steps)} steps"]
-        if self.max_epochs:
+        if self.max_epochs is not None:
             parts.append(f"{self.max_epochs} epoch(s) of the stream")
         return " or ".join(parts) or "no limit"
 
     def done(self, run: Any) -> bool:
-        return super().done(run) or bool(self.max_epochs and run.epoch >= self.max_epochs)
+        return super().done(run) or (self.max_epochs is not None and run.epoch >= self.max_epochs)

@@ -8,7 +8,9 @@ module (trainer/loop/manual_step.py).
 
 from __future__ import annotations
 
+import inspect
 import logging
+import warnings
 from typing import Any
 
 import torch
@@ -35,6 +37,8 @@ ACCEPTED_SEVERAL = (
 MANUAL_SCHEDULER_KEYS = ("scheduler", "name")
 #: scheduler dict keys accepted under manual optimization but not used there (one warning names them)
 MANUAL_UNUSED_SCHEDULER_KEYS = ("interval", "frequency", "monitor", "strict", "reduce_on_plateau")
+#: of those, the ones dropped (a RuntimeWarning names them, as Lightning's); interval / frequency are kept
+MANUAL_IGNORED_SCHEDULER_KEYS = ("reduce_on_plateau", "monitor", "strict")
 OPTIMIZER_DICT_KEYS = ("optimizer", "lr_scheduler", "monitor")
 SCHEDULER_DICT_KEYS = ("scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict")
 
@@ -84,6 +88,7 @@ def configure_optimizers(module: Any) -> tuple[Any, list[LRSchedulerConfig]]:
         raise TypeError(f"{type(module).__name__}.automatic_optimization={automatic!r}; it must be True or False")
     if not automatic:
         return split_manual(configured)
+    _refuse_optimizer_idx(module)
     interval = getattr(module, "scheduler_interval", "step")
     if interval not in INTERVALS:
         raise ValueError(f"{type(module).__name__}.scheduler_interval={interval!r}; the intervals are {list(INTERVALS)}")
@@ -149,11 +154,32 @@ def _describe(value: Any) -> str:
     return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
 
 
+class SeveralOptimizersError(TypeError, RuntimeError):
+    """Several optimizers (or ``training_step(..., optimizer_idx)``) under automatic optimization: a
+    TypeError as this trainer's other shape errors, a RuntimeError as Lightning's."""
+
+
+def _refuse_optimizer_idx(module: Any) -> None:
+    """Lightning 1.x's ``training_step(batch, batch_idx, optimizer_idx)`` under automatic optimization:
+    refused when fit starts (the step would never be given the argument)."""
+    try:
+        parameters = inspect.signature(module.training_step).parameters
+    except (TypeError, ValueError):
+        return
+    if "optimizer_idx" in parameters:
+        raise SeveralOptimizersError(
+            f"{type(module).__name__}.training_step takes optimizer_idx: training with multiple optimizers is only "
+            "supported with manual optimization. Remove the `optimizer_idx` argument from `training_step`, set "
+            "self.automatic_optimization = False in __init__ and step the optimizers of self.optimizers() in "
+            "training_step")
+
+
 def _refuse_several(optimizers: Any) -> None:
     if isinstance(optimizers, (list, tuple)) and len(optimizers) > 1:
-        raise TypeError(
+        raise SeveralOptimizersError(
             f"configure_optimizers returned {len(optimizers)} optimizers ({_describe(list(optimizers))}) with "
-            "automatic optimization, which steps one (as Lightning >= 2.0): set self.automatic_optimization = False "
+            "automatic optimization (training with multiple optimizers is only supported with manual optimization; "
+            "automatic steps one, as Lightning >= 2.0): set self.automatic_optimization = False "
             "in the module's __init__ and step them in training_step (self.optimizers(), self.manual_backward(loss)), "
             f"or return one optimizer over all parameters (with parameter groups if needed). {ACCEPTED}"
         )
@@ -207,11 +233,15 @@ def _read_manual_dict(configured: dict, shapes: str) -> tuple[list, list]:
 
 def _read_manual_scheduler(given: Any, optimizers: list) -> LRSchedulerConfig:
     options = dict(given) if isinstance(given, dict) else {"scheduler": given}
-    unused = sorted(set(options) & set(MANUAL_UNUSED_SCHEDULER_KEYS), key=str)
-    if unused:  # (Lightning's too: they say when the trainer steps it, and the module steps it)
-        rank_zero_warn(log, "lr_scheduler dict: keys %s are not used under manual optimization (the module steps its "
-                       "schedulers itself, self.lr_schedulers()); 'interval' / 'frequency' are kept for "
-                       "LearningRateMonitor", unused)
+    ignored = [key for key in options if key in MANUAL_IGNORED_SCHEDULER_KEYS]
+    if ignored and distributed.rank() == 0:  # (a Python warning, as Lightning's; once, by rank 0)
+        warnings.warn(f"lr_scheduler dict under manual optimization has the key(s) {ignored}, but the keys will be "
+                      "ignored: the module steps its schedulers itself (self.lr_schedulers(), e.g. "
+                      "scheduler.step(metric) for ReduceLROnPlateau)", RuntimeWarning, stacklevel=2)
+    kept = sorted(set(options) & {"interval", "frequency"}, key=str)
+    if kept:  # (Lightning keeps them silently)
+        rank_zero_warn(log, "lr_scheduler dict: keys %s do not step the scheduler under manual optimization (the "
+                       "module steps it itself, self.lr_schedulers()); they are kept for LearningRateMonitor", kept)
     unknown = sorted(set(options) - set(MANUAL_SCHEDULER_KEYS) - set(MANUAL_UNUSED_SCHEDULER_KEYS), key=str)
     if unknown:
         raise ValueError(f"lr_scheduler dict: keys {unknown} with manual optimization: the module steps its schedulers "

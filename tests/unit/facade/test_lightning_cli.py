@@ -232,7 +232,7 @@ def test_settings_from_the_environment_with_default_env(program, monkeypatch):
     monkeypatch.setenv("PL_MODEL__HIDDEN", "3")
     cli = _cli(program, run=False, parser_kwargs={"default_env": True})
     assert cli.trainer.max_epochs == 4 and cli.model.hparams.hidden == 3
-    assert _cli(program, run=False).trainer.max_epochs == 1000  # (off by default: Lightning's 1000 epochs)
+    assert _cli(program, run=False).trainer.max_epochs is None  # (off by default: Lightning's, 1000 once fit starts)
 
 
 def test_only_lightning_class_paths_the_mirror_has_are_rewritten():

@@ -29,7 +29,8 @@ def test_the_top_level_names_are_the_trainers():
     assert issubclass(L.LightningModule, TrainModule) and issubclass(L.LightningDataModule, DataModule)
     # Lightning's Trainer: ours with Lightning's defaults (trainer/lightning/trainer.py)
     assert issubclass(L.Trainer, Trainer) and L.Callback is Callback
-    assert (L.Trainer().max_epochs, L.Trainer().check_val_every_n_epoch, L.Trainer().log_every_n_steps) == (1000, 1, 50)
+    # (max_epochs: None until fit sets Lightning's 1000; trainer/lightning/trainer/trainer.py)
+    assert (L.Trainer().max_epochs, L.Trainer().check_val_every_n_epoch, L.Trainer().log_every_n_steps) == (None, 1, 50)
     assert L.pytorch.callbacks is L.callbacks and L.pytorch.LightningModule is L.LightningModule
     from trainer.api.optimizer import LightningOptimizer
 

@@ -119,9 +119,24 @@ class GAN(Regressor):
 def test_two_optimizers_are_refused_under_automatic_optimization(tmp_path, shape):
     # Before: [opt_g, opt_d] was read as (optimizer, scheduler), opt_d.step() ran as "the scheduler"
     # and D's gradients were never zeroed, without a word.
-    with pytest.raises(TypeError, match=r"2 optimizers \(\[a SGD, a SGD\]\) with automatic optimization, which steps "
-                                        r"one \(as Lightning >= 2\.0\): set self\.automatic_optimization = False"):
+    with pytest.raises(TypeError, match=r"2 optimizers \(\[a SGD, a SGD\]\) with automatic optimization \(training "
+                                        r"with multiple optimizers is only supported with manual optimization; "
+                                        r"automatic steps one, as Lightning >= 2\.0\): set self\.automatic_optimization "
+                                        r"= False") as raised:
         run_trainer(tmp_path, GAN(shape), max_steps=2)
+    assert isinstance(raised.value, RuntimeError)  # (Lightning's type too)
+
+
+def test_a_training_step_taking_optimizer_idx_is_refused_under_automatic_optimization(tmp_path):
+    # Lightning 1.x's shape: the step would never be given optimizer_idx; said when fit starts, not at the first step.
+    class OldStyle(Regressor):
+        def training_step(self, batch, batch_idx, optimizer_idx):
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(RuntimeError, match=r"OldStyle\.training_step takes optimizer_idx: training with multiple "
+                                           r"optimizers is only supported with manual optimization\. Remove the "
+                                           r"`optimizer_idx` argument from `training_step`"):
+        run_trainer(tmp_path, OldStyle(), max_steps=2)
 
 
 def _two_sgd():

@@ -1,7 +1,9 @@
-"""Lightning's ``lightning.fabric``: only the utilities Lightning programs import from it
-(``utilities/imports.py``); ``Fabric`` itself is an ImportError saying what to use."""
+"""Lightning's ``lightning.fabric``: ``Fabric`` for one process on one device in full precision
+(``fabric.py``) and the utilities Lightning programs import from it (``utilities/``)."""
 
 from trainer.lightning._missing import missing_names
+from trainer.lightning.fabric.fabric import Fabric
 
-_USE_TRAINER = "trainer.lightning.Trainer with a trainer.lightning.LightningModule (this trainer has no Fabric)"
-__getattr__ = missing_names(__name__, {"Fabric": _USE_TRAINER, "seed_everything": "trainer.lightning.seed_everything"})
+__all__ = ["Fabric"]
+
+__getattr__ = missing_names(__name__, {"seed_everything": "trainer.lightning.seed_everything"})

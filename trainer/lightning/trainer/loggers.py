@@ -25,6 +25,7 @@ import warnings
 from typing import Any, Iterable
 
 from trainer.loggers import CSVLogger, JSONLLogger, TensorBoardLogger
+from trainer.loggers.remote_files import is_remote
 
 ENV_PREFIX = "PL_TRAINER_"
 
@@ -114,8 +115,10 @@ class LightningLoggers:
         if any(isinstance(logger, JSONLLogger) for logger in loggers):
             return []
         directory = self.log_dir if loggers else None
-        return [_TrainerRecord(directory)] if directory is not None else []
+        return [_TrainerRecord(directory)] if directory is not None and not is_remote(directory) else []
 
     def log_files_dir(self, run_dir: str) -> str | None:
-        """``train.log`` and ``flops.txt`` beside the loggers' files (``trainer.log_dir``); no logger: none."""
-        return self.log_dir if self.loggers else None
+        """``train.log`` and ``flops.txt`` beside the loggers' files (``trainer.log_dir``); no logger, or
+        a logger writing to a URL: none."""
+        directory = self.log_dir if self.loggers else None
+        return directory if directory is not None and not is_remote(directory) else None

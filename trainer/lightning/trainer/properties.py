@@ -60,7 +60,7 @@ class LightningRunProperties:
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the fit will run (see the module)."""
-        if self.max_steps not in (-1, None) and self.max_epochs is None:
+        if self.max_steps not in (-1, None) and self.max_epochs in (None, -1):
             return self.max_steps
         return _Trainer.estimated_stepping_batches.fget(self)
 

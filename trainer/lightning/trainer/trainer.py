@@ -1,7 +1,10 @@
 """Lightning's ``Trainer``: this trainer with Lightning's defaults where ours differ, so that a program
 that leaves them unset trains as long, validates as often and logs as often as under Lightning:
 
-- ``max_epochs``: 1000 when neither ``max_epochs`` nor ``max_steps`` is given (ours: 1);
+- ``max_epochs``: as Lightning reads it: ``trainer.max_epochs`` is what was given (None) until
+  ``fit`` sets it, then 1000 when neither it nor ``max_steps`` was given (ours: 1), -1 (no epoch
+  limit) when only ``max_steps`` was; ``max_epochs=-1``: no epoch limit; ``max_epochs=0``: ``fit``
+  trains nothing (its set-up still runs: ``configure_optimizers`` is checked);
 - ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training),
   and no validation at the end of fit beyond that schedule;
 - what ``validation_step`` / ``test_step`` return is not turned into ``val/`` / ``test/`` metrics (only
@@ -49,7 +52,7 @@ from trainer.lightning.utilities.rank_zero import rank_zero_info
 from trainer.trainer import Trainer as _Trainer
 
 #: what Lightning's Trainer does where its argument is not given, and ours does otherwise
-LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50}
+LIGHTNING_DEFAULTS = {"check_val_every_n_epoch": 1, "log_every_n_steps": 50, "strategy": "auto"}
 
 
 class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, LightningRunProperties, ProgressBarProperties,
@@ -59,6 +62,9 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
     default_checkpoint_class = ModelCheckpoint  # Lightning's checkpoint files (full checkpoints)
     write_flops_file = False  # Lightning writes nothing of its own into default_root_dir
     lightning_rows = True  # the loggers get what was logged, as Lightning numbers and fills rows (logged_rows.py)
+    #: fit(ckpt_path=) from a checkpoint past max_epochs: Lightning's MisconfigurationException (trainer.Trainer:
+    #: a warning, nothing trained)
+    refuses_resume_past_max_epochs = True
 
     def __init__(self, **kwargs: Any):
         kwargs = with_environment_arguments(kwargs, trainer_arguments(_Trainer) + ["barebones"])  # PL_TRAINER_*
@@ -73,14 +79,20 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
         self.lightning_defaults = frozenset(name for name in LIGHTNING_DEFAULTS if name not in kwargs)
         for name, value in LIGHTNING_DEFAULTS.items():
             kwargs.setdefault(name, value)
-        if kwargs.get("max_epochs") is None and kwargs.get("max_steps", -1) in (-1, None):
-            kwargs["max_epochs"] = 1000
+        given_epochs = kwargs.get("max_epochs")
+        if given_epochs is not None and (not isinstance(given_epochs, int) or isinstance(given_epochs, bool)
+                                         or given_epochs < -1):
+            raise ValueError(f"Trainer(max_epochs={given_epochs!r}): give None, -1 (no epoch limit) or an integer >= 0")
+        if given_epochs is not None and given_epochs < 1:  # (set on the Trainer below: the core takes >= 1)
+            kwargs["max_epochs"] = None
         if kwargs.get("seed") is None:
             kwargs["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
         # (in a function: jsonargparse reads a kwargs key used here as an untyped argument of this __init__)
         kwargs = with_lightning_logging(kwargs)  # default_root_dir, Lightning's default logger (loggers.py)
         super().__init__(**kwargs)
         self._choose_progress_bar()  # trainer.progress_bar_callback (progress.py)
+        if not self.fast_dev_run:  # (fast_dev_run: one epoch, as Lightning)
+            self.max_epochs = given_epochs  # Lightning's reading: None until fit resolves it (`fit`)
         #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
         #: again at the end of fit as this trainer does
         self.validates_at_fit_end = False
@@ -107,6 +119,8 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
 
     def fit(self, *args: Any, **kwargs: Any) -> None:
         """`trainer.Trainer.fit`, returning None as Lightning's does (the metrics: ``trainer.callback_metrics``)."""
+        if self.max_epochs is None:  # Lightning's default limits: 1000 epochs, or max_steps alone
+            self.max_epochs = 1000 if self.max_steps in (-1, None) else -1
         _exit_on_interrupt(lambda: super(Trainer, self).fit(*args, **self._files_named(kwargs)))
 
     def validate(self, *args: Any, **kwargs: Any) -> list[dict[str, float]] | None:
