@@ -121,10 +121,10 @@ def test_overfit_batches_reads_both_loaders_in_order_with_lightnings_warning(tmp
     assert any("requested to overfit but enabled train dataloader shuffling" in t for t in texts)
     assert any("requested to overfit but enabled val dataloader shuffling" in t for t in texts)
     assert module.batches == pl_module.batches  # the first batches in dataset order, not the sampler's
-    assert module.batches["train"][0] == [0.0, 0.1]
+    assert module.batches["train"][0] == pytest.approx([0.0, 0.1])
     for shown in (trainer.train_dataloader, trainer.val_dataloaders):
         assert isinstance(shown.sampler, SequentialSampler)
-        assert [b[0][0].tolist() for b in shown][:1] == [[0.0, 0.1]]
+        assert next(iter(shown))[0][0].tolist() == pytest.approx([0.0, 0.1])
     assert isinstance(pl_trainer.train_dataloader.sampler, SequentialSampler)
 
 
@@ -138,7 +138,7 @@ def test_overfit_batches_leaves_sequential_loaders_and_validate_alone(tmp_path):
         trainer.fit(module)  # nothing to turn off, nothing said
         trainer.validate(reversed_module, verbose=False)  # (Lightning's rule applies to fit only)
     assert not [w for w in caught if "requested to overfit" in str(w.message)]
-    assert reversed_module.batches["val"][0] == [0.8, 0.9]  # the sampler's order
+    assert reversed_module.batches["val"][0] == pytest.approx([0.8, 0.9])  # the sampler's order
     assert not isinstance(trainer.val_dataloaders.sampler, SequentialSampler)
 
 
