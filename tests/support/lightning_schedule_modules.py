@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import ModuleSteps, build
+from tests.support.lightning_loop_modules import ModuleSteps
 
 
 class Reversed(Sampler):
@@ -61,4 +61,4 @@ class ScheduleSteps(ModuleSteps):
         super().validation_step(batch, batch_idx)
 
 
-Schedule = build(ours, ScheduleSteps)
+Schedule = type("Schedule", (ScheduleSteps, ours.LightningModule), {"__module__": __name__})  # (picklable here)
