@@ -145,7 +145,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         limit_test_batches: Lightning's: the first N global test batches (a float: that fraction; 0: no pass).
         limit_predict_batches: Lightning's: the first N global predict batches (a float: that fraction; 0: no pass).
         overfit_batches: Lightning's: train and validate on the first N batches of each set (a float: that
-            fraction), the training data unshuffled; it wins over ``limit_train/val_batches`` (0: off).
+            fraction), both in dataset order; it wins over ``limit_train/val_batches`` (0: off).
         min_epochs: Lightning's: a stop (EarlyStopping, ``should_stop``) waits until this many epochs finished.
         min_steps: Lightning's: a stop waits until ``global_step`` reached this (None: no minimum).
         detect_anomaly: ``torch.autograd.set_detect_anomaly(True)`` on every rank during each call, restored after.

@@ -38,6 +38,7 @@ class RunSource(Protocol):
     lr_scheduling: Any  # its ``configs``: one LRSchedulerConfig per scheduler
     last_metrics: dict[str, float]
     val_set: Any
+    validates: bool  # validation data given (read, or to be read at the first validation pass)
     data_parallel_size: int
     total_steps: int | str | None
     sanity_checking: bool
@@ -137,7 +138,7 @@ class RunView:
     @property
     def has_validation(self) -> bool:
         """Whether this run validates (the module or datamodule gives validation data)."""
-        return self._run.val_set is not None
+        return self._run.validates
 
     @property
     def num_training_batches(self) -> int | float:

@@ -3,6 +3,7 @@ it refuses (see ``trainer/data/user_loader.py`` for the rules each stage applies
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -14,9 +15,35 @@ from trainer.data.loaders import LoaderOptions
 from trainer.data.ready_batches import (CycledLoaders, ReadyBatches, first_of, is_ready_batches, refuse_on_ranks,
                                         several_train_loaders)
 from trainer.runtime import distributed
+from trainer.runtime.seeding import derive_seed
 
 if TYPE_CHECKING:
     from trainer.api.module import TrainModule
+
+
+def data_hook_seed(seed: int, epoch: int | None = None) -> int:
+    """The seed a fit's data hooks run under (``train_dataloader()``, ``val_dataloader()`` and the
+    ``*_dataset()`` hooks), the same on every rank: one for training and validation, so what both
+    draw at random agrees (an unseeded ``random_split`` of one set in each, a random dataset of the
+    same shape: as under Lightning, whose sanity pass puts the random state back before
+    ``train_dataloader()``); a reload for a later ``epoch`` has its own."""
+    return derive_seed(seed, "data", "train") if not epoch else derive_seed(seed, "data", "train", epoch)
+
+
+def in_dataset_order(loader: Any) -> Any:
+    """A shallow copy of the DataLoader ``loader`` that reads its dataset in order (a
+    ``SequentialSampler``): what ``trainer.train_dataloader`` / ``val_dataloaders`` show where the
+    trainer reads it so (``overfit_batches``); anything else is returned as it is."""
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return loader
+    ordered = copy.copy(loader)
+    sampler = SequentialSampler(loader.dataset)
+    # (a DataLoader refuses these attributes once built; the copy is a new loader, never iterated)
+    object.__setattr__(ordered, "_iterator", None)
+    object.__setattr__(ordered, "sampler", sampler)
+    if loader.batch_size is not None:
+        object.__setattr__(ordered, "batch_sampler", BatchSampler(sampler, loader.batch_size, loader.drop_last))
+    return ordered
 
 
 def check_map_style(dataset: Any, where: str, stream_ok: bool = False) -> None:

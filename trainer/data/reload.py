@@ -14,22 +14,18 @@ from typing import TYPE_CHECKING
 from torch.utils.data import IterableDataset
 
 from trainer.data.batch_sampler import BatchSamplerStream
+from trainer.data.loader_reading import data_hook_seed
 from trainer.data.user_loader import _collate, read_loader
-from trainer.runtime.seeding import derive_seed, seeded
+from trainer.runtime.seeding import seeded
 
 if TYPE_CHECKING:
     from trainer.data.user_loader import RunData
 
 
-def train_seed(seed: int, epoch: int) -> int:
-    """The seed ``train_dataloader()`` runs under when it is read for ``epoch`` (epoch 0: the build's)."""
-    return derive_seed(seed, "data", "train") if epoch == 0 else derive_seed(seed, "data", "train", epoch)
-
-
 def reload_train(data: RunData, epoch: int) -> None:
     """``train_dataloader()`` (or ``train_dataset()``) again, for ``epoch``; the new data replaces the old."""
     hooks, trainer, where = data.hooks, data.trainer, data.hooks.where["train"]
-    with seeded(train_seed(trainer.seed, epoch)):
+    with seeded(data_hook_seed(trainer.seed, epoch)):
         loader = data.returned["train"] = hooks.train_dataloader()
         dataset = None if loader is not None else hooks.train_dataset()
     if loader is None:

@@ -20,9 +20,10 @@ stream for the current epoch, each position once over the ranks), and ``drop_las
 the short last batch of that stream (``kept_samples``: what one process with that loader leaves out,
 the same samples on any world size; validation covers every other sample once).
 
-Every data hook runs under the same seed on every rank (derived from ``trainer.seed``: one for the
-training hooks, another for the validation ones), so data drawn from the global generators or an
-unseeded ``random_split`` is the same on every rank; the rank's own random streams continue after.
+Every data hook runs under the same seed on every rank (derived from ``trainer.seed``; the training
+and validation hooks under one: ``data_hook_seed``), so data drawn from the global generators or an
+unseeded ``random_split`` is the same on every rank, and the same in both hooks; the rank's own
+random streams continue after.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from torch.utils.data import DataLoader, IterableDataset
 from trainer.api.batch_settings import BatchSettings, resolve_batch
 from trainer.data.batch_plan import GlobalBatchPlan, SamplerStream, validation_shard
 from trainer.data.batch_sampler import BatchSamplerStream
-from trainer.data.loader_reading import UserLoader, _collate, check_map_style, kept_samples, read_loader
+from trainer.data.loader_reading import (UserLoader, _collate, check_map_style, data_hook_seed, in_dataset_order,
+                                         kept_samples, read_loader)
 from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
 from trainer.data.ready_batches import in_dataset_order, several_train_loaders
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 from trainer.data.val_data import read_val
-from trainer.runtime.rank_logging import rank_zero_warn
+from trainer.runtime.rank_logging import rank_zero_user_warning, rank_zero_warn
 
 if TYPE_CHECKING:
     from trainer.api.module import TrainModule
@@ -110,7 +112,8 @@ class RunData:
     the strategies may need the resolved batch). ``batch``: the resolved ``batch_size``, ``drop_last``,
     ``num_workers``, ``pin_memory``, accumulation and global batch (the Trainer is not written)."""
 
-    def __init__(self, module: TrainModule, trainer: Trainer, sanity_read: Callable[[], Any] | None = None):
+    def __init__(self, module: TrainModule, trainer: Trainer, sanity_read: Callable[[], Any] | None = None,
+                 defer_val: bool = False):
         from trainer.api.datamodule import DataHooks
 
         self.module, self.trainer = module, trainer
@@ -127,11 +130,14 @@ class RunData:
         #: several validation loaders: one part per loader (``dataloader_idx``), else None
         self.val_parts: list[RunData] | None = None
         early_val = None
+        #: ``defer_val``: ``val_dataloader()`` is first read at the fit's first validation
+        #: (`read_pending_val`; Lightning's moment where no sanity pass reads it first)
+        self.val_pending = defer_val and sanity_read is None and not self._skip_val
         self.read_for_sanity = sanity_read is not None and not self._skip_val  # (trainer/loop/data_reload.py)
         if sanity_read is not None and not self._skip_val:  # a sanity pass follows: its loader first (Lightning's order)
             with sanity_read():
                 early_val = self.val_hook()
-        with seeded(derive_seed(seed, "data", "train")):
+        with seeded(data_hook_seed(seed)):
             loader = self.returned["train"] = hooks.train_dataloader() if stage == "fit" else None
         where = hooks.where["train"]
         if getattr(trainer, "overfit_batches", None) and several_train_loaders(loader):
@@ -140,6 +146,7 @@ class RunData:
             "limit_train_batches", getattr(trainer, "limit_train_batches", None))) if loader is not None else None
         given = trainer.batch_arguments  # as the user gave them, None = unset
         train = self.train
+        self._train_in_order()  # (overfit_batches)
         data_parallel_size = trainer.strategy.data_parallel_size(trainer.world_size)
         self._batch_stream: BatchSamplerStream | None = None
         if train is not None and train.batch_sampler is not None:  # its batches set the global batch
@@ -161,7 +168,10 @@ class RunData:
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,
                                                  prefetch_factor=base.prefetch_factor if num_workers > 0 else None)
         self.train_collate = _collate(module, train.collate_fn, where) if train is not None else module.collate_fn
-        self.read_val(early_val if sanity_read is not None else self.val_hook())
+        if self.val_pending:
+            self.val, self.val_set, self.val_parts = None, None, None
+        else:
+            self.read_val(early_val if sanity_read is not None else self.val_hook())
         self._train_set: Any = train.dataset if train is not None else None
         self._loaders: dict[str, DataLoader | InProcessLoader] = {}
         self.stream_plan: Any = None  # the training stream's plan, when the dataset is an IterableDataset
@@ -171,18 +181,25 @@ class RunData:
         (``epoch``: a reload's, with its own seed)."""
         if self._skip_val:
             return None
-        with seeded(derive_seed(self.trainer.seed, "data", "val", *(() if epoch is None else (epoch,)))):
+        with seeded(data_hook_seed(self.trainer.seed, epoch)):
             self.returned["val"] = loader = self.hooks.val_dataloader()
         return loader
 
     def read_val(self, val_loader: Any, epoch: int | None = None) -> None:
         """The validation data from ``val_loader`` (a ``val_hook()`` result; None: ``val_dataset()``; a
         list, tuple or dict of DataLoaders: several, ``val_parts``), see ``trainer/data/val_data.py``."""
+        self.val_pending = False
         read_val(self, val_loader, epoch)
+
+    def read_pending_val(self) -> None:
+        """The deferred first read of the validation data (``val_pending``), under the seed the build's
+        read would have had: the same data as an early read."""
+        self.read_val(self.val_hook())
 
     def set_train(self, train: UserLoader | None, dataset: Any) -> None:
         """The training data read again (``trainer/data/reload.py``): the next plan and loader use it."""
         self.train, self._train_set = train, dataset
+        self._train_in_order()
         if dataset is not None:
             check_map_style(dataset, "train_dataset()", stream_ok=True)
         self.forget_loader("train")
@@ -194,7 +211,7 @@ class RunData:
     def train_set(self) -> Any:
         """The training dataset (``train_dataset()`` is called here, under the data seed, if no loader gave one)."""
         if self._train_set is None:
-            with seeded(derive_seed(self.trainer.seed, "data", "train")):
+            with seeded(data_hook_seed(self.trainer.seed)):
                 self._train_set = self.hooks.train_dataset()
             check_map_style(self._train_set, "train_dataset()", stream_ok=True)
         return self._train_set
@@ -220,15 +237,27 @@ class RunData:
         )
 
     def _overfit_order(self) -> bool:
-        """``overfit_batches``: the training data in dataset order (a shuffle or sampler asked for is
-        turned off, with a warning, as Lightning)."""
-        if not getattr(self.trainer, "overfit_batches", None):
-            return False
-        train = self.train
-        if train is None or train.shuffle or train.sampler is not None:
-            rank_zero_warn(log, "trainer.overfit_batches=%s: the training data is read in dataset order (its shuffling "
-                           "or sampler is turned off)", self.trainer.overfit_batches)
-        return True
+        """``overfit_batches``: the training data in dataset order (`_train_in_order`)."""
+        return bool(getattr(self.trainer, "overfit_batches", None))
+
+    def _train_in_order(self) -> None:
+        """Under ``overfit_batches`` a training loader's shuffling or sampler is turned off, with
+        Lightning's warning; ``trainer.train_dataloader`` then shows it in dataset order, as read."""
+        train, trainer = self.train, self.trainer
+        if not self._overfit_order():
+            return
+        if train is None:  # train_dataset(): the trainer's own shuffling is off
+            if (getattr(trainer, "stage", None) or "fit") == "fit":
+                rank_zero_warn(log, "trainer.overfit_batches=%s: the training data is read in dataset order (the "
+                               "trainer's shuffling is turned off)", trainer.overfit_batches)
+            return
+        if not (train.shuffle or train.sampler is not None):
+            return
+        order = "shuffle=True" if train.shuffle else f"sampler={type(train.sampler).__name__}"
+        rank_zero_user_warning(log, getattr(trainer, "lightning_warnings", False), (
+            f"trainer.overfit_batches={trainer.overfit_batches}: you requested to overfit but enabled train dataloader "
+            f"shuffling ({self.hooks.where['train']} gives {order}); the training data is read in dataset order"))
+        self.returned["train"] = in_dataset_order(self.returned.get("train"))
 
     def _train_shuffle(self) -> bool:
         """The trainer's seeded permutation: a loader's ``shuffle=True`` or no loader (off when overfitting)."""

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import IterableDataset
 
 from trainer.data.batch_plan import SamplerStream
-from trainer.data.loader_reading import _collate, check_map_style, read_loader
-from trainer.runtime.rank_logging import rank_zero_warn
-from trainer.runtime.seeding import derive_seed, seeded
+from trainer.data.loader_reading import _collate, check_map_style, data_hook_seed, in_dataset_order, read_loader
+from trainer.runtime.rank_logging import rank_zero_user_warning, rank_zero_warn
+from trainer.runtime.seeding import seeded
 
 if TYPE_CHECKING:
     from trainer.data.user_loader import RunData
@@ -42,27 +42,34 @@ def read_val(data: RunData, val_loader: Any, epoch: int | None = None) -> None:
     loaders = several_loaders(val_loader)
     data.val_parts = None
     if loaders is None:
-        _read_one(data, val_loader, epoch, where)
+        if _read_one(data, val_loader, epoch, where):
+            data.returned["val"] = in_dataset_order(val_loader)
         return
     if not loaders:
         raise ValueError(f"{where} returned no DataLoader (an empty {type(val_loader).__name__}); return at least one, "
                          "or None for no validation")
-    parts = []
+    parts, ordered = [], []
     for index, loader in enumerate(loaders):
         part = copy.copy(data)
         part._loaders, part.val_parts = {}, None  # (its own loader cache)
-        _read_one(part, loader, epoch, f"{where}[{index}]")
+        ordered.append(_read_one(part, loader, epoch, f"{where}[{index}]"))
         parts.append(part)
-    _read_one(data, loaders[0], epoch, f"{where}[0]")
+    _read_one(data, loaders[0], epoch, f"{where}[0]", quiet=True)
     data.val_parts = parts
+    if any(ordered):  # (trainer.val_dataloaders: each loader as it is read)
+        shown = [in_dataset_order(loader) if reordered else loader for loader, reordered in zip(loaders, ordered)]
+        data.returned["val"] = dict(zip(val_loader, shown)) if isinstance(val_loader, dict) else type(val_loader)(shown)
 
 
-def _read_one(data: RunData, val_loader: Any, epoch: int | None, val_where: str) -> None:
+def _read_one(data: RunData, val_loader: Any, epoch: int | None, val_where: str, quiet: bool = False) -> bool:
+    """Set ``data``'s validation data from one loader; returns whether its order was turned off
+    (`_in_order_for_overfit`; ``quiet``: without the warning, given for the same loader already)."""
     hooks, seed, skip_val = data.hooks, data.trainer.seed, data._skip_val
     data.val = read_loader(val_loader, val_where, stream_ok=True, limit=(
         "limit_val_batches", getattr(data.trainer, "limit_val_batches", None))) if val_loader is not None else None
-    with seeded(derive_seed(seed, "data", "val", *(() if epoch is None else (epoch,)))):
+    with seeded(data_hook_seed(seed, epoch)):
         data.val_set = data.val.dataset if data.val is not None else (None if skip_val else hooks.val_dataset())
+    reordered = _in_order_for_overfit(data, val_where, quiet)
     val = data.val
     if val is not None:
         if val.drop_last and isinstance(data.val_set, IterableDataset):
@@ -87,3 +94,21 @@ def _read_one(data: RunData, val_loader: Any, epoch: int | None, val_where: str)
                            "val_dataset(): its loader is built again each pass; to keep workers alive, give "
                            "validation a map-style dataset", hooks.where["train"])
             data.val_options = dataclasses.replace(data.train_options, persistent_workers=False)
+    return reordered
+
+
+def _in_order_for_overfit(data: RunData, val_where: str, quiet: bool) -> bool:
+    """Under ``overfit_batches`` a fit validates in dataset order (as Lightning: its first batches):
+    a validation loader's shuffling or sampler is turned off, with Lightning's warning."""
+    trainer, val = data.trainer, data.val
+    fitting = (getattr(trainer, "stage", None) or "fit") == "fit"
+    if not (getattr(trainer, "overfit_batches", None) and fitting and val is not None
+            and (val.shuffle or val.sampler is not None)):
+        return False
+    if not quiet:
+        order = "shuffle=True" if val.shuffle else f"sampler={type(val.sampler).__name__}"
+        rank_zero_user_warning(log, getattr(trainer, "lightning_warnings", False), (
+            f"trainer.overfit_batches={trainer.overfit_batches}: you requested to overfit but enabled val dataloader "
+            f"shuffling ({val_where} gives {order}); validation reads its data in dataset order"))
+    data.val = dataclasses.replace(val, shuffle=False, sampler=None)
+    return True

@@ -6,7 +6,9 @@
   loader that changes them is refused, ``trainer/data/reload.py``).
 - Validation: ``val_dataloader()`` is read before a validation pass of the fit when N epochs or more
   passed since its last read (Lightning's rule); the read for the sanity pass counts when the
-  first epoch validates.
+  first epoch validates. Under the mirror's Trainer without a sanity pass, where epoch 0 does not
+  validate, the first read itself waits for the first validation (`deferred_val_read`, with or
+  without reloads), as in Lightning.
 - Every read runs under a seed every rank shares (``trainer.seed`` and the epoch), so the datasets and
   the global batches are the same on any world size.
 - Resume: the hooks are read at the build as in any fit; a run resumed inside a reload period reads
@@ -20,13 +22,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainer.data.reload import reload_train, reload_val
+from trainer.loop.run_limits import disables
+from trainer.loop.sanity_check import sanity_pass_follows
 from trainer.loop.step_limits import plan_fit
+from trainer.loop.validation import check_validation_setup
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
+
+
+def deferred_val_read(trainer: Any) -> bool:
+    """Whether a fit reads ``val_dataloader()`` at its first validation instead of at the build: under
+    Lightning's schedule (the mirror's Trainer) where no sanity pass reads it first and epoch 0 does
+    not validate (``check_val_every_n_epoch`` > 1), as Lightning reads it (else it reads it as
+    training starts, as the build does)."""
+    every_epochs = trainer.check_val_every_n_epoch
+    return (bool(getattr(trainer, "lightning_val_schedule", False)) and getattr(trainer, "stage", None) == "fit"
+            and not sanity_pass_follows(trainer) and every_epochs is not None and every_epochs > 1
+            and not disables(trainer.limit_val_batches))
 
 
 class DataReload:
@@ -57,8 +73,14 @@ class DataReload:
             self._train(run, epoch)
 
     def before_validation(self, run: RankRun) -> None:
-        """Read ``val_dataloader()`` again before a fit's validation pass when it is due."""
-        if self.every and run.epoch - self.val_epoch >= self.every:
+        """Read ``val_dataloader()`` before a fit's first validation pass where the build deferred it
+        (`deferred_val_read`), or again when it is due."""
+        resumed = self.every and self.val_epoch == -math.inf  # (then it reads as on a reload)
+        if run.data.val_pending and not resumed:
+            run.data.read_pending_val()
+            check_validation_setup(run.trainer, run.module, run.data.val_set)
+            self.val_epoch = run.epoch
+        elif self.every and run.epoch - self.val_epoch >= self.every:
             reload_val(run.data, run.epoch)
             self.val_epoch = run.epoch
 

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,6 +38,7 @@ from trainer.optim.optimizers import configure_optimizers
 from trainer.precision.fp16_step import Fp16Steps
 from trainer.runtime import distributed
 from trainer.runtime.comms_log import CommsLog
+from trainer.runtime.rank_logging import rank_zero_user_warning
 
 if TYPE_CHECKING:
     from trainer.loop.rank_run import RankRun
@@ -59,7 +60,7 @@ def build_fit(run: RankRun) -> None:
     if module.automatic_optimization:  # self.clip_gradients in configure_gradient_clipping
         module.__dict__["_gradient_clipper"] = gradient_clipper(run)
     lr_scheduling.known_names = run.module_logs.known_names  # ReduceLROnPlateau on self.log names
-    lr_scheduling.check_fit(run.val_set is not None, validates_during_training(trainer), run.rank)
+    lr_scheduling.check_fit(run.validates, validates_during_training(trainer), run.rank)
     optimizer, manual = setup_optimizers(run, optimizer, schedulers)
     # 3. the checkpoint manager, the resume
     checkpoints = None
@@ -84,6 +85,8 @@ def build_fit(run: RankRun) -> None:
         raise MisconfigurationException(
             f"You restored a checkpoint with current_epoch={done}, past Trainer(max_epochs={trainer.max_epochs}): "
             "fit(ckpt_path=...) would train nothing; raise max_epochs to continue the run")
+    if getattr(trainer, "lightning_warnings", False):
+        _warn_short_epoch(trainer, fitting.steps_per_epoch)
     if run.rank == 0 and run.step > 0 and fitting.limits.done(run):  # resumed where this run's limits end it
         log.warning("resumed at step %d, epoch %d, where this run's limits (trainer.max_steps=%s, trainer.max_epochs=%s) "
                     "already end it: nothing is trained; raise them to continue the run", run.step, run.epoch,
@@ -107,3 +110,15 @@ def build_fit(run: RankRun) -> None:
     )
     # 6. the training step
     run.install(train_step=manual.train_step if manual is not None else TrainStep(run))
+
+
+def _warn_short_epoch(trainer: Any, steps_per_epoch: int | float) -> None:
+    """Lightning's warning (the mirror's Trainer gives it) where an epoch has fewer steps than
+    ``log_every_n_steps``, with a logger and outside ``fast_dev_run``: an epoch may then log no
+    training step."""
+    every = trainer.log_every_n_steps
+    if trainer.logger_specs and not trainer.fast_dev_run and steps_per_epoch < every:
+        rank_zero_user_warning(log, True, (
+            f"The number of training batches ({steps_per_epoch}) is smaller than the logging interval "
+            f"log_every_n_steps={every}: an epoch may pass without a logged training step; set a lower "
+            "log_every_n_steps to see each epoch's"))

@@ -121,6 +121,11 @@ class RankRun(RunParts, RunCounters):
         return self.data.val_set
 
     @property
+    def validates(self) -> bool:
+        """Whether the run has validation data (or will read it at its first validation pass)."""
+        return self.data.val_set is not None or self.data.val_pending
+
+    @property
     def total_steps(self) -> int | str | None:
         """``trainer.estimated_stepping_batches``: known once fit's plan is (None before)."""
         return self.fit_plan.total_steps if self.fit_plan is not None else None
@@ -252,8 +257,8 @@ class RankRun(RunParts, RunCounters):
             self.stop_flag.agree(self.callbacks, self.global_step if self.manual is not None else None, self.step)
         if self.progress.shown:
             self.progress.update(metrics, self.fit_plan.limits.advance(self))
-        every = self.fit_plan.val_every_n_steps
-        if every and self.step % every == 0:
+        if self.fit_plan.val_every_n_steps and self.fit_plan.val_schedule.after_step(self.step, self.epoch,
+                                                                                      self.epoch_step):
             self.progress.note(self.validate())
         if self.checkpoints is not None:
             self.checkpoints.poll()
@@ -274,12 +279,10 @@ class RankRun(RunParts, RunCounters):
         return self.epoch >= (trainer.min_epochs or 0) and self.global_step >= (trainer.min_steps or 0)
 
     def end_epoch(self, validate: bool = True, stopped: bool = False) -> None:
-        """A finished epoch: validation every ``check_val_every_n_epoch`` (``validate``; without that
-        setting, where a stop ended the epoch, as Lightning), the epoch-end hooks and epoch values
-        (Lightning's order: the metric watchers last), epoch schedulers, the epoch checkpoint."""
-        every_epochs = self.trainer.check_val_every_n_epoch
-        due = (self.epoch + 1) % every_epochs == 0 if every_epochs else stopped
-        if validate and due and self.validated_at != self.step:
+        """A finished epoch: validation where the schedule puts one (``validate``; trainer/loop/val_schedule.py),
+        the epoch-end hooks and epoch values (Lightning's order: the metric watchers last), epoch
+        schedulers, the epoch checkpoint."""
+        if validate and self.fit_plan.val_schedule.at_epoch_end(self.epoch, stopped) and self.validated_at != self.step:
             self.validate()
         with self.module_logs.epoch_end_hooks():
             # The epoch's values so far, as Lightning's callback_metrics show them in these hooks.

@@ -36,6 +36,7 @@ from trainer.data.user_loader import RunData
 from trainer.loggers import Logger, agree_versions
 from trainer.loggers.tensorboard_graph import log_graphs
 from trainer.loggers.wandb_run_id import adopt_run_of_checkpoint
+from trainer.loop.data_reload import deferred_val_read
 from trainer.loop.hooks import RunHooks
 from trainer.loop.log_collector import LogCollector
 from trainer.loop.sanity_check import sanity_pass_follows
@@ -101,10 +102,11 @@ def build_run(run: RankRun) -> None:
     init = _build_model(trainer, module, strategy)
     run.install(precision=trainer.precision)
     # 5. the data (before wrapping: a strategy may need the batch size)
-    data = RunData(module, trainer, _sanity_read(run) if sanity_pass_follows(trainer) else None)
+    data = RunData(module, trainer, _sanity_read(run) if sanity_pass_follows(trainer) else None,
+                   defer_val=deferred_val_read(trainer))
     run.install(data=data)
     run.replan(data.batch)  # the run's batch settings (the batch-size finder may choose others)
-    if not data.evaluating:  # test / predict read no validation data
+    if not data.evaluating and not data.val_pending:  # test / predict read no validation data
         check_validation_setup(trainer, module, data.val_set)
     # 6. summary, wrap, per-rank random streams, init_from
     run.install(summary=summarize(module) if trainer.enable_model_summary else None)

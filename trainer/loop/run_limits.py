@@ -19,8 +19,8 @@ Units (world-size independent):
   ``trainer/loop/evaluation.py``); a float is that fraction of them (rounded down, as Lightning);
   0: the pass is skipped (``test`` returns ``{}``, ``predict`` None, no hook runs).
 - ``overfit_batches``: Lightning's: ``limit_train_batches`` and ``limit_val_batches`` both set to it
-  (winning over them) and the training data in dataset order (no shuffling, with a warning when
-  the loader asked for it); 0: off.
+  (winning over them) and both sets read in dataset order during ``fit`` (no shuffling or sampler,
+  with Lightning's warning when a loader asked for one); 0: off.
 - ``min_epochs`` / ``min_steps``: a stop asked for (EarlyStopping, ``trainer.should_stop``) waits
   until ``min_epochs`` epochs finished and ``global_step`` reached ``min_steps`` (as Lightning,
   which logs that training continues); ``max_steps`` / ``max_epochs`` still end the run. Unset

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.api.batch_settings import BatchSettings
 from trainer.data.batch_plan import GlobalBatchPlan
+from trainer.loop.val_schedule import ValSchedule
 from trainer.optim.schedules import schedule_length
 from trainer.runtime.rank_logging import rank_zero_warn
 
@@ -55,6 +56,7 @@ class FitPlan:
     batch: BatchSettings  # the micro-batch, accumulation and global batch the plan is made of
     steps_per_epoch: int | float  # optimizer steps per epoch at most (limit_train_batches; inf: a stream)
     val_every_n_steps: int | None  # validate every this many steps (a float val_check_interval resolved)
+    val_schedule: ValSchedule  # where those validations and the epoch ends' fall (trainer/loop/val_schedule.py)
     limits: StepLimits  # the stop rule
     total_steps: int | str  # trainer.estimated_stepping_batches (a str: why it is unknown)
 
@@ -65,15 +67,11 @@ def plan_fit(trainer: Any, module: Any, plan: GlobalBatchPlan, batch: BatchSetti
 
     # limit_train_batches, a float val_check_interval (a stream: epochs end where it does, trainer/data/streaming/)
     steps_per_epoch, val_every_n_steps = epoch_length(trainer, plan)
-    if (hasattr(trainer, "lightning_defaults") and trainer.check_val_every_n_epoch is not None and val_every_n_steps
-            and val_every_n_steps > steps_per_epoch):  # Lightning's Trainer counts val_check_interval in an epoch
-        raise ValueError(f"trainer.val_check_interval={val_every_n_steps} must be less than or equal to the number of "
-                         f"the training batches ({steps_per_epoch} optimizer steps per epoch); to validate every N "
-                         "steps across epochs set check_val_every_n_epoch=None, to turn validation off "
-                         "limit_val_batches=0")
+    val_schedule = ValSchedule(trainer, val_every_n_steps, steps_per_epoch)  # (Lightning's: counted in each epoch)
     # max_steps counts optimizer steps: under manual optimization not batches
     limits = step_limits(trainer, plan, steps_per_epoch, manual=not getattr(module, "automatic_optimization", True))
-    return FitPlan(plan, batch, steps_per_epoch, val_every_n_steps, limits, limits.estimated_stepping_batches(trainer))
+    return FitPlan(plan, batch, steps_per_epoch, val_every_n_steps, val_schedule, limits,
+                   limits.estimated_stepping_batches(trainer))
 
 
 def epoch_cap(trainer: Any) -> int | None:

@@ -1,7 +1,8 @@
 """Python logging that knows its rank: INFO on rank 0, WARNING elsewhere, every line tagged.
 
 A warning that every rank would give alike (a config or wrapping warning) goes through
-``rank_zero_warn``: logged once, by rank 0. One that only some ranks hit uses ``log.warning`` and
+``rank_zero_warn``: logged once, by rank 0 (``rank_zero_user_warning``: a Python warning instead
+where the Trainer asks for Lightning's). One that only some ranks hit uses ``log.warning`` and
 keeps its rank tag.
 
 Every line goes through the secret redaction (``redact.py``) on its way to the console or
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 from trainer.runtime.redact import redact_secrets
 
@@ -24,6 +26,20 @@ def rank_zero_warn(logger: logging.Logger, message: str, *args: object) -> None:
 
     if distributed.rank() == 0:
         logger.warning(message, *args, stacklevel=2)
+
+
+def rank_zero_user_warning(logger: logging.Logger, python_warning: bool, message: str) -> None:
+    """`rank_zero_warn`, or with ``python_warning`` a Python ``UserWarning`` on rank 0 instead: the
+    mirror's Trainer gives Lightning's warnings as Lightning does, for programs that filter them and
+    tests that catch them."""
+    from trainer.runtime import distributed
+
+    if distributed.rank() != 0:
+        return
+    if python_warning:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        logger.warning(message, stacklevel=2)
 
 
 class _RankFilter(logging.Filter):

@@ -6,7 +6,9 @@ that leaves them unset trains as long, validates as often and logs as often as u
   limit) when only ``max_steps`` was; ``max_epochs=-1``: no epoch limit; ``max_epochs=0``: ``fit``
   trains nothing (its set-up still runs: ``configure_optimizers`` is checked);
 - ``check_val_every_n_epoch``: 1, validation at every epoch end (ours: only at the end of training),
-  and no validation at the end of fit beyond that schedule;
+  and no validation at the end of fit beyond that schedule; a ``val_check_interval`` given with it
+  counts the steps of each epoch, and the epoch's end validates only where that count falls
+  (``trainer/loop/val_schedule.py``);
 - what ``validation_step`` / ``test_step`` return is not turned into ``val/`` / ``test/`` metrics (only
   ``self.log`` logs, as Lightning);
 - the loggers, ``trainer.logged_metrics`` and ``trainer.callback_metrics`` hold what the module and the
@@ -96,6 +98,12 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
         #: Lightning validates when its schedule says (val_check_interval, check_val_every_n_epoch), never
         #: again at the end of fit as this trainer does
         self.validates_at_fit_end = False
+        #: and counts val_check_interval within each epoch when check_val_every_n_epoch is set, an epoch's
+        #: end validating only where that count falls (trainer/loop/val_schedule.py)
+        self.lightning_val_schedule = True
+        #: Lightning's warnings about a run's data and settings are Python warnings (UserWarning), as
+        #: Lightning gives them, including its own (an epoch shorter than log_every_n_steps)
+        self.lightning_warnings = True
         #: what validation_step / test_step return is the program's (Lightning logs only what self.log
         #: gives); this trainer's own Trainer also reduces returned losses and dicts into val/ and test/ metrics
         self.reduces_eval_outputs = False
