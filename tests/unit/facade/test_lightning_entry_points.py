@@ -115,7 +115,8 @@ def test_wrong_arguments_are_one_line_errors(tmp_path):
         trainer.fit(Evaluated(), "last")
     with pytest.raises(TypeError, match=r"datamodule='last' is a path; .* ckpt_path='last'"):
         trainer.predict(Evaluated(), PerRankBatch(), "last")  # the order predict(module, datamodule, ckpt_path) had
-    with pytest.raises(TypeError, match=r"must be one torch.utils.data.DataLoader .* got list; several loaders"):
+    with pytest.raises(TypeError, match=r"dataloaders=\[1\] must return a torch.utils.data.DataLoader, an iterable of "
+                                        r"ready batches \(or None\), got str"):
         trainer.fit(Evaluated(), val_dataloaders=[loader, "x"])
     with pytest.raises(RuntimeError, match=r"multiple `val_dataloader` \(2 loaders\), but no `dataloader_idx` argument "
                                            r"in `Evaluated.validation_step\(\)`"):
