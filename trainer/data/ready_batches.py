@@ -73,7 +73,7 @@ class CycledLoaders:
             yield dict(zip(self.keys, batch)) if isinstance(self.loaders, dict) else type(self.loaders)(batch)
 
 
-def in_dataset_order(loaders: Any) -> Any | None:
+def loaders_in_dataset_order(loaders: Any) -> Any | None:
     """``loaders`` (several training loaders) with each DataLoader that shuffles or samples rebuilt to
     read its dataset in order (Lightning's ``overfit_batches``); None when none of them needed it."""
     keys = list(loaders) if isinstance(loaders, dict) else range(len(loaders))

@@ -41,7 +41,7 @@ from trainer.data.batch_sampler import BatchSamplerStream
 from trainer.data.loader_reading import (UserLoader, _collate, check_map_style, data_hook_seed, in_dataset_order,
                                          kept_samples, read_loader)
 from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
-from trainer.data.ready_batches import in_dataset_order, several_train_loaders
+from trainer.data.ready_batches import loaders_in_dataset_order, several_train_loaders
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 from trainer.data.val_data import read_val
@@ -99,7 +99,7 @@ def _skips_validation(module: TrainModule, trainer: Trainer, hooks: Any) -> bool
 def overfit_loaders(loaders: Any, where: str, overfit_batches: Any) -> Any:
     """Several training loaders under ``overfit_batches``: read in dataset order (a warning where one
     shuffled or sampled; as Lightning, ``trainer.train_dataloader`` then shows the rebuilt loaders)."""
-    rebuilt = in_dataset_order(loaders)
+    rebuilt = loaders_in_dataset_order(loaders)
     if rebuilt is None:
         return loaders
     rank_zero_warn(log, "trainer.overfit_batches=%s: the training loaders of %s are read in dataset order (their "

@@ -50,9 +50,10 @@ def test_an_iterable_dataset_is_read_as_a_stream(tmp_path, where):
     trainer = Trainer(max_steps=2, loggers=["jsonl"], progress_bar=False, run_dir=str(tmp_path), val_every_n_steps=2)
     trainer.fit(StreamingModule(where))
     assert trainer.global_step == 2
-    with pytest.raises(TypeError, match=r"test_dataset\(\) gave Stream, an IterableDataset: streaming datasets are "
-                                        "supported for training and validation, not here yet"):
-        trainer.test(StreamingModule(where))
+    # testing reads a stream too: every batch of it once (the test loss is the mean over them)
+    module = StreamingModule(where)
+    results = trainer.test(module)
+    assert set(results) == {"test/loss"} and results["test/loss"] >= 0
 
 
 # ----- item 16: a global batch larger than the dataset ----------------------------------------------------------
