@@ -204,3 +204,20 @@ EvalStep = build(ours, EvalStepSteps)
 EpochEndAgain = build(ours, EpochEndAgainSteps)
 AddIndexOrNot = build(ours, AddIndexOrNotSteps)
 Recording = type("Recording", (RecordingSteps, ours.loggers.Logger), {"__module__": __name__})
+
+
+def run_both(pl: Any, build_steps: Any, root: Any, steps: type, module_args: dict | None = None, call: str = "fit",
+             **flags: Any) -> list[tuple[Any, Any, Any]]:
+    """``[(module, trainer, result)]`` of ``call`` under Lightning (``pl``), then under ``trainer.lightning``:
+    the module ``build_steps(package, steps)`` builds, run with the same ``flags`` in ``root/<side>``."""
+    runs = []
+    for side, package in (("lightning", pl), ("ours", ours)):
+        module = build_steps(package, steps)(**(module_args or {}))
+        trainer, result = run_call(package, module, call, str(root / side), **flags)
+        runs.append((module, trainer, result))
+    return runs
+
+
+def callback_numbers(trainer: Any) -> dict[str, float]:
+    """``trainer.callback_metrics`` as Python numbers."""
+    return {name: float(value) for name, value in trainer.callback_metrics.items()}

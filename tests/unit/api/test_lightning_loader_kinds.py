@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import run_call
+from tests.support.lightning_loop_modules import callback_numbers, run_both, run_call
 from tests.support.loader_kinds_modules import EmptyEpochsSteps, ReadySteps, Unsized, build, samples
 
 pl = pytest.importorskip("lightning.pytorch")
@@ -22,16 +22,10 @@ TOL = dict(rtol=1e-6, atol=1e-7)
 
 def both(tmp_path, steps, module_args=None, call="fit", **flags):
     """[(module, trainer, result) under Lightning, the same under trainer.lightning]."""
-    runs = []
-    for side, package in (("lightning", pl), ("ours", ours)):
-        module = build(package, steps)(**(module_args or {}))
-        trainer, result = run_call(package, module, call, str(tmp_path / side), **flags)
-        runs.append((module, trainer, result))
-    return runs
+    return run_both(pl, build, tmp_path, steps, module_args, call, **flags)
 
 
-def metrics(trainer):
-    return {name: float(value) for name, value in trainer.callback_metrics.items()}
+metrics = callback_numbers
 
 
 def assert_same(pl_run, our_run, step_values=True):

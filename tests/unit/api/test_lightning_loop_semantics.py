@@ -8,23 +8,17 @@ import pytest
 import torch
 
 import trainer.lightning as ours
-from tests.support.lightning_loop_modules import EvalStepSteps, ManualSkipSteps, ModuleSteps, SeveralLoadersSteps, SkipSteps, build, recorded_rows, recording_logger, run_call
+from tests.support.lightning_loop_modules import EvalStepSteps, ManualSkipSteps, ModuleSteps, SeveralLoadersSteps, SkipSteps, build, callback_numbers, recorded_rows, recording_logger, run_both, run_call
 
 pl = pytest.importorskip("lightning.pytorch")
 
 
 def both(tmp_path, steps, module_args=None, call="fit", **flags):
-    """(Lightning's (module, trainer, result), ours)."""
-    runs = []
-    for side, package in (("lightning", pl), ("ours", ours)):
-        module = build(package, steps)(**(module_args or {}))
-        trainer, result = run_call(package, module, call, str(tmp_path / side), **flags)
-        runs.append((module, trainer, result))
-    return runs
+    """[(module, trainer, result) under Lightning, the same under trainer.lightning]."""
+    return run_both(pl, build, tmp_path, steps, module_args, call, **flags)
 
 
-def metrics(trainer):
-    return {name: float(value) for name, value in trainer.callback_metrics.items()}
+metrics = callback_numbers
 
 
 @pytest.mark.parametrize("skip_sample, accumulate", [(6, 1), (0, 1), (15, 1), (6, 2)])
