@@ -11,8 +11,7 @@ from torch.utils.data import DataLoader
 from trainer.api.datamodule import DataModule, check_datamodule
 from trainer.api.lightning_hooks import check_hooks
 from trainer.api.module import TrainModule
-from trainer.data.ready_batches import is_ready_batches, refuse_on_ranks, several_train_loaders
-from trainer.data.val_data import several_loaders
+from trainer.data.ready_batches import is_ready_batches
 from trainer.loop.resume import resolve_ckpt_path
 from trainer.loop.weights_return import refuse_stale_module
 
@@ -27,11 +26,6 @@ LOADER_ARGUMENTS = {
     "test": {"dataloaders": "test"},
     "predict": {"dataloaders": "predict"},
 }
-
-
-def name_of(mode: str, stage: str) -> str:
-    """The entry point's argument that gives ``stage``'s loaders."""
-    return next(name for name, each in LOADER_ARGUMENTS[mode].items() if each == stage)
 
 
 def call_arguments(mode: str, model: Any, module: Any, loaders: dict[str, Any], datamodule: Any,
@@ -84,13 +78,6 @@ def prepare_call(trainer: Trainer, mode: str, model: Any, module: Any, loaders: 
     ``trainer.datamodule`` / ``stage`` / ``given_loaders`` / ``ckpt_path`` set (the last writes before
     the run; the Trainer is read-only while it is live)."""
     model, loaders_by_stage, datamodule = call_arguments(mode, model, module, loaders, datamodule, ckpt_path, verbose)
-    for stage, loader in loaders_by_stage.items():  # (what the data hooks return is checked on the ranks)
-        where = f"Trainer.{mode}: {name_of(mode, stage)}="
-        if stage == "train" and several_train_loaders(loader):
-            refuse_on_ranks(loader, where, trainer.world_size, several=True)
-        for part in several_loaders(loader) or [loader]:
-            if is_ready_batches(part):
-                refuse_on_ranks(part, where, trainer.world_size)
     module = resolve_call(trainer, model, datamodule, mode, loaders_by_stage)
     check_hooks(module, trainer.callbacks, trainer.datamodule, trainer.strategy)
     trainer.strategy.check_module(module)  # (nd: the tensor-parallel degree and plan)

@@ -43,7 +43,15 @@ class Counted(Unsized):
         return len(self.loader)
 
 
-WRAPPERS = {"unsized": Unsized, "len_raises": LengthNotImplemented, "sized": Counted}
+class Endless(Unsized):
+    """A wrapper that never ends: its loader again and again (a run needs ``max_steps``)."""
+
+    def __iter__(self):
+        while True:
+            yield from self.loader
+
+
+WRAPPERS = {"unsized": Unsized, "len_raises": LengthNotImplemented, "sized": Counted, "endless": Endless}
 
 
 class Stream(IterableDataset):
@@ -67,7 +75,8 @@ class SizedStream(Stream):
 
 
 class ReadySteps:
-    """A linear regression whose loaders are of the kind ``options["kind"]`` names; records its hook calls."""
+    """A linear regression whose loaders are of the kind ``options["kind"]`` names; records its hook calls
+    (``options["train_batch"]``: the training batch size of a single loader, 4 by default)."""
 
     def __init__(self, kind: str = "unsized", **options: Any):
         super().__init__()
@@ -120,7 +129,7 @@ class ReadySteps:
             return [torch.arange(32.0).view(16, 2) / 10]
         if self.kind == "several_dict":
             return {"a": DataLoader(samples(6, 1.0), batch_size=2), "b": DataLoader(samples(16), batch_size=4)}
-        return self._loader(16)
+        return self._loader(16, batch_size=self.options.get("train_batch", 4))
 
     def val_dataloader(self):
         return self._loader(6, batch_size=2, offset=0.5)

@@ -12,9 +12,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from trainer.api.errors import MisconfigurationException
 from trainer.data.loaders import LoaderOptions
-from trainer.data.ready_batches import (CycledLoaders, ReadyBatches, first_of, is_ready_batches, refuse_on_ranks,
-                                        several_train_loaders)
-from trainer.runtime import distributed
+from trainer.data.ready_batches import CycledLoaders, ReadyBatches, first_of, is_ready_batches, several_train_loaders
 from trainer.runtime.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -84,13 +82,11 @@ def read_loader(loader: Any, where: str, stream_ok: bool = False, batch_sampler_
         if limit is not None:
             _refuse_fraction_of_unsized(loader, where, *limit)
         if several_train_loaders(loader):  # (validation, test and predict read several loaders as parts)
-            refuse_on_ranks(loader, where, distributed.world_size(), several=True)
             return UserLoader(where, ReadyBatches(CycledLoaders(loader), where), 1, False, False, None, first_of,
                               LoaderOptions())
         if not is_ready_batches(loader):
             raise TypeError(f"{where} must return a torch.utils.data.DataLoader, an iterable of ready batches (or "
                             f"None), got {type(loader).__name__}")
-        refuse_on_ranks(loader, where, distributed.world_size())
         return UserLoader(where, ReadyBatches(loader, where), 1, False, False, None, first_of, LoaderOptions())
     check_map_style(loader.dataset, where, stream_ok)
     custom = loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler

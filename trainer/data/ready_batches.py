@@ -1,13 +1,13 @@
 """A loader that is not a DataLoader: any iterable of ready batches (a list of batches, a wrapper
 around a DataLoader, a generator-backed object, one whose ``__len__`` raises ``NotImplementedError`` or
-that never ends). Its batches are used as they come, one batch per micro-batch, on one process.
+that never ends). Its batches are used as they come, one batch per micro-batch.
 
-On one process the meaning is plain and kept (Lightning's): a training step takes
+The meaning is one process's (Lightning's) on any world size: a training step takes
 ``accumulate_grad_batches`` of its batches (each weighted alike, as Lightning's loss / accumulation),
 the epoch ends where the iterable does (its ``__len__``, where it has one, is the expected length),
-and evaluation runs each batch once. On several processes its batches cannot be dealt to the ranks
-so that a step trains on the same samples as one process (the trainer cannot see inside a batch, and
-each rank would iterate the whole object), so it is refused with one line naming what to use.
+and evaluation runs each batch once. On several processes every rank reads the whole iterable:
+training keeps each rank's rows of every batch (``trainer/data/streaming/ready_plan.py``), evaluation
+deals whole batches to the ranks in turn (rank r runs batches r, r + W, ..., each as one process runs it).
 
 The iterable is read as a stream of one-batch "samples" (``ReadyBatches``, an ``IterableDataset``),
 through the streaming plans (``trainer/data/streaming/``) with a micro-batch of 1 and a collate
@@ -123,21 +123,3 @@ def is_ready_batches(loader: Any) -> bool:
     """Whether ``loader`` is an iterable other than a DataLoader (a list, tuple or dict of loaders is
     several loaders: see ``several_train_loaders``)."""
     return hasattr(loader, "__iter__") and not isinstance(loader, (DataLoader, str, bytes))
-
-
-def refuse_on_ranks(loader: Any, where: str, world_size: int, several: bool = False) -> None:
-    """One line for an iterable of ready batches (``several``: several training DataLoaders) on
-    several processes (see the module docstring)."""
-    if world_size <= 1:
-        return
-    if several:
-        raise TypeError(
-            f"{where} gave {len(loader)} training loaders (a {type(loader).__name__}; Lightning's CombinedLoader "
-            f"\"max_size_cycle\"): they run together on one process only, as {world_size} processes cannot cycle the "
-            "shorter loaders over the same global batches as one; combine the datasets into one DataLoader (e.g. "
-            "torch.utils.data.ConcatDataset, or a dataset returning one sample of each), or run on one device")
-    raise TypeError(
-        f"{where} gave {type(loader).__name__}, an iterable of ready batches (not a torch DataLoader): it runs on "
-        f"one process only, as its batches cannot be dealt to {world_size} processes with the same global batches "
-        "as one; return a torch.utils.data.DataLoader (over a map-style dataset or an IterableDataset), or run on "
-        "one device")

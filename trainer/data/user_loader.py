@@ -41,7 +41,7 @@ from trainer.data.batch_sampler import BatchSamplerStream
 from trainer.data.loader_reading import (UserLoader, _collate, check_map_style, data_hook_seed, in_dataset_order,
                                          kept_samples, read_loader)
 from trainer.data.loaders import InProcessLoader, LoaderOptions, build_loader
-from trainer.data.ready_batches import loaders_in_dataset_order, several_train_loaders
+from trainer.data.ready_batches import ReadyBatches, loaders_in_dataset_order, several_train_loaders
 from trainer.runtime.seeding import derive_seed, seeded
 from trainer.data.validation_shard import ValidationShard
 from trainer.data.val_data import read_val
@@ -223,9 +223,11 @@ class RunData:
         dataset = self.train_set()
         if isinstance(dataset, IterableDataset):  # a stream: its own plan (trainer/data/streaming/plan.py)
             from trainer.data.streaming.plan import StreamPlan
+            from trainer.data.streaming.ready_plan import ReadyBatchPlan
 
-            self.stream_plan = StreamPlan(dataset, trainer, batch, data_parallel_size, trainer.strategy.data_parallel_rank,
-                                          self.train_collate, self.train_options)
+            kind = ReadyBatchPlan if isinstance(dataset, ReadyBatches) else StreamPlan
+            self.stream_plan = kind(dataset, trainer, batch, data_parallel_size, trainer.strategy.data_parallel_rank,
+                                    self.train_collate, self.train_options)
             return self.stream_plan  # type: ignore[return-value]
         stream = self._batch_stream
         if train is not None and train.sampler is not None and not self._overfit_order():

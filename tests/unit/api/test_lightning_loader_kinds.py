@@ -4,8 +4,9 @@ ready batches (with a length, without one, with a ``__len__`` that raises ``NotI
 several training loaders (Lightning's ``CombinedLoader`` "max_size_cycle"), ``IterableDataset`` streams
 for test / predict under ``limit_*_batches``, and a training stream that is empty in an epoch. Each
 compares the hook calls, the weights (rtol 1e-6: the same float operations in the same order, up to
-the loss scaling's summation order) and the logged values. On several processes the iterables of ready
-batches are refused before any worker starts (the 2-rank streams: tests/multiprocess/api/test_lightning_stream_eval_ranks.py)."""
+the loss scaling's summation order) and the logged values. The same loaders on 2 ranks against one
+process: tests/multiprocess/api/test_lightning_ready_batches_ranks.py (streams:
+tests/multiprocess/api/test_lightning_stream_eval_ranks.py)."""
 
 from __future__ import annotations
 
@@ -108,16 +109,3 @@ def test_an_empty_training_stream_ends_its_epoch_as_lightning(tmp_path, at_all):
     assert module.calls == pl_run[0].calls  # validation only after an epoch that trained
     assert ("validation_step", 0, 0) in module.calls and ("validation_step", 1, 0) not in module.calls if at_all \
         else not any(call[0] == "validation_step" for call in module.calls)
-
-
-@pytest.mark.parametrize("given", ["wrapper", "several", "val_list"])
-def test_ready_batches_on_several_processes_are_refused_before_any_worker_starts(tmp_path, given):
-    trainer = ours.Trainer(strategy="ddp", devices=2, accelerator="cpu", logger=False,
-                           default_root_dir=str(tmp_path))
-    loader = torch.utils.data.DataLoader(samples(8), batch_size=2)
-    arguments = {"wrapper": dict(train_dataloaders=Unsized(loader)),
-                 "several": dict(train_dataloaders=[loader, loader]),
-                 "val_list": dict(train_dataloaders=loader, val_dataloaders=[loader, Unsized(loader)])}[given]
-    what = "2 training loaders" if given == "several" else "Unsized, an iterable of ready batches"
-    with pytest.raises(TypeError, match=f"{what}.*one process only.*(DataLoader|ConcatDataset)"):
-        trainer.fit(build(ours, ReadySteps)(), **arguments)

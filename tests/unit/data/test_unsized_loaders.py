@@ -1,6 +1,8 @@
-"""A loader that is not a DataLoader: an iterable of ready batches is read as a stream of batches (one
-process; refused on several with one line), anything else is refused with one line naming it; a
-fraction limit of one without a length gets Lightning's error (a MisconfigurationException) first."""
+"""A loader that is not a DataLoader: an iterable of ready batches is read as a stream of batches,
+anything else is refused with one line naming it; a fraction limit of one without a length gets
+Lightning's error (a MisconfigurationException) first. On several processes each rank keeps its rows
+of every ready batch (``ready_batch_rows``; the 2-rank runs:
+tests/multiprocess/api/test_lightning_ready_batches_ranks.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainer.api.errors import MisconfigurationException
 from trainer.data.loader_reading import read_loader
-from trainer.data.ready_batches import CycledLoaders, ReadyBatches, batch_length, first_of, refuse_on_ranks
+from trainer.data.ready_batches import CycledLoaders, ReadyBatches, batch_length, first_of
+from trainer.data.ready_rows import ready_batch_rows
 
 
 class Batches:
@@ -49,11 +52,39 @@ def test_an_object_that_is_not_iterable_is_refused():
         read_loader(object(), "val_dataloader()")
 
 
-def test_ready_batches_are_refused_on_several_processes_with_one_line():
-    with pytest.raises(TypeError, match=r"train_dataloader\(\) gave Batches, an iterable of ready batches .* one "
-                                        "process only.* 2 processes"):
-        refuse_on_ranks(Batches(), "train_dataloader()", 2)
-    refuse_on_ranks(Batches(), "train_dataloader()", 1)  # one process: read as it is
+def test_each_rank_keeps_its_rows_of_a_ready_batch_as_the_plan_deals_a_micro_step():
+    x, y = torch.arange(10.0).view(5, 2), torch.arange(5)
+    batch = {"x": x, "more": (y, [y * 2]), "n": 7, "scalar": torch.tensor(3.0)}
+    first, weight0 = ready_batch_rows(batch, 0, 2, None, "train_dataloader()")
+    second, weight1 = ready_batch_rows(batch, 1, 2, None, "train_dataloader()")
+    assert (weight0, weight1) == (3 / 5, 2 / 5)  # 5 rows on 2 ranks: 3 and 2, rank 0 first
+    assert torch.equal(first["x"], x[:3]) and torch.equal(second["x"], x[3:])
+    assert torch.equal(second["more"][0], y[3:]) and torch.equal(second["more"][1][0], y[3:] * 2)
+    assert isinstance(second["more"], tuple) and second["n"] == 7 and torch.equal(second["scalar"], torch.tensor(3.0))
+    assert ready_batch_rows(batch, 0, 1, None, "w") == (batch, 1)  # one process: the batch as it is
+
+
+def test_a_rank_without_rows_runs_a_padding_batch_and_a_batch_without_rows_is_whole_everywhere():
+    rows, weight = ready_batch_rows((torch.ones(1, 2),), 1, 2, None, "w")
+    assert weight == 0 and rows[0].shape == (1, 2)  # the first row, weighing nothing
+    assert ready_batch_rows(["text", 3], 1, 2, None, "w") == (["text", 3], 1 / 2)
+
+
+def test_tensors_with_different_first_dimensions_are_refused_on_several_processes():
+    with pytest.raises(ValueError, match=r"train_dataloader\(\): a ready batch holds tensors with first dimensions 3, "
+                                         r"4; on 2 processes"):
+        ready_batch_rows((torch.ones(4, 2), torch.ones(3)), 0, 2, None, "train_dataloader()")
+
+
+def test_several_loaders_parts_are_cut_each_by_its_rows_and_must_share_alike():
+    combined = {"a": torch.arange(4.0), "b": (torch.arange(6.0), torch.ones(6, 1))}
+    rows, weight = ready_batch_rows(combined, 1, 2, ["a", "b"], "w")
+    assert weight == 1 / 2 and torch.equal(rows["a"], torch.tensor([2.0, 3.0])) and rows["b"][1].shape == (3, 1)
+    rows, weight = ready_batch_rows([torch.ones(3), torch.ones(6)], 0, 3, [0, 1], "w")
+    assert weight == 1 / 3 and [part.shape[0] for part in rows] == [1, 2]
+    with pytest.raises(ValueError, match=r"w: a combined batch of several training loaders \('a': 4 rows, 'b': 3 rows\) "
+                                         r"cannot be cut into the same share on each of 2 processes"):
+        ready_batch_rows({"a": torch.ones(4), "b": torch.ones(3)}, 0, 2, ["a", "b"], "w")
 
 
 def test_several_loaders_cycle_the_shorter_ones_as_max_size_cycle():

@@ -25,7 +25,7 @@ try:
     import numpy as np
 except ImportError:  # NumPy is optional
     np = None
-from trainer.data.ready_batches import batch_length, first_of
+from trainer.data.ready_batches import ReadyBatches, batch_length, first_of
 from trainer.runtime.seeding import derive_seed
 from trainer.data.streaming.loader import stream_loader
 from trainer.data.streaming.protocol import check_enough_shards, first_sample, shard_count
@@ -56,6 +56,8 @@ class StreamValShard:
 
     def __init__(self, data: Any, epoch: int, rank: int, world: int, limit: int | None, mode: str | None = None):
         trainer, dataset = data.trainer, data.val_set
+        if isinstance(dataset, ReadyBatches):  # whole batches dealt in turn: nothing to shard
+            mode = "invariant"
         self.mode, self.rank, self.world, self.strategy = mode or trainer.stream_mode, rank, world, trainer.strategy
         self.batch_size, self.collate_fn = data.val_batch_size, data.val_collate
         self.dataset, self.seed, self.epoch, self.limit = dataset, trainer.seed, epoch, limit
