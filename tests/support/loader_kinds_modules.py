@@ -76,7 +76,8 @@ class SizedStream(Stream):
 
 class ReadySteps:
     """A linear regression whose loaders are of the kind ``options["kind"]`` names; records its hook calls
-    (``options["train_batch"]``: the training batch size of a single loader, 4 by default)."""
+    (``options["train_batch"]``: the training batch size of a single loader, 4 by default; ``shuffle``: its
+    DataLoader shuffles)."""
 
     def __init__(self, kind: str = "unsized", **options: Any):
         super().__init__()
@@ -111,10 +112,10 @@ class ReadySteps:
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
-    def _loader(self, count: int, batch_size: int = 4, offset: float = 0.0) -> Any:
+    def _loader(self, count: int, batch_size: int = 4, offset: float = 0.0, shuffle: bool = False) -> Any:
         kind = self.kind
         if kind in WRAPPERS:
-            return WRAPPERS[kind](DataLoader(samples(count, offset), batch_size=batch_size))
+            return WRAPPERS[kind](DataLoader(samples(count, offset), batch_size=batch_size, shuffle=shuffle))
         if kind in ("stream", "sized_stream"):
             return DataLoader((SizedStream if kind == "sized_stream" else Stream)(count), batch_size=batch_size)
         return DataLoader(samples(count, offset), batch_size=batch_size)
@@ -129,7 +130,7 @@ class ReadySteps:
             return [torch.arange(32.0).view(16, 2) / 10]
         if self.kind == "several_dict":
             return {"a": DataLoader(samples(6, 1.0), batch_size=2), "b": DataLoader(samples(16), batch_size=4)}
-        return self._loader(16, batch_size=self.options.get("train_batch", 4))
+        return self._loader(16, batch_size=self.options.get("train_batch", 4), shuffle=self.options.get("shuffle", False))
 
     def val_dataloader(self):
         return self._loader(6, batch_size=2, offset=0.5)

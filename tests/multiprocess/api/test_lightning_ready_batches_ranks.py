@@ -20,9 +20,9 @@ pytestmark = pytest.mark.timeout(600)
 TOL = dict(rtol=1e-5, atol=1e-6)
 
 
-def _fit(tmp_path, ranks, kind, strategy="ddp", train_batch=4, **flags):
+def _fit(tmp_path, ranks, kind, strategy="ddp", train_batch=4, shuffle=False, **flags):
     torch.manual_seed(0)
-    module = Ready(kind=kind, train_batch=train_batch)
+    module = Ready(kind=kind, train_batch=train_batch, shuffle=shuffle)
     initial = module.layer.weight.detach().clone()
     if ranks > 1:
         flags.update(strategy=strategy, devices=ranks, accelerator="cpu")
@@ -52,15 +52,17 @@ def test_an_iterable_with_a_length_trains_and_validates_on_two_ranks_as_one_proc
 
 
 def test_an_endless_iterable_trains_to_max_steps_on_two_ranks_as_one_process(tmp_path):
-    flags = dict(max_steps=5, max_epochs=-1, limit_val_batches=0)
+    # It wraps a shuffling DataLoader (16 samples, batches of 4): every rank draws the same order, each pass.
+    flags = dict(max_steps=5, max_epochs=-1, limit_val_batches=0, shuffle=True)
     one, two = _fit(tmp_path, 1, "endless", **flags), _fit(tmp_path, 2, "endless", **flags)
     assert one[1].global_step == 5
     _assert_same(one, two, ("l_step",))
 
 
-@pytest.mark.parametrize("kind", ["several", "several_dict"])
+@pytest.mark.parametrize("kind", ["several", "several_dict", "several_shuffled"])
 def test_several_training_loaders_cycle_on_two_ranks_as_one_process(tmp_path, kind):
-    # list: 16 and 6 samples in batches of 4 (the second cycles: 4, 2, 4, 2); dict: batches of 2 and 4.
+    # list: 16 and 6 samples in batches of 4 (the second cycles: 4, 2, 4, 2), shuffled or not; dict: batches of
+    # 2 and 4.
     flags = dict(max_epochs=2, limit_val_batches=0)
     one, two = _fit(tmp_path, 1, kind, **flags), _fit(tmp_path, 2, kind, **flags)
     assert one[1].global_step == 8
