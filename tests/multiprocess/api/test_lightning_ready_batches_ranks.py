@@ -1,6 +1,7 @@
 """Loaders that are not DataLoaders on 2 ranks (the trainer spawns them) equal one process on the same
 batches: iterables of ready batches with a length, without one (endless, under ``max_steps``), several
-training loaders cycled together, and validation / test / predict over ready batches. In training every
+training loaders cycled together (from the hook or given to ``fit``), and validation / test / predict over
+ready batches; several loaders whose batches cannot share alike stop every rank with one line. In training every
 rank reads the whole iterable and keeps its rows of each batch (an odd batch splits 2 / 1, a batch of one
 row leaves rank 1 a padding batch); in evaluation the ranks run whole batches in turn. Compared: the
 steps, the weights (rtol 1e-5, atol 1e-6: each batch's mean is a sum over two ranks in another order,
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 import trainer.lightning as L
 from tests.support.lightning_loop_modules import run_call
-from tests.support.loader_kinds_modules import Ready
+from tests.support.loader_kinds_modules import Ready, Unsized, samples
 
 pytestmark = pytest.mark.timeout(600)
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -88,3 +90,30 @@ def test_validate_test_and_predict_over_ready_batches_on_two_ranks_as_one_proces
     assert (validated2, tested2) == (pytest.approx(validated, rel=1e-6), pytest.approx(tested, rel=1e-6))
     assert len(predicted) == min(10, 3 * (limit or 4))
     torch.testing.assert_close(predicted2, predicted, rtol=1e-6, atol=1e-7)
+
+
+def test_loaders_given_to_fit_train_on_two_ranks_as_one_process(tmp_path):
+    # fit(train_dataloaders=[a DataLoader, a wrapper around one]): several loaders, one of them ready batches.
+    results = []
+    for ranks in (1, 2):
+        torch.manual_seed(0)
+        module = Ready(kind="several")
+        loaders = [DataLoader(samples(8), batch_size=4), Unsized(DataLoader(samples(6, 1.0), batch_size=2))]
+        flags = dict(strategy="ddp", devices=2, accelerator="cpu") if ranks > 1 else {}
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=str(tmp_path / str(ranks)), max_epochs=2,
+                            limit_val_batches=0, log_every_n_steps=1, **flags)
+        trainer.fit(module, train_dataloaders=loaders)
+        results.append((module, trainer))
+    assert results[0][1].global_step == 6  # the wrapper's 3 batches per epoch: the longest
+    _assert_same(results[0], results[1], ("l_epoch",))
+
+
+def test_several_loaders_whose_batches_split_unalike_stop_every_rank_with_one_line(tmp_path):
+    loaders = [DataLoader(samples(8), batch_size=4), DataLoader(samples(6, 1.0), batch_size=3)]
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=str(tmp_path), max_epochs=1, limit_val_batches=0, strategy="ddp", devices=2,
+                        accelerator="cpu")
+    with pytest.raises(Exception, match=r"a combined batch of several training loaders \(0: 4 rows, 1: 3 rows\) cannot "
+                                        r"be cut into the same share on each of 2 processes"):
+        trainer.fit(Ready(kind="several"), train_dataloaders=loaders)
