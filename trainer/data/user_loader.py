@@ -162,7 +162,9 @@ class RunData:
             given,
             _agree("batch_size", given.batch_size, train and train.batch_size, where, DEFAULT_BATCH_SIZE),
             _agree("drop_last", given.drop_last, train and train.drop_last, where, False),
-            data_parallel_size, trainer.world_size, num_workers, pin_memory,
+            # (ready batches: a global batch is accumulate_grad_batches of them, cut by rows on any world size)
+            1 if train is not None and isinstance(train.dataset, ReadyBatches) else data_parallel_size,
+            trainer.world_size, num_workers, pin_memory,
         )
         base = train.options if train is not None else LoaderOptions()
         self.train_options = dataclasses.replace(base, num_workers=num_workers, pin_memory=pin_memory,

@@ -50,6 +50,7 @@ def test_an_iterable_with_a_length_trains_and_validates_on_two_ranks_as_one_proc
     one = _fit(tmp_path, 1, "sized", train_batch=3, **flags)
     two = _fit(tmp_path, 2, "sized", strategy, train_batch=3, **flags)
     assert one[1].global_step == 6
+    assert one[1].global_batch_size == two[1].global_batch_size == 2  # ready batches per step, on any world size
     _assert_same(one, two, ("l_epoch", "v"))
 
 
