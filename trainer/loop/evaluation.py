@@ -8,7 +8,7 @@ batch's output to rank 0 and returns them as a list in batch order. Strategies w
 a collective (FSDP) run in lockstep: short ranks run extra forwards of batch 0 that count for
 nothing. The pipeline strategy is refused before any worker starts (``trainer/entry_points.py``).
 
-A stream (an ``IterableDataset``, or an iterable of ready batches on one process) is read as the pass
+A stream (an ``IterableDataset``, or an iterable of ready batches) is read as the pass
 goes, in batches of the loader's batch size, rank r running batches r, r + W, ... of it (every rank
 reads it; ``test`` under ``data.stream_mode=sharded`` reads its own shards), so ``batch_idx`` and the
 order of ``predict``'s outputs are the stream's; ``trainer.num_test_batches`` is known at its end.

@@ -99,3 +99,32 @@ def test_an_evaluation_batch_weighs_its_first_tensors_length():
     assert batch_length([torch.zeros(3, 2), torch.zeros(5)]) == 3
     assert batch_length({"x": torch.zeros(4, 1)}) == 4
     assert batch_length(torch.tensor(1.0)) == 1 and batch_length(["text"]) == 1
+
+
+def _ready_plan(source, mode="invariant", rank=1):
+    from types import SimpleNamespace
+
+    from trainer.data.loaders import LoaderOptions
+    from trainer.data.streaming.ready_plan import ReadyBatchPlan
+
+    trainer = SimpleNamespace(stream_mode=mode, seed=0, strategy=SimpleNamespace(owns_step=False, device="cpu"))
+    batch = SimpleNamespace(drop_last=False, batch_size=1, accumulate_grad_batches=2)
+    return ReadyBatchPlan(ReadyBatches(source, "train_dataloader()"), trainer, batch, 2, rank, first_of, LoaderOptions())
+
+
+def test_a_ready_batch_plan_takes_accumulate_batches_per_step_and_this_ranks_rows_of_each():
+    source = [torch.arange(3.0), torch.arange(4.0) + 10, torch.arange(1.0) + 20]
+    plan = _ready_plan(source)
+    assert plan.global_batch_size == 2 and plan.estimated_steps == 2
+    steps = []
+    for step in plan.rank_steps(0, 1):
+        batches = plan.rank_batches(0, 1)
+        steps.append([(micro.num_real, next(batches).tolist()) for micro in step.micro_batches] + [step.global_count])
+    # rank 1 of 2: row 2 of 3 (weight 1/3), rows 2-3 of 4 (1/2), then a padding batch of row 0 (weight 0)
+    assert steps == [[(1 / 3, [2.0]), (1 / 2, [12.0, 13.0]), 2], [(0, [20.0]), 1]]
+
+
+def test_a_ready_batch_plan_refuses_sharded_streams_on_several_ranks():
+    with pytest.raises(ValueError, match=r"data.stream_mode=sharded with train_dataloader\(\)'s list, an iterable of "
+                                         r"ready batches, on 2 data-parallel ranks: .* use data.stream_mode=invariant"):
+        _ready_plan([torch.ones(2)], mode="sharded")
