@@ -19,12 +19,12 @@ from tests.support.lightning_loop_modules import ModuleSteps
 class LoadersStepSteps(ModuleSteps):
     """``val_dataloader()`` / ``test_dataloader()``: a list of ``options["loaders"]`` loaders (5 and 3
     samples; ``options["single"]``: the first one, not in a list); the steps log ``on_step`` values
-    (``name`` alone, and ``both`` with ``on_epoch=True``), in epoch 1 not in a pass's first batch, and
-    record the ``dataloader_idx`` they get."""
+    (``name`` alone, and ``both`` with ``on_epoch=True``), in epoch 1 (``options["late"]``: in every
+    epoch) not in a pass's first batch, and record the ``dataloader_idx`` they get."""
 
     def validation_step(self, batch, batch_idx, dataloader_idx=None):
         self.calls.append(("validation_step", batch_idx, dataloader_idx))
-        if batch_idx != 0 or self.current_epoch != 1:  # (a batch without values counts on the rows' step axis)
+        if batch_idx != 0 or (self.current_epoch != 1 and not self.options.get("late")):  # (a batch without values counts on the rows' step axis)
             output = self.layer(batch[0])
             self.log("vstep", output.mean(), on_step=True, on_epoch=False)
             self.log("vboth", output.sum(), on_step=True, on_epoch=True, reduce_fx="sum")

@@ -88,3 +88,20 @@ def test_the_tensorboard_loggers_hp_metric_has_no_step(tmp_path):
     assert calls["ours"][0] == calls["lightning"][0] == mock.call({"hp_metric": -1}, None)
     assert [(call.args, sorted(call.kwargs.get("metrics", {})), call.kwargs.get("step")) for call in calls["ours"]] == \
            [(call.args, sorted(call.kwargs.get("metrics", {})), call.kwargs.get("step")) for call in calls["lightning"]]
+
+
+def test_a_first_pass_that_starts_logging_per_batch_late_writes_no_rows_and_says_so(tmp_path, caplog):
+    # (Lightning writes rows from the second batch; here the ranks agree at a pass's first batch whether it
+    # writes per-batch rows: a row of docs/lightning.md)
+    rows = {}
+    for side, package in (("lightning", pl), ("ours", ours)):
+        path = str(tmp_path / f"{side}.jsonl")
+        run_call(package, build(package, LoadersStepSteps)(single=True, late=True), "fit", str(tmp_path / side),
+                 max_epochs=2, logger=recording_logger(package, path))
+        rows[side] = recorded_rows(path, ("vstep", "vboth_step", "vboth_epoch"))
+    assert [row["step"] for row in rows["lightning"] if "vstep" in row] == [1, 2, 4, 5]
+    assert [row["step"] for row in rows["ours"] if "vstep" in row] == [4, 5]  # epoch 1's pass only
+    assert any("first called after its first batch" in record.getMessage() for record in caplog.records)
+    # the rows written and the passes' aggregates are Lightning's (nothing of the first pass leaks into them)
+    expected = [row for row in rows["lightning"] if row["step"] >= 3 or "vboth_epoch" in row]
+    assert rows["ours"] == [pytest.approx(row, rel=1e-6) for row in expected]
