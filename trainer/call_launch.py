@@ -51,6 +51,7 @@ def _store_result(trainer: Trainer, result: RunResult, module: TrainModule, mode
     trainer.callback_metrics, trainer.logged_metrics = dict(result.shown), result.logged_metrics
     trainer._metric_loaders = result.loader_of  # (the results per loader: trainer/lightning/trainer/trainer.py)
     trainer._prog_bar_names = frozenset(result.prog_bar)
+    trainer._eval_step_values = result.eval_step_values  # (Lightning's progress_bar_metrics show them)
     trainer._last_batch, trainer.run_dir, trainer._model = result.batch, result.run_dir, result.model
     if mode == "fit":
         trainer._fitted = (module, trainer.datamodule)

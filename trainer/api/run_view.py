@@ -186,6 +186,12 @@ class RunView:
         return MappingProxyType(metrics)
 
     @property
+    def eval_step_values(self) -> Mapping[str, float]:
+        """The latest evaluation batch rows' values (``self.log(..., on_step=True)`` in validation or
+        test) under Lightning's ``Trainer``; not in ``callback_metrics`` (Lightning's rule)."""
+        return MappingProxyType(getattr(self._run, "eval_step_values", {}))
+
+    @property
     def prog_bar_names(self) -> frozenset[str]:
         """The names of `callback_metrics` that ``self.log(..., prog_bar=True)`` gives."""
         logs = getattr(self._run, "module_logs", None)

@@ -113,7 +113,8 @@ class TensorBoardLogger(VersionedFolders, Logger):
         if scalars:
             self._submit(lambda writer: _add_scalars(writer, scalars, step))
 
-    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None,
+                        step: int | None = None) -> None:
         if not writes_here():
             return
         redacted = plain_keys(redact_secrets(dict(params)))
@@ -132,7 +133,7 @@ class TensorBoardLogger(VersionedFolders, Logger):
 
         self._submit(write)
         if metrics:
-            self.log_metrics(metrics, 0)
+            self.log_metrics(metrics, step)  # (as Lightning: no step unless given)
         if self._hparams_file:
             write_hparams_yaml(self.log_dir, params)
 

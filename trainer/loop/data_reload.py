@@ -83,6 +83,8 @@ class DataReload:
         elif self.every and run.epoch - self.val_epoch >= self.every:
             reload_val(run.data, run.epoch)
             self.val_epoch = run.epoch
+            # (as Lightning: the loaders read again count their per-batch rows from 0)
+            run.eval_steps_logged = {k: v for k, v in run.eval_steps_logged.items() if k[0] != "validate"}
 
     def _train(self, run: RankRun, seed_epoch: int) -> None:
         reload_train(run.data, seed_epoch)

@@ -223,7 +223,7 @@ def _loader_pass(run: RankRun, stage: str, data: EvalData, dataloader_idx: int |
     bar = ProgressBar(None if data.stream else len(mine), run.trainer.progress_bar if run.rank == 0 else False,
                       desc=stage, unit="batch",
                       leave=False)
-    step_logs = EvalStepLogs(run, stage, most)  # self.log(..., on_step=True) (test; predict refuses self.log)
+    step_logs = EvalStepLogs(run, stage, most, True, dataloader_idx)  # self.log(on_step=True) (test; predict refuses it)
     logs = run.module_logs
     logs.use_dataloader(dataloader_idx)  # self.log names get "/dataloader_idx_N" with several loaders
     with evaluation_grad_mode(run):

@@ -17,7 +17,7 @@ and the metrics the Trainer shows hold what the module and callbacks logged, as 
 - an evaluation batch's row is in ``logged_metrics`` after the call (not in ``callback_metrics``);
 - the step is Lightning's: during ``fit`` the index of the last trained batch (the first batch's row
   is at 0; an epoch end and a validation are at their last batch's step); ``validate`` / ``test``
-  outside a fit at the batches trained so far; an evaluation batch's own row at the stage's batch count.
+  outside a fit at the batches trained so far; an evaluation batch's own row at its loader's batch count in the stage.
 """
 
 from __future__ import annotations
@@ -57,15 +57,17 @@ def write_row(run: RankRun, metrics: dict[str, float]) -> None:
             logger.log_metrics(metrics=row, step=step)
 
 
-def write_eval_step_row(run: RankRun, stage: str, metrics: dict[str, float]) -> None:
-    """Write an evaluation batch's ``on_step`` values at the stage's own batch count (Lightning's axis
-    for them); ``callback_metrics`` keeps the pass's aggregates, not these."""
-    step = run.eval_steps_logged.get(stage, 0)
-    run.eval_steps_logged[stage] = step + 1
+def write_eval_step_row(run: RankRun, metrics: dict[str, float], step: int) -> None:
+    """Write an evaluation batch's ``on_step`` values at ``step``, the batch's index among its loader's
+    batches in the stage (Lightning's axis for them: each of several loaders counts from 0; see
+    trainer/loop/eval_step_logs.py); none when all are ``logger=False``. ``callback_metrics`` keeps
+    the pass's aggregates, not these."""
     hidden = run.module_logs.hidden
     written = {k: v for k, v in metrics.items() if k not in hidden} if hidden else metrics
-    if getattr(run.trainer, "lightning_rows", False):  # (Lightning's logged_metrics hold them, not callback_metrics)
-        run.eval_step_values.update(written)
-    for logger in run.loggers:
+    if getattr(run.trainer, "lightning_rows", False):
+        # (Lightning's logged_metrics and progress_bar_metrics hold them, not callback_metrics; the
+        # hidden ones are kept off logged_metrics when the call ends, as off the loggers)
+        run.eval_step_values.update(metrics)
+    for logger in run.loggers if written else ():
         logger.log_metrics(metrics=written, step=step)
 

@@ -73,7 +73,7 @@ class RankRun(RunParts, RunCounters):
         self.ends_epoch = False  # the step being trained is the epoch's last
         self.num_val_batches: list[int] = []  # this rank's batches of the current / last validation pass
         self.num_eval_batches: dict[str, list[int]] = {}  # test / predict: this rank's batches per loader
-        self.eval_steps_logged: dict[str, int] = {}  # per evaluation stage: batches whose on_step values were written
+        self.eval_steps_logged: dict[tuple[str, int | None], int] = {}  # per stage and loader: the last batch's index
         self.eval_step_values: dict[str, float] = {}  # the last evaluation batch rows' values (logged_metrics)
         self.preempted = False
         self.data_reload: DataReload | None = None  # fit's reload_dataloaders_every_n_epochs
@@ -108,10 +108,11 @@ class RankRun(RunParts, RunCounters):
         (what each logger gets: ``logged_rows.py``)."""
         write_row(self, metrics)
 
-    def log_eval_step(self, stage: str, metrics: dict[str, float]) -> None:
-        """Write an evaluation batch's ``on_step`` values at the stage's own batch count (Lightning's axis
-        for them); ``callback_metrics`` keeps the pass's aggregates, not these."""
-        write_eval_step_row(self, stage, metrics)
+    def log_eval_step(self, metrics: dict[str, float], step: int) -> None:
+        """Write an evaluation batch's ``on_step`` values at ``step``, its index among its loader's
+        batches in the stage (Lightning's axis for them); ``callback_metrics`` keeps the pass's
+        aggregates, not these."""
+        write_eval_step_row(self, metrics, step)
 
     # ----- what the view and the callbacks read --------------------------------------------------------
     @property

@@ -46,6 +46,8 @@ class RunResult:
     loader_of: dict[str, int] = field(default_factory=dict)
     #: the names of ``shown`` that ``self.log(..., prog_bar=True)`` gave (Lightning's progress_bar_metrics)
     prog_bar: list[str] = field(default_factory=list)
+    #: the last evaluation batch rows' values (``self.log(..., on_step=True)`` in validation / test)
+    eval_step_values: dict[str, float] = field(default_factory=dict)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
@@ -61,6 +63,7 @@ def collect_result(run: RankRun, mode: str, returned: Any) -> RunResult:
     result = RunResult(returned=returned if run.rank == 0 else None, global_step=run.global_step, batches=run.step,
                        current_epoch=run.epoch, metrics={**run.eval_step_values, **run.last_metrics}, shown=shown,
                        hidden=sorted(run.module_logs.hidden), prog_bar=sorted(run.module_logs.prog_bar_names()),
+                       eval_step_values=dict(run.eval_step_values),
                        batch=run.batch, run_dir=run.run_dir, model=run.wrapped, loader_of=dict(run.module_logs.loader_of),
                        callback_results={index: callback.results() for index, callback in enumerate(run.trainer.callbacks)
                                          if callable(getattr(callback, "results", None))})

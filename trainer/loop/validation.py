@@ -69,11 +69,12 @@ def run_validation(run: RankRun, sanity_batches: int | None = None) -> dict[str,
 def _validation_pass(run: RankRun, sanity_batches: int | None) -> dict[str, float]:
     strategy, hooks, sanity = run.strategy, run.hooks, sanity_batches is not None
     parts = run.data.val_parts or [run.data]  # several loaders: one part each (dataloader_idx 0, 1, ...)
-    indices: list[int | None] = list(range(len(parts))) if run.data.val_parts else [None]
-    if run.data.val_parts and strategy.owns_step:
+    # (a list of one loader is one loader, as Lightning: no dataloader_idx, no "/dataloader_idx_0")
+    indices: list[int | None] = list(range(len(parts))) if len(parts) > 1 else [None]
+    if len(parts) > 1 and strategy.owns_step:
         raise ValueError(f"{run.data.hooks.where['val']} gives {len(parts)} loaders: the pipeline strategy validates "
                          "one loader with its own loss; return one DataLoader")
-    if run.data.val_parts:
+    if len(parts) > 1:
         require_dataloader_idx(run.module, "validation_step", "val_dataloader", len(parts))
     sums = {idx: WeightedSums(run.device) for idx in indices}
     if run.trainer.stage == "fit" and not sanity:
@@ -160,7 +161,7 @@ def _loader_pass(run: RankRun, data: Any, dataloader_idx: int | None, sanity: bo
     bar = ProgressBar(None if stream else len(shards), enabled, desc="validate", unit="batch", leave=False)
     busiest = None if stream else (len(shards) if strategy.lockstep_forward else
                                    len(data.val_shard(run.epoch, 0, run.data_parallel_size, limit)))
-    step_logs = EvalStepLogs(run, "validate", busiest, written=not sanity)  # self.log(..., on_step=True)
+    step_logs = EvalStepLogs(run, "validate", busiest, not sanity, dataloader_idx)  # self.log(..., on_step=True)
     logs = run.module_logs
     logs.use_dataloader(dataloader_idx)  # self.log names get "/dataloader_idx_N" with several loaders
     with evaluation_grad_mode(run):

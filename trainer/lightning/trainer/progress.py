@@ -10,7 +10,8 @@
   disabled one;
 - ``trainer.progress_bar_metrics``: the values ``self.log(..., prog_bar=True)`` gave, as Python
   numbers, under the names ``callback_metrics`` has for them (``name_step`` / ``name_epoch`` for a
-  name logged both on_step and on_epoch), from the same values (the sanity check's are not kept).
+  name logged both on_step and on_epoch), from the same values (the sanity check's are not kept),
+  and the latest evaluation batch's ``on_step`` values, which ``callback_metrics`` lacks (as Lightning).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class ProgressBarProperties:
     def progress_bar_metrics(self) -> dict[str, Any]:
         """The ``prog_bar=True`` values of the current (or last) call, as numbers (see the module)."""
         view = self._run_view
-        names = view.prog_bar_names if view is not None else self.__dict__.get("_prog_bar_names", frozenset())
+        if view is not None:
+            names, steps = view.prog_bar_names, view.eval_step_values
+        else:
+            names, steps = self.__dict__.get("_prog_bar_names", frozenset()), self.__dict__.get("_eval_step_values", {})
+        values = {**steps, **self.callback_metrics}
         return {name: value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
-                for name, value in self.callback_metrics.items() if name in names}
+                for name, value in values.items() if name in names}
