@@ -3,7 +3,9 @@
 As in Lightning, a skipped batch has no backward and no backward hooks and logs no loss; the step's
 gradient zeroing, ``on_before_optimizer_step``, clipping, the optimizer step (over the gradients of
 the step's other micro-batches: a parameter without a gradient does not move) and the schedule go on,
-and the step counts in ``global_step``. On several ranks it is an error naming the rank and the batch:
+and the step counts in ``global_step``. Under fp16 loss scaling, as Lightning's 16-mixed: where the step's
+last micro-batch is the skipped one, no optimizer step and no loss-scale update (the step's other
+gradients are dropped; trainer/loop/train_step.py). On several ranks it is an error naming the rank and the batch:
 every rank takes each step together, and agreeing on a skip that one rank chose would cost a collective
 on every step (also on the steps that return a loss). Checking for None costs nothing on those: the
 loss is read from the output anyway.

@@ -69,6 +69,7 @@ class TrainStep:
         self.custom_clipping = hooks.module_overrides("configure_gradient_clipping")
         self.step_lr: float = 0.0  # the learning rate after the step's own schedule (logged as train/lr)
         self.skipped_batch = SkippedBatches(run)  # training_step returned None
+        self.fp16_skip = False  # fp16: the step's last micro-batch was skipped (no optimizer step, as Lightning's)
         # A quiet step of one micro-batch takes the short way (quiet_step) where nothing would run on the
         # whole way that the short one leaves out: no step hook or override, fp32, no clipping, no token
         # normalisation, no timed phases, a strategy that does not own the step.
@@ -226,6 +227,8 @@ class TrainStep:
                     sums.add({"loss": loss, **metrics}, weight)
             if index == 0:
                 self.zero_grad()
+            if last and precision.scaler is not None:
+                self.fp16_skip = loss is None
             if loss is None:  # a skipped batch (trainer/loop/skipped_batches.py): no backward, no backward hooks
                 counting = False  # (a forward alone: FLOPs are counted at a later step)
             else:
@@ -279,7 +282,8 @@ class TrainStep:
                 agree = None if strategy.gradients_replicated else strategy.all_reduce_max
                 with labelled(OVERFLOW_KIND):
                     found_inf = scaler.unscale_found_inf(grads, agree)
-                stepped = run.fp16.decide(found_inf)  # sync-free: True, the kernel skips on found_inf
+                # (sync-free: True, the kernel skips on found_inf; a skipped last micro-batch: no step, no update)
+                stepped = False if self.fp16_skip else run.fp16.decide(found_inf)
         return stepped, found_inf
 
     # ----- 3. the optimizer step ---------------------------------------------------------------------------
@@ -294,7 +298,8 @@ class TrainStep:
         # step reads its metrics anyway) fires no hook and clips nothing; a logging step reports its
         # gradient norm as inf. A quiet sync-free step cannot know without a host sync: it runs the
         # hook and the clipping, and the kernel then skips the update.
-        if found_inf is not None and (not stepped or (log_now and run.fp16.sync_free and run.fp16.overflowed(found_inf))):
+        if found_inf is not None and not self.fp16_skip and \
+                (not stepped or (log_now and run.fp16.sync_free and run.fp16.overflowed(found_inf))):
             return stepped, found_inf, (torch.full((), math.inf) if log_now else None)
         with run.breakdown.phase("optimizer"):
             if "on_before_optimizer_step" in run.hooks.active:
@@ -325,6 +330,8 @@ class TrainStep:
                 else:
                     run.fp16.step(run.optimizer, found_inf)
                 run.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
+            elif self.fp16_skip:  # (Lightning's fp16: a step whose last micro-batch returned None; the schedule goes on)
+                run.lr_scheduling.after_optimizer_step()
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
                          run.precision.scaler.scale)

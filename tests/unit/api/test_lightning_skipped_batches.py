@@ -156,3 +156,25 @@ def test_a_skipped_batch_leaves_the_weights_where_they_were_and_logs_no_loss(tmp
     assert not all(torch.equal(a, b) for a, b in zip(seen[0], seen[1]))
     rows = [r for r in read_metrics(tmp_path) if "train/lr" in r]
     assert [("train/loss" in r) for r in rows] == [True, True, False, True]
+
+
+def _fp16_weights(tmp_path, skip):
+    module = build(ours, SkippingSteps)(skip=skip)
+    trainer = ours.Trainer(default_root_dir=tmp_path, max_epochs=1, precision="16-mixed", accumulate_grad_batches=2,
+                           logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                           enable_model_summary=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module)
+    return module.layer.weight.detach().clone(), trainer.global_step, trainer.optimizers[0].param_groups[0]["lr"]
+
+
+def test_with_fp16_loss_scaling_a_skipped_last_micro_batch_skips_its_step_as_lightning(tmp_path):
+    # Lightning's 16-mixed (GPU only there: on a CPU it trains bf16-mixed, so it is not run beside ours here)
+    # takes no optimizer step and no loss-scale update where the closure's micro-batch (a step's last)
+    # returned None, discarding the step's other gradients; the step and the schedule still count.
+    last, steps, lr = _fp16_weights(tmp_path / "last", {1})
+    window, window_steps, window_lr = _fp16_weights(tmp_path / "window", {0, 1})
+    first, _, _ = _fp16_weights(tmp_path / "first", {0})
+    assert torch.equal(last, window) and steps == window_steps == 4 and lr == window_lr
+    assert not torch.equal(first, window)  # a skipped first micro-batch: the step takes the last one's gradient
