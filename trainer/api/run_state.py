@@ -67,6 +67,7 @@ class TrainerRunState(RankProperties):
         state = dict(self.__dict__)
         state["_run_view"] = None
         state.pop("_model", None)  # the last in-process call's wrapped module stays with the caller
+        state.pop("_last_optimization", None)  # (and the last fit's optimizers)
         return state
 
     # progress: live during a run, stored after it (set by trainer/loop/weights_return.py)
@@ -211,8 +212,11 @@ class TrainerRunState(RankProperties):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The run's optimizers as a list (as the strategy set them up: ZeRO-1's wrapper): one item,
-        or several under manual optimization; [] before ``configure_optimizers`` ran."""
-        return self._run_view.optimizers if self._run_view is not None else []
+        or several under manual optimization; [] before ``configure_optimizers`` ran; after an
+        in-process ``fit``, its optimizers (as Lightning keeps them)."""
+        if self._run_view is not None:
+            return self._run_view.optimizers
+        return list(self.__dict__.get("_last_optimization", ([], []))[0])
 
     @property
     def lr_schedulers(self) -> list[Any]:
@@ -222,8 +226,11 @@ class TrainerRunState(RankProperties):
     @property
     def lr_scheduler_configs(self) -> list[Any]:
         """One ``LRSchedulerConfig`` per scheduler (``scheduler``, ``interval``, ``frequency``,
-        ``monitor`` ...: Lightning's name), in the order ``configure_optimizers`` returned them."""
-        return self._run_view.lr_scheduler_configs if self._run_view is not None else []
+        ``monitor`` ...: Lightning's name), in the order ``configure_optimizers`` returned them (after an
+        in-process ``fit``: its configs)."""
+        if self._run_view is not None:
+            return self._run_view.lr_scheduler_configs
+        return list(self.__dict__.get("_last_optimization", ([], []))[1])
 
     @property
     def estimated_stepping_batches(self) -> int:

@@ -12,10 +12,12 @@ import torch
 class StepHooks:
     """The steps a module implements (TrainModule's)."""
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor]:
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:
         """Return the mean loss of this micro-batch, or a dict with "loss" and more metrics
         (means over the micro-batch). With ``loss_normalization="tokens"`` also return
-        "num_tokens", the count the loss is averaged over."""
+        "num_tokens", the count the loss is averaged over. None skips the micro-batch on one
+        process (no backward; the step goes on); on several ranks it is an error (return
+        ``loss * 0`` instead)."""
         raise NotImplementedError(f"{type(self).__name__} must implement training_step()")
 
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor | dict[str, torch.Tensor] | None:

@@ -101,8 +101,10 @@ def trial_step(run: RankRun, size: int) -> None:
                 with precision.autocast(run.device), logs.micro_batch(size):
                     output = run.wrapped(batch, 0)
                 loss, _ = split_step_output(output, "training_step")
-                if loss is None:
-                    raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+                if loss is None:  # (a skipped batch in training: the trial measures a backward)
+                    raise ValueError(f"training_step returned no loss in the batch-size finder's trial step (batch_idx 0, "
+                                     f"{size} samples), which measures the memory of a forward and backward: return a "
+                                     "loss for it (a tensor or a dict with 'loss'), or set the batch size yourself")
                 precision.scale_loss(loss).backward()
             del output, loss, batch
             strategy.optimizer_step(run.optimizer)

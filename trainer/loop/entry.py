@@ -69,6 +69,8 @@ def live(trainer: Trainer, run: RankRun) -> Iterator[None]:
         validates = "data" in run.__dict__ and run.view.has_validation
         object.__setattr__(trainer, "_last_loaders", (run.view.returned_loaders, run.view.num_eval_batches, validates))
         object.__setattr__(trainer, "_stopped", run.view.stop_requested)  # trainer.should_stop after the call
+        if run.__dict__.get("lr_scheduling") is not None:  # a fit's optimizers stay readable until the next fit's
+            object.__setattr__(trainer, "_last_optimization", (run.view.optimizers, run.view.lr_scheduler_configs))
 
 
 def _report(run: RankRun, env: ClusterEnvironment, error: BaseException) -> None:

@@ -53,9 +53,10 @@ def build_fit(run: RankRun) -> None:
     fitting = plan_fit(trainer, module, run.data.plan(run.data_parallel_size, run.batch), run.batch)
     run.replan(run.batch, fitting)
     # 2. optimizers and schedulers
-    optimizer, schedulers = configure_optimizers(module)  # also: an optimizer= it was given and ignored
+    steps_schedulers = run.hooks.module_overrides("lr_scheduler_step")  # the module steps each scheduler itself
+    optimizer, schedulers = configure_optimizers(module, steps_schedulers)  # also: an optimizer= given and ignored
     lr_scheduling = LRScheduling(schedulers)
-    if run.hooks.module_overrides("lr_scheduler_step"):  # the module steps each scheduler itself
+    if steps_schedulers:
         lr_scheduling.step_scheduler = module.lr_scheduler_step
     if module.automatic_optimization:  # self.clip_gradients in configure_gradient_clipping
         module.__dict__["_gradient_clipper"] = gradient_clipper(run)

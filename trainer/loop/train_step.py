@@ -39,6 +39,7 @@ from trainer.strategies.sync_batchnorm import padding_micro_batch
 from trainer.runtime.tensors import local_tensor
 from trainer.api.hook_calls import call_step
 from trainer.loop.optimizer_step import OptimizerStep, batch_end_outputs, train_batch_start, transfer_batch
+from trainer.loop.skipped_batches import SkippedBatches
 from trainer.observe.throughput import write_flops_by_module
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class TrainStep:
         self.custom_zero_grad = hooks.module_overrides("optimizer_zero_grad")
         self.custom_clipping = hooks.module_overrides("configure_gradient_clipping")
         self.step_lr: float = 0.0  # the learning rate after the step's own schedule (logged as train/lr)
+        self.skipped_batch = SkippedBatches(run)  # training_step returned None
+        self.fp16_skip = False  # fp16: the step's last micro-batch was skipped (no optimizer step, as Lightning's)
         # A quiet step of one micro-batch takes the short way (quiet_step) where nothing would run on the
         # whole way that the short one leaves out: no step hook or override, fp32, no clipping, no token
         # normalisation, no timed phases, a strategy that does not own the step.
@@ -115,7 +118,8 @@ class TrainStep:
                 output = self.forward(batch, run.batch_idx)
             loss, _, weight = self.step_loss(output, micro_batch)
             run.optimizer.zero_grad(set_to_none=True)
-            self.normalization.loss_to_backward(loss, weight, plan.global_count, None).backward()
+            if loss is not None:  # (None: a skipped batch, trainer/loop/skipped_batches.py)
+                self.normalization.loss_to_backward(loss, weight, plan.global_count, None).backward()
         if run.nonfinite is not None:
             run.nonfinite.end_step(run.step + 1, run.epoch)
         self.step_optimizer(True, None)
@@ -128,14 +132,15 @@ class TrainStep:
             return call_step(wrapped.module, "training_step", batch, batch_idx)
         return wrapped(batch, batch_idx)
 
-    def step_loss(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor, dict[str, Any], Any]:
+    def step_loss(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor | None, dict[str, Any], Any]:
         """A micro-batch's loss, metrics and weight from ``training_step``'s output; counts the micro-batch,
-        notes the loss for the non-finite check and the tokens for tokens/s."""
+        notes the loss for the non-finite check and the tokens for tokens/s. ``(None, {}, None)`` for a
+        batch ``training_step`` skipped by returning None (trainer/loop/skipped_batches.py)."""
         run = self.run
         loss, metrics = split_step_output(output, "training_step")
-        run.micro_batch_done()
         if loss is None:
-            raise ValueError("training_step returned no loss; return a tensor or a dict with 'loss'")
+            return self.skipped_batch(output)
+        run.micro_batch_done()
         if run.nonfinite is not None:
             run.nonfinite.observe(loss)  # tensor ops; read when settled
         num_tokens = metrics.pop("num_tokens", None)  # a count, not a metric to average
@@ -218,19 +223,25 @@ class TrainStep:
                 with precision.autocast(run.device), run.module_logs.micro_batch(micro_batch.num_real):
                     output = self.forward(batch, run.batch_idx)
                 loss, metrics, weight = self.step_loss(output, micro_batch)
-                if sums is not None:
+                if sums is not None and loss is not None:
                     sums.add({"loss": loss, **metrics}, weight)
             if index == 0:
                 self.zero_grad()
-            if "on_before_backward" in hooks.active:
-                hooks.call("on_before_backward", loss)
-            with timer.phase("backward"):
-                scaled = precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count, local_tokens))
-                if self.custom_backward:
-                    run.module.backward(scaled)
-                else:
-                    scaled.backward()
-        if "on_after_backward" in hooks.active:  # outside the sync context: a last micro-batch's gradients are synced
+            if last and precision.scaler is not None:
+                self.fp16_skip = loss is None
+            if loss is None:  # a skipped batch (trainer/loop/skipped_batches.py): no backward, no backward hooks
+                counting = False  # (a forward alone: FLOPs are counted at a later step)
+            else:
+                if "on_before_backward" in hooks.active:
+                    hooks.call("on_before_backward", loss)
+                with timer.phase("backward"):
+                    scaled = precision.scale_loss(normalization.loss_to_backward(loss, weight, plan.global_count,
+                                                                                 local_tokens))
+                    if self.custom_backward:
+                        run.module.backward(scaled)
+                    else:
+                        scaled.backward()
+        if loss is not None and "on_after_backward" in hooks.active:  # outside the sync context: synced gradients
             hooks.call("on_after_backward")
         if counting:
             run.throughput.set_flops_per_micro_batch(counter.get_total_flops(), len(plan.micro_batches))
@@ -271,7 +282,8 @@ class TrainStep:
                 agree = None if strategy.gradients_replicated else strategy.all_reduce_max
                 with labelled(OVERFLOW_KIND):
                     found_inf = scaler.unscale_found_inf(grads, agree)
-                stepped = run.fp16.decide(found_inf)  # sync-free: True, the kernel skips on found_inf
+                # (sync-free: True, the kernel skips on found_inf; a skipped last micro-batch: no step, no update)
+                stepped = False if self.fp16_skip else run.fp16.decide(found_inf)
         return stepped, found_inf
 
     # ----- 3. the optimizer step ---------------------------------------------------------------------------
@@ -286,7 +298,8 @@ class TrainStep:
         # step reads its metrics anyway) fires no hook and clips nothing; a logging step reports its
         # gradient norm as inf. A quiet sync-free step cannot know without a host sync: it runs the
         # hook and the clipping, and the kernel then skips the update.
-        if found_inf is not None and (not stepped or (log_now and run.fp16.sync_free and run.fp16.overflowed(found_inf))):
+        if found_inf is not None and not self.fp16_skip and \
+                (not stepped or (log_now and run.fp16.sync_free and run.fp16.overflowed(found_inf))):
             return stepped, found_inf, (torch.full((), math.inf) if log_now else None)
         with run.breakdown.phase("optimizer"):
             if "on_before_optimizer_step" in run.hooks.active:
@@ -317,6 +330,8 @@ class TrainStep:
                 else:
                     run.fp16.step(run.optimizer, found_inf)
                 run.lr_scheduling.after_optimizer_step()  # sync-free fp16: a skipped step advances it too
+            elif self.fp16_skip:  # (Lightning's fp16: a step whose last micro-batch returned None; the schedule goes on)
+                run.lr_scheduling.after_optimizer_step()
             else:
                 log.info("step %d: gradient overflow, skipped (loss scale now %g)", run.step + 1,
                          run.precision.scaler.scale)

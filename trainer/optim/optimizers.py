@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
+from trainer.api.errors import MisconfigurationException
 from trainer.runtime import distributed
 from trainer.optim.lr_scheduling import INTERVALS, LRSchedulerConfig
 from trainer.runtime.rank_logging import rank_zero_warn
@@ -25,14 +26,16 @@ log = logging.getLogger(__name__)
 ACCEPTED = (
     "configure_optimizers may return: an optimizer; (optimizer, scheduler); [optimizer]; "
     "([optimizer], [scheduler, ...]); {'optimizer': optimizer, 'lr_scheduler': scheduler, 'monitor': ...} "
-    "(or [that dict]). A scheduler is a torch LRScheduler / ReduceLROnPlateau or a dict "
+    "(or [that dict]). A scheduler is a torch LRScheduler / ReduceLROnPlateau (another class with state_dict / "
+    "load_state_dict where the module overrides lr_scheduler_step) or a dict "
     "{'scheduler': ..., 'interval': 'step'|'epoch', 'frequency': n, 'monitor': 'val/...'|'train/...'|a self.log name, "
     "'strict': bool, 'name': str, 'reduce_on_plateau': bool}"
 )
 ACCEPTED_SEVERAL = (
     "with automatic_optimization = False also: [optimizer, ...]; ([optimizer, ...], [scheduler, ...]); "
-    "[{'optimizer': optimizer, 'lr_scheduler': scheduler}, ...]; a scheduler is a torch LRScheduler / "
-    "ReduceLROnPlateau built on one of the optimizers, or {'scheduler': ..., 'name': str} (the module steps it)"
+    "[{'optimizer': optimizer, 'lr_scheduler': scheduler}, ...]; a scheduler is any object with state_dict / "
+    "load_state_dict and an .optimizer that is one of the optimizers (a torch LRScheduler / ReduceLROnPlateau, or "
+    "a class of your own), or {'scheduler': ..., 'name': str} (the module steps it)"
 )
 MANUAL_SCHEDULER_KEYS = ("scheduler", "name")
 #: scheduler dict keys accepted under manual optimization but not used there (one warning names them)
@@ -59,9 +62,10 @@ class _UseRecorder:
         return getattr(self._factory, attribute)
 
 
-def configure_optimizers(module: Any) -> tuple[Any, list[LRSchedulerConfig]]:
+def configure_optimizers(module: Any, steps_schedulers: bool = False) -> tuple[Any, list[LRSchedulerConfig]]:
     """``module.configure_optimizers()`` read by ``split_optimizers`` (under manual optimization:
-    ``split_manual``, which returns a list of optimizers). An ``optimizer=`` or ``scheduler=``
+    ``split_manual``, which returns a list of optimizers); ``steps_schedulers``: the module overrides
+    ``lr_scheduler_step`` (then a scheduler of any class is accepted). An ``optimizer=`` or ``scheduler=``
     factory the module was given (the Hydra ``optimizer`` / ``scheduler`` groups) that an overriding
     ``configure_optimizers`` never used is an error: its settings (``optimizer.lr=...``) would be ignored."""
     used: set = set()
@@ -92,7 +96,7 @@ def configure_optimizers(module: Any) -> tuple[Any, list[LRSchedulerConfig]]:
     interval = getattr(module, "scheduler_interval", "step")
     if interval not in INTERVALS:
         raise ValueError(f"{type(module).__name__}.scheduler_interval={interval!r}; the intervals are {list(INTERVALS)}")
-    return split_optimizers(configured, default_interval=interval)
+    return split_optimizers(configured, default_interval=interval, steps_schedulers=steps_schedulers)
 
 
 def _describe_factory(factory: Any) -> str:
@@ -102,10 +106,11 @@ def _describe_factory(factory: Any) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
 
 
-def split_optimizers(configured: Any, default_interval: str = "step") -> tuple[torch.optim.Optimizer,
-                                                                             list[LRSchedulerConfig]]:
+def split_optimizers(configured: Any, default_interval: str = "step", steps_schedulers: bool = False
+                     ) -> tuple[torch.optim.Optimizer, list[LRSchedulerConfig]]:
     """``(optimizer, scheduler configs)`` from what ``configure_optimizers`` returned; a scheduler
-    without an ``interval`` steps every ``default_interval``."""
+    without an ``interval`` steps every ``default_interval``; ``steps_schedulers``: the module's
+    ``lr_scheduler_step`` steps them (a scheduler need not be torch's)."""
     monitor = None
     if _is_optimizer(configured):
         optimizer, schedulers = configured, []
@@ -130,7 +135,7 @@ def split_optimizers(configured: Any, default_interval: str = "step") -> tuple[t
         raise TypeError(f"configure_optimizers returned {_describe(configured)}. {ACCEPTED}")
     if not _is_optimizer(optimizer):
         raise TypeError(f"configure_optimizers gave optimizer={_describe(optimizer)}, not a torch.optim.Optimizer. {ACCEPTED}")
-    configs = [_read_scheduler(s, optimizer, monitor, default_interval) for s in schedulers]
+    configs = [_read_scheduler(s, optimizer, monitor, default_interval, steps_schedulers) for s in schedulers]
     names = [c.name for c in configs if c.name is not None]
     if len(set(names)) != len(names):
         raise ValueError(f"configure_optimizers: lr_scheduler names {names} repeat; give each scheduler its own name")
@@ -248,10 +253,11 @@ def _read_manual_scheduler(given: Any, optimizers: list) -> LRSchedulerConfig:
                          f"itself (self.lr_schedulers()), so when to step is its code; the keys are "
                          f"{list(MANUAL_SCHEDULER_KEYS)}")
     scheduler, name = options.get("scheduler"), options.get("name")
-    if not isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
-        raise TypeError(f"lr_scheduler {_describe(scheduler)} is not a torch.optim.lr_scheduler.LRScheduler "
-                        f"or ReduceLROnPlateau. {ACCEPTED_SEVERAL}")
-    if not any(getattr(scheduler, "optimizer", None) is o for o in optimizers):
+    _require_state(scheduler, ACCEPTED_SEVERAL)  # (any class: the module steps it; checkpoints keep its state)
+    if not hasattr(scheduler, "optimizer"):
+        raise ValueError(f"lr_scheduler {type(scheduler).__name__} has no .optimizer attribute: a scheduler names the "
+                         "optimizer it schedules (one that configure_optimizers returned) in .optimizer")
+    if not any(scheduler.optimizer is o for o in optimizers):
         raise ValueError(f"lr_scheduler {type(scheduler).__name__} was built on an optimizer that configure_optimizers "
                          "did not return; build it on one of them")
     if name is not None and (not isinstance(name, str) or not name):
@@ -280,9 +286,18 @@ def _read_optimizer_dict(configured: dict) -> tuple[Any, list, Any]:
     return configured["optimizer"], [] if scheduler is None else [scheduler], monitor
 
 
+def _require_state(scheduler: Any, shapes: str) -> None:
+    """A scheduler's state goes into checkpoints: it needs ``state_dict`` and ``load_state_dict``
+    (a TypeError, as Lightning's)."""
+    if not (callable(getattr(scheduler, "state_dict", None)) and callable(getattr(scheduler, "load_state_dict", None))):
+        raise TypeError(f"lr_scheduler {_describe(scheduler)} has no state_dict() / load_state_dict() methods, which "
+                        f"checkpoints save and restore it with: define both. {shapes}")
+
+
 def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any,
-                    default_interval: str = "step") -> LRSchedulerConfig:
-    """One scheduler (or scheduler dict) as an LRSchedulerConfig, every key checked."""
+                    default_interval: str = "step", steps_schedulers: bool = False) -> LRSchedulerConfig:
+    """One scheduler (or scheduler dict) as an LRSchedulerConfig, every key checked. A scheduler that
+    is not torch's needs ``steps_schedulers`` (the module's ``lr_scheduler_step``)."""
     options = dict(given) if isinstance(given, dict) else {"scheduler": given}
     unknown = sorted(set(options) - set(SCHEDULER_DICT_KEYS), key=str)
     if unknown:
@@ -295,14 +310,20 @@ def _read_scheduler(given: Any, optimizer: torch.optim.Optimizer, monitor: Any,
             f"configure_optimizers gave a {type(scheduler).__name__} optimizer where a scheduler belongs (several "
             f"optimizers need automatic_optimization = False). {ACCEPTED}"
         )
-    if not isinstance(scheduler, (LRScheduler, ReduceLROnPlateau)):
-        raise TypeError(f"lr_scheduler {_describe(scheduler)} is not a torch.optim.lr_scheduler.LRScheduler "
-                        f"or ReduceLROnPlateau. {ACCEPTED}")
+    torch_kind = isinstance(scheduler, (LRScheduler, ReduceLROnPlateau))
+    if not torch_kind:
+        _require_state(scheduler, ACCEPTED)
+        if not steps_schedulers:  # (Lightning's exception class, and the phrase programs match)
+            raise MisconfigurationException(
+                f"lr_scheduler {type(scheduler).__name__} doesn't follow PyTorch's LRScheduler API (it is not a "
+                "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau), so the trainer cannot step it: override "
+                "the module's lr_scheduler_step(scheduler, metric) to step it, or use a torch scheduler")
     if getattr(scheduler, "optimizer", None) is not optimizer:
         raise ValueError(f"lr_scheduler {type(scheduler).__name__} was built on another optimizer than the one "
                          "configure_optimizers returned; build it on that optimizer")
-    is_plateau = isinstance(scheduler, ReduceLROnPlateau)
     kind = type(scheduler).__name__
+    # a scheduler of the module's own steps with a metric where its dict says reduce_on_plateau=True
+    is_plateau = isinstance(scheduler, ReduceLROnPlateau) if torch_kind else options.get("reduce_on_plateau", False)
     plateau = options.get("reduce_on_plateau", is_plateau)
     if plateau is not is_plateau:
         raise ValueError(f"lr_scheduler dict: reduce_on_plateau={plateau!r} for a {kind}; it is "

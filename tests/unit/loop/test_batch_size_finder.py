@@ -146,6 +146,19 @@ def test_manual_optimization_is_refused(tmp_path):
         new_trainer(tmp_path, auto_batch_size=True, auto_batch_size_limit_gb=1).fit(ManualRegressor())
 
 
+class SkipsFirstBatch(Regressor):
+    def training_step(self, batch, batch_idx):
+        return None if batch_idx == 0 else super().training_step(batch, batch_idx)
+
+
+def test_a_trial_step_without_a_loss_says_why_the_finder_needs_one(tmp_path):
+    # (training skips such a batch; the trial measures a backward, so it asks for a loss)
+    with pytest.raises(ValueError, match=r"training_step returned no loss in the batch-size finder's trial step "
+                                         r"\(batch_idx 0, \d+ samples\), which measures the memory of a forward and "
+                                         r"backward: return a loss for it .* or set the batch size yourself"):
+        new_trainer(tmp_path, auto_batch_size=True, auto_batch_size_limit_gb=1).fit(SkipsFirstBatch())
+
+
 def test_no_size_fits_is_an_error_naming_the_budget(tmp_path):
     with pytest.raises(ValueError, match=r"no micro-batch fits the budget \(peak <= limit 100 B x \(1 - margin 0.1\)"):
         new_trainer(tmp_path, auto_batch_size=True, auto_batch_size_limit_gb=100 / GIB).fit(Regressor())

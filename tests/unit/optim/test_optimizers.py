@@ -18,6 +18,7 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau, StepLR
 
 from tests.support.helpers import HostSyncCounter, OverflowAt, Regressor, new_trainer, read_metrics, run_trainer
 from trainer.callbacks import LearningRateMonitor
+from trainer.api.errors import MisconfigurationException
 from trainer.checkpoint import layout
 from trainer.optim.lr_scheduling import LRScheduling
 from trainer.optim.optimizers import split_optimizers
@@ -144,6 +145,19 @@ def _two_sgd():
     return torch.optim.SGD(net.parameters(), lr=0.1), torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
 
 
+class _Stateful:
+    """A scheduler that is not torch's (state_dict / load_state_dict, no step of torch's kind)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
 REFUSED = {
     "None": (lambda o, p: None, TypeError, r"returned None\. configure_optimizers may return: an optimizer; "),
     "empty list": (lambda o, p: [], TypeError, r"returned \[\]\. configure_optimizers may return"),
@@ -154,7 +168,9 @@ REFUSED = {
     "optimizer as scheduler dict's scheduler": (lambda o, p: (o, {"scheduler": p}), TypeError,
                                                 r"a SGD optimizer where a scheduler belongs"),
     "not a scheduler": (lambda o, p: (o, "cosine"), TypeError,
-                        r"lr_scheduler 'cosine' is not a torch\.optim\.lr_scheduler\.LRScheduler or ReduceLROnPlateau"),
+                        r"lr_scheduler 'cosine' has no state_dict\(\) / load_state_dict\(\) methods"),
+    "not torch's, no lr_scheduler_step": (lambda o, p: (o, _Stateful(o)), MisconfigurationException,
+                                          r"lr_scheduler _Stateful doesn't follow PyTorch's LRScheduler API"),
     "unknown dict key": (lambda o, p: {"optimizer": o, "scheduler": StepLR(o, 1)}, ValueError,
                          r"unknown keys \['scheduler'\]; the keys are \['optimizer', 'lr_scheduler', 'monitor'\]"),
     "no optimizer key": (lambda o, p: {"lr_scheduler": StepLR(o, 1)}, ValueError, r"dict has no 'optimizer' key"),
