@@ -1,7 +1,7 @@
 """A ``@rank_zero_only`` hook that runs the model (Lightning's autoencoder example samples images so at each
 epoch's end) on 2 ranks: under FSDP the model's forward gathers its shards from every rank, and the other
 ranks never call it. The run ends at once, naming the function, instead of waiting for the collective
-timeout; under DDP (each rank holds the whole model) the same hook runs on rank 0 alone."""
+timeout; where each rank holds the whole model (DDP, FSDP's ``no_shard``) the same hook runs on rank 0 alone."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainer.lightning import Callback, LightningModule, Trainer
 from trainer.lightning.utilities import rank_zero_only
 from trainer.runtime.launch import WorkerFailed
+from trainer.strategies.fsdp import FSDPStrategy
 
 pytestmark = pytest.mark.timeout(600)
 COLLECTIVE_TIMEOUT_S = 240  # what rank 0 would wait before the fix: the test must end well before it
@@ -51,7 +52,7 @@ class Sampler(Callback):
             f.write(f"{trainer.current_epoch} {tuple(out.shape)}\n")
 
 
-def _fit(tmp_path, strategy: str) -> str:
+def _fit(tmp_path, strategy) -> str:
     data = TensorDataset(torch.randn(16, 4, generator=torch.Generator().manual_seed(0)))
     path = str(tmp_path / "samples.txt")
     trainer = Trainer(devices=2, strategy=strategy, accelerator="cpu", max_epochs=2, callbacks=[Sampler(path)],
@@ -74,7 +75,8 @@ def test_a_rank_zero_only_forward_of_an_fsdp_model_fails_at_once_naming_the_func
     assert not os.path.exists(tmp_path / "samples.txt")
 
 
-def test_under_ddp_the_rank_zero_only_forward_runs_on_rank_zero_alone(tmp_path):
-    path = _fit(tmp_path, "ddp")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp no_shard"])
+def test_where_each_rank_holds_the_whole_model_the_rank_zero_only_forward_runs_on_rank_zero_alone(tmp_path, strategy):
+    path = _fit(tmp_path, "ddp" if strategy == "ddp" else FSDPStrategy(accelerator="cpu", sharding="no_shard"))
     with open(path) as f:
         assert f.read().splitlines() == ["0 (3, 4)", "1 (3, 4)"]
