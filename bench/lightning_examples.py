@@ -100,7 +100,9 @@ def _image_folder(mode_root: str, cwd: str) -> None:
 EXAMPLES = {
     "bug_report/bug_report_model.py": dict(args=[], data=None, cli=False),
     "basics/transformer.py": dict(
-        args=[], data=_wikitext, cli=False,
+        # (it sets max_epochs=20 itself and fixes its 2,000-sample validation and test splits: the runner's
+        # Trainer defaults limit what it leaves unset, as Lightning's PL_TRAINER_* variables would)
+        args=[], data=_wikitext, cli=False, defaults={"limit_val_batches": 2, "limit_test_batches": 2},
         lightning_order="its training loader shuffles (Lightning: the global generator; here: the seed and epoch)",
         ranks_order="dropout: each rank draws its own masks"),
     "basics/autoencoder.py": dict(args=TINY_CLI, data=_mnist, cli=True),
@@ -195,7 +197,7 @@ def run_example(name: str, spec: dict, examples_dir: str, work: str, pythonpath:
         defaults = {**spec.get("defaults", {}), **defaults}
         result = one(label, "mirror", extra, defaults)
         if result.error is not None:
-            row[label] = {"runs": False, "error": result.error}
+            row[label] = {"runs": False, "error": result.error, **_steps_before(result, layout, single)}
             continue
         losses = harness.step_losses(result.records, layout.get("accumulate", 1))
         if single is None:
@@ -208,12 +210,29 @@ def run_example(name: str, spec: dict, examples_dir: str, work: str, pythonpath:
     return row
 
 
+def _steps_before(result: harness.Run, layout: dict, single: list[float] | None) -> dict:
+    """For a run that failed after training some steps: those steps against the one-process reference's."""
+    if not result.records or single is None:
+        return {}
+    try:
+        losses = harness.step_losses(result.records, layout.get("accumulate", 1))
+    except ValueError:  # the ranks stopped at different batches
+        return {}
+    equal, worst = harness.compare(losses, single[:len(losses)], RTOL)
+    return {"steps_before": len(losses), "equal_before": equal, "max_rel_before": worst}
+
+
 def _cell(value) -> str:
     if value is None:
         return "—"
     if isinstance(value, dict):
         if not value.get("runs", True):
-            return f"fails: {value['error'][:80]}"
+            before = ""
+            if "steps_before" in value:
+                verdict = "equal" if value["equal_before"] else "differs"
+                before = (f" after {value['steps_before']} training steps ({verdict} to one process's, max rel "
+                          f"{value['max_rel_before']:.1e})")
+            return f"fails{before}: {_short(value['error'], 160)}"
         if "equal" not in value:
             return f"runs ({value.get('steps')} steps)"
         verdict = "equal" if value["equal"] else ("differs" if value["order_held"] else "not comparable")

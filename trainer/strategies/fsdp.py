@@ -351,19 +351,19 @@ def _gather_when_called_outside_a_step(root: nn.Module, owners: list[nn.Module])
         owner.register_forward_hook(after)
 
 
-_ROOT_KEY = "_fsdp_root_and_group"
+ROOT_KEY = "_fsdp_root_and_group"
 
 
 def remember_root(module: nn.Module, root: nn.Module) -> None:
     """Keep ``root`` in the module's __dict__ (not as a submodule) with the process group it runs on,
     weakly: a module the caller keeps after its run must not keep the ended group (and its gloo
     threads) alive (trainer/runtime/distributed.py); a later run sees that the group has ended."""
-    module.__dict__[_ROOT_KEY] = (root, weakref.ref(torch.distributed.group.WORLD))
+    module.__dict__[ROOT_KEY] = (root, weakref.ref(torch.distributed.group.WORLD))
 
 
 def _sharded_root(module: nn.Module) -> nn.Module | None:
     """The FSDP root of an earlier run of ``module`` in this process, if its process group still runs."""
-    root, group = module.__dict__.get(_ROOT_KEY, (None, None))
+    root, group = module.__dict__.get(ROOT_KEY, (None, None))
     if root is None:
         return None
     group = group()
