@@ -3,7 +3,8 @@
 Keys are parameter names (``blocks.0.linear.weight``, optimizer state keyed by the same names),
 never wrapper prefixes or parameter ids, so a checkpoint of one strategy loads into another:
 DDP <-> FSDP, 2 ranks -> 1 or 4, strategy=nd's DTensors over a 2-D mesh (FSDP x tensor parallel)
--> another mesh or one process (DCP reshards them). Built on ``torch.distributed.checkpoint.state_dict``.
+-> another mesh or one process (DCP reshards them). Built on ``torch.distributed.checkpoint.state_dict``
+(a plain module's full state on one process: ``local_state.py``, the same dicts without importing it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.checkpoint.local_state import plain_full_state
 from trainer.runtime import distributed
 from trainer.optim.param_groups import keep_param_group_dicts
 from trainer.strategies.base import OptimizerStateIO
@@ -33,11 +35,15 @@ def get_training_state(
     """``{"model": ..., "optim": ...}``: sharded (DTensors stay DTensors) or full on rank 0 (other
     ranks get empty dicts). A collective under FSDP: call on every rank. ``strategy``: one whose
     optimizer keeps its state elsewhere (ZeRO-1) gives the optimizer entry itself."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
-
     own = None
     if strategy is not None and optimizer is not None:
         own = strategy.optimizer_state_dict(module, optimizer, full)
+    if full and own is None and not distributed.is_distributed():
+        local = plain_full_state(module, optimizer)
+        if local is not None:
+            return local
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
     if optimizer is None or own is not None:
         state = {"model": get_model_state_dict(module, options=_options(full))}
         return state if own is None else {**state, "optim": own}
