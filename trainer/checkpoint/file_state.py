@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -57,24 +57,31 @@ class _Shipped(NamedTuple):
     values: Any
 
 
-def _ship(tree: Any) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return _Shipped(str(tree.dtype).removeprefix("torch."), tree.detach().cpu().tolist())
+def _map(tree: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``tree`` (dicts, lists, tuples) with ``leaf`` applied to everything else in it."""
     if isinstance(tree, dict):
-        return {key: _ship(value) for key, value in tree.items()}
+        return {key: _map(value, leaf) for key, value in tree.items()}
     if type(tree) in (list, tuple):
-        return type(tree)(_ship(value) for value in tree)
-    return tree
+        return type(tree)(_map(value, leaf) for value in tree)
+    return leaf(tree)
 
 
-def _land(tree: Any) -> Any:
-    if isinstance(tree, _Shipped):
-        return torch.tensor(tree.values, dtype=getattr(torch, tree.dtype))
-    if isinstance(tree, dict):
-        return {key: _land(value) for key, value in tree.items()}
-    if type(tree) in (list, tuple):
-        return type(tree)(_land(value) for value in tree)
-    return tree
+def _on_cpu(value: Any) -> Any:
+    """The full state's tensors on the CPU (one process keeps them on the device; several are gathered
+    to rank 0's CPU already): a file that loads anywhere."""
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
+def _ship(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _Shipped(str(value.dtype).removeprefix("torch."), value.detach().cpu().tolist())
+    return value
+
+
+def _land(value: Any) -> Any:
+    if isinstance(value, _Shipped):
+        return torch.tensor(value.values, dtype=getattr(torch, value.dtype))
+    return value
 
 
 @dataclass
@@ -94,15 +101,15 @@ def gather_file_state(states: RunStates, strategy: Any) -> FileState | None:
     on the others). The callbacks' ``state_dict`` and ``on_save_checkpoint`` hooks run on every rank
     (as Lightning's do); rank 0's are kept."""
     progress = states.progress()
-    training = get_training_state(states.model, states.optimizer, True, strategy)
+    training = _map(get_training_state(states.model, states.optimizer, True, strategy), _on_cpu)
     callbacks = states.callbacks.state_dict() if states.callbacks is not None else {}
     rank = distributed.rank()
     mine = {f"rng/rank-{rank:05d}.pt": get_rng_state(),
             **stream_state(states.data, progress["epoch"], progress["epoch_step"])}
-    gathered = distributed.gather_object(_ship(mine))
+    gathered = distributed.gather_object(_map(mine, _ship))
     if gathered is None:
         return None
-    objects = {name: _land(part) for parts in gathered for name, part in parts.items()}
+    objects = {name: _map(part, _land) for parts in gathered for name, part in parts.items()}
     hparams_objects = states.hparams_objects() if states.hparams_objects is not None else None
     if hparams_objects:
         objects[HPARAMS_FILE] = hparams_objects

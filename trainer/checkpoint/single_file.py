@@ -131,8 +131,7 @@ def unpacked(path: str) -> str:
         state["optim"] = resume["optim"]
     torch.save(state, os.path.join(folder, MODEL_OPTIM))
     # the file's own integrity is torch.load's to check; the folder rebuilt from it is complete
-    if marker.get(integrity.FILES) is not None:
-        marker[integrity.FILES] = integrity.sizes(folder, [*resume["files"], *resume.get("objects", {})])
+    marker[integrity.FILES] = integrity.sizes(folder, [*resume["files"], *resume.get("objects", {})])
     marker["packed_from"] = path
     with open(os.path.join(folder, layout.COMMITTED), "w", encoding="utf-8") as handle:
         json.dump(marker, handle)
