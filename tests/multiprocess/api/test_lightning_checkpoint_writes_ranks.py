@@ -75,16 +75,25 @@ def test_rank_zero_writes_each_file_once_and_the_other_rank_nothing(tmp_path):
     assert zero["state_dict_calls"] == one["state_dict_calls"] == 3
 
 
-def test_a_resume_from_the_file_restores_every_ranks_generators(tmp_path):
+@pytest.mark.parametrize("mid_epoch", [False, True])
+def test_a_resume_from_the_file_restores_every_ranks_generators(tmp_path, mid_epoch):
+    """From ``last.ckpt`` of an epoch's end, or from a file ``every_n_train_steps`` saved in
+    ``on_train_batch_end`` inside an epoch (step 3 of 2 an epoch)."""
     torch.manual_seed(0)
     whole = Noisy(batch_size=4)
     fit(tmp_path / "whole", whole, [], max_epochs=4, **DDP)
-    half = ModelCheckpoint(dirpath=str(tmp_path / "half"), save_last=True)
-    fit(tmp_path / "a", Noisy(batch_size=4), [half], max_epochs=2, **DDP)
-    saved = torch.load(tmp_path / "half" / "last.ckpt", weights_only=True)["meshtrainer"]["objects"]
+    if mid_epoch:
+        saving = ModelCheckpoint(dirpath=str(tmp_path / "half"), every_n_train_steps=3, save_top_k=-1, filename="{step}")
+        fit(tmp_path / "a", Noisy(batch_size=4), [saving], max_epochs=4, **DDP)
+        path = str(tmp_path / "half" / "step=3.ckpt")
+    else:
+        saving = ModelCheckpoint(dirpath=str(tmp_path / "half"), save_last=True)
+        fit(tmp_path / "a", Noisy(batch_size=4), [saving], max_epochs=2, **DDP)
+        path = str(tmp_path / "half" / "last.ckpt")
+    saved = torch.load(path, weights_only=True)["meshtrainer"]["objects"]
     generators = [saved[f"rng/rank-{rank:05d}.pt"]["torch"] for rank in (0, 1)]
     assert not torch.equal(*generators)  # each rank's own stream is in the file
     resumed = Noisy(batch_size=4)
-    fit(tmp_path / "b", resumed, [], max_epochs=4, ckpt_path=str(tmp_path / "half" / "last.ckpt"), **DDP)
+    fit(tmp_path / "b", resumed, [], max_epochs=4, ckpt_path=path, **DDP)
     torch.testing.assert_close(resumed.layer.weight, whole.layer.weight, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(resumed.layer.bias, whole.layer.bias, rtol=1e-6, atol=1e-7)

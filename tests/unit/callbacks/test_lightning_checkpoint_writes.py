@@ -84,3 +84,20 @@ def test_a_file_with_every_part_as_bytes_still_resumes(tmp_path):
          ckpt_path=older)
     for name, value in resumed.state_dict().items():
         torch.testing.assert_close(value, whole.state_dict()[name], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("step", [3, 2])  # inside the second epoch; the first epoch's last batch
+def test_a_file_saved_in_on_train_batch_end_resumes_as_the_uninterrupted_run(tmp_path, step):
+    """``every_n_train_steps`` saves in ``on_train_batch_end``, after the batch's optimizer step: the file
+    says that batch is trained, and a resume goes on from the next one."""
+    whole = Module()
+    ours(tmp_path / "whole", [], max_epochs=4, module=whole)
+    callback = ModelCheckpoint(dirpath=str(tmp_path / "c"), every_n_train_steps=step, save_top_k=-1, filename="{step}")
+    ours(tmp_path / "a", [callback], max_epochs=4)
+    saved = torch.load(tmp_path / "c" / f"step={step}.ckpt", weights_only=True)
+    assert saved["global_step"] == step
+    resumed = Module()
+    trainer = ours(tmp_path / "b", [], max_epochs=4, module=resumed, ckpt_path=str(tmp_path / "c" / f"step={step}.ckpt"))
+    assert trainer.global_step == 8
+    for name, value in resumed.state_dict().items():
+        torch.testing.assert_close(value, whole.state_dict()[name], rtol=1e-6, atol=1e-7)
