@@ -101,3 +101,31 @@ def test_a_file_saved_in_on_train_batch_end_resumes_as_the_uninterrupted_run(tmp
     assert trainer.global_step == 8
     for name, value in resumed.state_dict().items():
         torch.testing.assert_close(value, whole.state_dict()[name], rtol=1e-6, atol=1e-7)
+
+
+class Manual(Module):
+    """The same training under manual optimization (one ``opt.step()`` a batch)."""
+
+    def __init__(self, width: int = 4):
+        super().__init__(width)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+
+
+def test_under_manual_optimization_a_file_saved_in_on_train_batch_end_resumes_too(tmp_path):
+    whole = Manual()
+    ours(tmp_path / "whole", [], max_epochs=4, module=whole)
+    callback = ModelCheckpoint(dirpath=str(tmp_path / "c"), every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    ours(tmp_path / "a", [callback], max_epochs=4, module=Manual())
+    resumed = Manual()
+    trainer = ours(tmp_path / "b", [], max_epochs=4, module=resumed, ckpt_path=str(tmp_path / "c" / "step=3.ckpt"))
+    assert trainer.global_step == 8
+    for name, value in resumed.state_dict().items():
+        torch.testing.assert_close(value, whole.state_dict()[name], rtol=1e-6, atol=1e-7)
