@@ -1,6 +1,7 @@
 """A checkpoint file saved mid-stream (``trainer.save_checkpoint(path)`` inside an epoch of a streaming
 dataset) holds the stream position as one of its parts and resumes exactly where the uninterrupted run
-was (one ``torch.save``: tests/unit/callbacks/test_lightning_checkpoint_writes.py)."""
+was (one ``torch.save``: tests/unit/callbacks/test_lightning_checkpoint_writes.py); a write that fails is one
+error naming the file, with nothing left beside it."""
 
 from __future__ import annotations
 
@@ -36,3 +37,12 @@ def test_a_file_saved_mid_stream_resumes_exactly(tmp_path):
     _, params = fit(tmp_path / "rest", StreamRegressor(), max_steps=18, resume=path, **STREAM)
     for name, value in reference.items():
         assert torch.equal(params[name], value), name
+
+
+def test_a_failed_write_is_one_error_naming_the_file_and_leaves_nothing(tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the checkpoint's folder should be")
+    path = str(blocker / "mid.ckpt")
+    with pytest.raises(Exception, match=r"checkpoint file .*mid.ckpt not saved \(.*Error"):
+        fit(tmp_path / "run", StreamRegressor(), max_steps=4, callbacks=[SaveAt(2, path)], **STREAM)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not_a_folder", "run"]
