@@ -6,7 +6,8 @@ text rule of docs/lightning.md ("change the import lines"), applied to every Lig
 the file (imports and the strings of ``mock.patch``). Module-level ``from ... import`` lines of
 Lightning names go through ``_ltcompat_shim.lookup`` so that a name the mirror lacks fails only
 the tests that use it. The test infrastructure (``conftest.py``, ``helpers/runif.py``: fixtures and
-skip conditions) keeps Lightning's imports. Nothing is written into this repository.
+skip conditions) keeps Lightning's imports; its fixtures' patches of Lightning's modules (a mocked CUDA
+device count) patch the mirror's same public path too. Nothing is written into this repository.
 """
 
 from __future__ import annotations
@@ -83,6 +84,25 @@ def wrap_module_imports(text: str) -> str:
     return "".join(lines)
 
 
+_FIXTURE_PATCH = re.compile(r"^([ \t]*)monkeypatch\.setattr\((lightning\.[\w.]+),\s*(\"\w+\"),\s*(.+)\)[ \t]*$", re.M)
+
+
+def mirror_fixture_patches(text: str) -> str:
+    """A kept file's ``monkeypatch.setattr(lightning.<path>, "name", value)`` lines (the fixtures that mock
+    the machine: ``mock_cuda_count``) also patch the mirror's same public path, where the mirror has that
+    attribute (``_ltcompat_shim.mirror_setattr``); Lightning's own patch stays."""
+
+    def add(match: re.Match) -> str:
+        indent, target, name, value = match.groups()
+        mirrored = rewrite_text(target)
+        return (f"{match.group(0)}\n{indent}_ltc_mirror_setattr(monkeypatch, {mirrored!r}, {name}, {value})")
+
+    patched = _FIXTURE_PATCH.sub(add, text)
+    if patched == text:
+        return text
+    return "from _ltcompat_shim import mirror_setattr as _ltc_mirror_setattr\n" + patched
+
+
 def prepare(checkout: str, dest: str, rewrite: bool = True) -> str:
     """Copy Lightning's tests and demos under ``dest`` (rewritten when ``rewrite``); returns ``dest``, the
     folder pytest runs in."""
@@ -102,11 +122,11 @@ def prepare(checkout: str, dest: str, rewrite: bool = True) -> str:
         for name in files:
             path = os.path.join(root, name)
             relative = os.path.relpath(path, os.path.join(dest, "tests_pytorch"))
-            if not name.endswith(".py") or relative in KEEP or name == "_ltcompat_shim.py":
+            if not name.endswith(".py") or name == "_ltcompat_shim.py":
                 continue
             with open(path) as f:
                 text = f.read()
-            rewritten = wrap_module_imports(rewrite_text(text))
+            rewritten = mirror_fixture_patches(text) if relative in KEEP else wrap_module_imports(rewrite_text(text))
             if rewritten != text:
                 with open(path, "w") as f:
                     f.write(rewritten)

@@ -55,3 +55,24 @@ def lookup(module: str, name: str, lightning_name: str) -> Any:
         reason = f"{type(error).__name__}: {error}"
         stand_in = type.__new__(_Missing, name, (), {"lightning_name": lightning_name, "reason": reason})
         return stand_in
+
+
+def mirror_setattr(monkeypatch: Any, path: str, name: str, value: Any) -> None:
+    """A fixture's ``monkeypatch.setattr`` of a Lightning attribute, applied to the mirror's module or
+    class at the rewritten ``path`` where the mirror has a public ``name`` there (else nothing)."""
+    if name.startswith("_"):
+        return
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[cut:]:
+                target = getattr(target, attribute)
+        except (AttributeError, ImportError):
+            return
+        if name in getattr(target, "__dict__", {}):
+            monkeypatch.setattr(target, name, value)
+        return

@@ -257,7 +257,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.gradient_clip_algorithm = gradient_clip_algorithm or "norm"
         #: as given (None: not given), what an overridden configure_gradient_clipping receives (Lightning's)
         self.gradient_clip_algorithm_arg = gradient_clip_algorithm
-        devices = resolve_devices(devices, accelerator, detect_environment())
+        devices = resolve_devices(devices, accelerator, detect_environment(), self.cuda_device_count())
         strategy, strategy_options = resolve_strategy_name(strategy, devices, num_nodes)
         check_precision(precision)
         precision = precision_name(precision)
@@ -287,7 +287,7 @@ class Trainer(TrainerResolvedSettings, TrainerRunState, TrainerLoggers):
         self.logged_metrics: dict[str, float] = {}
         self.callback_metrics = self.logged_metrics
         self.callbacks = with_timer(check_callbacks(callbacks), max_time)
-        check_accelerator(strategy, accelerator)
+        check_accelerator(strategy, accelerator, self.cuda_device_count)
         self.strategy = resolve_strategy(strategy, accelerator=accelerator, **strategy_options)
         checkpoint, self._checkpoint_callback = checkpointing(  # Lightning's ModelCheckpoint / default checkpointing
             checkpoint, enable_checkpointing, self.callbacks, self.strategy.checkpoint_formats,

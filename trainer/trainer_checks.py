@@ -4,7 +4,7 @@ when a call starts: each a one-line error naming the setting and what to give in
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from trainer.runtime.value_checks import require
 from trainer.callbacks import Callback, Timer
@@ -28,14 +28,18 @@ def with_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
     return [*callbacks, Timer(max_time)]
 
 
-def check_accelerator(strategy: str | Strategy, accelerator: str) -> None:
-    """A Strategy instance carries its own accelerator: ``trainer.accelerator`` may not contradict it."""
+def check_accelerator(strategy: str | Strategy, accelerator: str, cuda_devices: Callable[[], int]) -> None:
+    """A Strategy instance carries its own accelerator: ``trainer.accelerator`` may not contradict it.
+    CUDA asked for where ``cuda_devices()`` sees none: refused before any worker starts."""
     require(
         not isinstance(strategy, Strategy) or strategy.accelerator == accelerator or accelerator == "auto",
         f"trainer.accelerator={accelerator!r} differs from the strategy's accelerator="
         f"{getattr(strategy, 'accelerator', None)!r}; give it to the strategy "
         f"({type(strategy).__name__}(accelerator={accelerator!r})) or leave trainer.accelerator at 'auto'",
     )
+    if "cuda" in (accelerator, getattr(strategy, "accelerator", None)) and cuda_devices() == 0:
+        raise ValueError("accelerator='cuda' but torch.cuda.is_available() is False on this machine (no CUDA device "
+                         "this process can use); give accelerator='cpu' or 'auto'")
 
 
 def devices_for(strategy: Strategy, devices: int, num_nodes: int) -> tuple[int, int]:

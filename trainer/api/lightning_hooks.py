@@ -7,7 +7,9 @@ Used by ``Trainer`` (for the module) and ``trainer/callbacks/callback_list.py`` 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
+from unittest.mock import Mock
 
 from trainer.api.hook_table import PER_MICRO_BATCH_HOOKS
 
@@ -42,6 +44,28 @@ def overrides(obj: Any, base: type, name: str) -> bool:
     """Whether ``obj.<name>`` is not ``base``'s (a subclass override or an attribute set on the instance)."""
     method = getattr(obj, name, None)
     return method is not None and getattr(method, "__func__", method) is not getattr(base, name, None)
+
+
+def defines_own(obj: Any, base: type, name: str) -> bool:
+    """Whether ``obj.<name>`` runs other code than ``base``'s, as Lightning decides it: a wrapper set
+    on the instance stands for what it wraps (``functools.wraps`` / ``update_wrapper``'s
+    ``__wrapped__``, a ``Mock(wraps=...)``, a ``functools.partial``), so a recorder around the base's
+    hook is no override; a ``Mock`` wrapping nothing, or None, is none either."""
+    own = getattr(obj, name, None)
+    if own is None:
+        return False
+    own = getattr(own, "__wrapped__", own)
+    if isinstance(own, Mock):
+        own = own._mock_wraps
+    elif isinstance(own, partial):
+        own = own.func
+    if own is None:
+        return False
+    inherited = getattr(base, name, None)
+    if inherited is None:
+        raise ValueError(f"{base.__name__} has no method {name!r} to override")
+    inherited = getattr(inherited, "__wrapped__", inherited)
+    return getattr(own, "__code__", own) is not getattr(inherited, "__code__", inherited)
 
 
 def check_hooks(module: TrainModule, callbacks: list[Callback], datamodule: Any, strategy: Any) -> None:

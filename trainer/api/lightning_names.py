@@ -80,16 +80,19 @@ def check_precision(value: Any) -> None:
         raise ValueError(f"trainer.precision={value!r} is not a precision; allowed: {allowed}")
 
 
-def resolve_devices(devices: Any, accelerator: str, environment: Any = None) -> Any:
-    """``devices="auto"``: see the module docstring. Other values are returned as they are."""
+def resolve_devices(devices: Any, accelerator: str, environment: Any = None, cuda_devices: int | None = None) -> Any:
+    """``devices="auto"``: see the module docstring. Other values are returned as they are.
+    ``cuda_devices``: the CUDA devices this process sees (None: torch's count)."""
     if devices != "auto":
         return devices
     if environment is not None and environment.external:
         return environment.local_world_size
-    import torch
+    if cuda_devices is None:
+        import torch
 
-    if accelerator in ("auto", "cuda") and torch.cuda.is_available():
-        return torch.cuda.device_count()
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if accelerator in ("auto", "cuda") and cuda_devices > 0:
+        return cuda_devices
     return 1
 
 

@@ -38,6 +38,11 @@ class TrainerState(NamedTuple):
         return self.status in ("finished", "interrupted")
 
 
+def cuda_devices() -> int:
+    """The CUDA devices torch sees in this process (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 class RankProperties:
     """``global_rank`` and ``local_rank`` (Lightning's names), on the Trainer and the module."""
 
@@ -60,6 +65,9 @@ class TrainerRunState(RankProperties):
     default_checkpoint_class: Any = None
     #: whether the first step's FLOPs by module are written to ``<run_dir>/flops.txt``
     write_flops_file: bool = True
+    #: how many CUDA devices this process can use, read when the Trainer is built (``accelerator="cuda"``
+    #: refused with none, ``devices="auto"``); the device a rank trains on is always torch's answer
+    cuda_device_count = staticmethod(cuda_devices)
     _run_view: RunView | None = None  # set by the loop while (and after) it runs a call of this trainer
 
     def __getstate__(self) -> dict:

@@ -129,8 +129,8 @@ class CallbackList:
 
     def state_dict(self) -> dict[str, Any]:
         """Each callback's ``state_dict()``, the datamodule's, and the dict the ``on_save_checkpoint``
-        hooks filled (the callbacks', then the module's; called where the checkpoint's small files are
-        written: rank 0)."""
+        hooks filled (the callbacks', then the module's; called on rank 0 for a checkpoint folder, on
+        every rank for a ``.ckpt`` file, as Lightning, rank 0's kept)."""
         states = {key: callback.state_dict() for key, callback in zip(self._keys(), self.callbacks)}
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and (datamodule_state := datamodule.state_dict()):  # (kept when not empty)

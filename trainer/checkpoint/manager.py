@@ -36,6 +36,7 @@ from trainer.runtime import distributed
 from trainer.checkpoint import integrity, layout, save_failure
 from trainer.api.hparams_archive import FILENAME as HPARAMS_FILE
 from trainer.checkpoint.config import CheckpointConfig
+from trainer.checkpoint.file_state import FORMAT_VERSION, extras_of, new_marker
 from trainer.checkpoint.loading import CheckpointError, load_file, load_training_state, load_weights
 from trainer.checkpoint.state import describe_layout, get_rng_state, get_training_state, mesh_layout, set_rng_state
 from trainer.checkpoint.run_states import RunStates
@@ -46,11 +47,11 @@ from trainer.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 SIGNALS = ("SIGTERM", "SIGUSR1")
 
 # Read here, and imported from here by callers (their import path since before loading.py existed).
-__all__ = ["CheckpointError", "CheckpointManager", "load_file", "load_training_state", "load_weights"]
+__all__ = ["FORMAT_VERSION", "CheckpointError", "CheckpointManager", "load_file", "load_training_state",
+           "load_weights"]
 
 
 def _copy_tensors(tree: Any) -> Any:
@@ -166,11 +167,7 @@ class CheckpointManager:
         self._saves_of_step = (step, again + 1)
         staging = layout.staging_path(self.root, step, again)
         state = get_training_state(states.model, states.optimizer, full, self.strategy)
-        marker = {
-            "step": step, "format": self.config.format, "world_size": distributed.world_size(),
-            "mesh": mesh_layout(states.model), "version": FORMAT_VERSION, "time": time.time(),
-            "metrics": {k: v for k, v in states.metrics.items() if k == self.config.monitor},
-        }
+        marker = new_marker(step, self.config.format, states, self.config.monitor)
         if self.config.monitor and not marker["metrics"] and not self._told_no_monitor:
             self._told_no_monitor = True  # this checkpoint cannot be ranked as best: said once
             rank_zero_warn(log, "checkpoint.monitor=%s has no logged value at step %d (logged so far: %s), so this "
@@ -224,13 +221,7 @@ class CheckpointManager:
             with open(os.path.join(staging, "trainer_state.json"), "w", encoding="utf-8") as handle:
                 # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
                 json.dump(redact_secrets(progress), handle, indent=1, default=str)
-            extras = {
-                # The schedulers with their event counters (trainer/optim/lr_scheduling.py).
-                "scheduler": states.scheduler.state_dict() if states.scheduler is not None else None,
-                "precision": states.precision.state_dict() if states.precision is not None else {},  # the loss scaler
-                "callbacks": states.callbacks.state_dict() if states.callbacks is not None else {},
-            }
-            torch.save(extras, os.path.join(staging, "extras.pt"))
+            torch.save(extras_of(states), os.path.join(staging, "extras.pt"))
             written += ["trainer_state.json", "extras.pt"]
             hparams_objects = states.hparams_objects() if states.hparams_objects is not None else None
             if hparams_objects:  # never read when resuming: load_from_checkpoint unpickles it

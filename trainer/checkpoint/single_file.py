@@ -1,17 +1,19 @@
-"""A committed checkpoint folder as one file in Lightning's ``.ckpt`` shape, and back.
+"""A checkpoint as one file in Lightning's ``.ckpt`` shape, and back to a checkpoint folder.
 
-``pack`` turns a committed full-format checkpoint folder (``layout.py``) into one ``torch.save``
-file that Lightning reads (``torch.load`` keys ``state_dict``, ``epoch``, ``global_step``,
-``callbacks``, ``optimizer_states``, ``lr_schedulers``, ``hyper_parameters``,
-``pytorch-lightning_version``) and that still holds everything this trainer needs to resume
-exactly, under the key ``meshtrainer``: the commit marker and every small file of the folder as
-bytes (a ``uint8`` tensor each, so that ``torch.load(weights_only=True)`` reads the file). The
-weights are stored once (``state_dict`` and the resume part share the tensors). The file is
-written under a temporary name, fsynced and renamed: a reader sees the old file or the new one.
+``packed`` gives the content of one ``torch.save`` file that Lightning reads (``torch.load`` keys
+``state_dict``, ``epoch``, ``global_step``, ``callbacks``, ``optimizer_states``, ``lr_schedulers``,
+``hyper_parameters``, ``pytorch-lightning_version``) and that still holds everything this trainer
+needs to resume exactly, under the key ``meshtrainer``: the commit marker and the small files of a
+full-format checkpoint folder (``layout.py``), ``trainer_state.json`` as bytes (a ``uint8``
+tensor) and the others as the values their ``.pt`` files hold (``objects``), all read by
+``torch.load(weights_only=True)``. The weights are stored once (``state_dict`` and the resume part
+share the tensors). `write_atomic` writes it under a temporary name, fsynced and renamed: a reader
+sees the old file or the new one.
 
 ``unpacked`` gives the folder a packed file holds (written once per file version into a
 temporary directory of this process), so every loader of folders (``ckpt_path=``,
-``load_from_checkpoint``, ``python -m trainer.checkpoint``) reads packed files too.
+``load_from_checkpoint``, ``python -m trainer.checkpoint``) reads packed files too (also those
+written when every small file was bytes).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import torch
 
 from trainer.checkpoint import integrity, layout
+from trainer.checkpoint.file_state import FileState
+from trainer.runtime.redact import redact_secrets
 
 KEY = "meshtrainer"
 MODEL_OPTIM = "model_optim.pt"
@@ -39,40 +43,35 @@ def _as_tensor(data: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
 
 
-def _read(folder: str, rel: str) -> bytes:
-    with open(os.path.join(folder, rel), "rb") as handle:
-        return handle.read()
-
-
-def pack(folder: str, path: str, weights_only: bool = False, hparams: dict[str, Any] | None = None,
-         optimizer_states: list | None = None) -> None:
-    """Write the committed full-format checkpoint ``folder`` as the single file ``path`` (rank 0).
+def packed(state: FileState, weights_only: bool = False, hparams: dict[str, Any] | None = None,
+           optimizer_states: list | None = None) -> dict[str, Any]:
+    """The content of the file for the checkpoint ``state`` (rank 0's, `file_state.gather_file_state`).
     ``weights_only``: the model's weights and progress only (no optimizer, scheduler or callback
     state; such a file cannot be resumed from). ``hparams``: the module's hyperparameters
     (Lightning's ``hyper_parameters``); ``optimizer_states``: Lightning's ``optimizer_states``."""
-    marker = layout.read_marker(folder)
-    if marker["format"] != "full":
-        raise ValueError(f"{folder}: only a full-format checkpoint is packed into one file (sharded ones stay folders)")
-    state = torch.load(os.path.join(folder, MODEL_OPTIM), map_location="cpu", weights_only=True)
-    progress = json.loads(_read(folder, "trainer_state.json"))
-    extras = torch.load(os.path.join(folder, "extras.pt"), map_location="cpu", weights_only=True)
-    keep = ("trainer_state.json",) if weights_only else None
-    files = {rel: _as_tensor(_read(folder, rel)) for rel in sorted(marker.get(integrity.FILES, {}))
-             if rel != MODEL_OPTIM and (keep is None or rel in keep or rel.startswith("hparams"))}
-    resume = {"marker": json.dumps({**marker, "weights_only": weights_only}), "files": files}
+    progress = state.progress
+    # Checkpoints are shared and uploaded: no secret of the config in them (never read back).
+    text = json.dumps(redact_secrets(progress), indent=1, default=str).encode("utf-8")
+    objects = {"extras.pt": state.extras, **state.objects}
+    if weights_only:
+        objects = {rel: value for rel, value in objects.items() if rel.startswith("hparams")}
+    resume = {"marker": json.dumps({**state.marker, "weights_only": weights_only}),
+              "files": {"trainer_state.json": _as_tensor(text)}, "objects": objects}
     if not weights_only:
-        resume["optim"] = state.get("optim")
+        resume["optim"] = state.training.get("optim")
     checkpoint: dict[str, Any] = {
         "epoch": int(progress.get("epoch", 0)), "global_step": int(progress.get("global_step", progress["step"])),
-        "pytorch-lightning_version": LIGHTNING_VERSION, "state_dict": state["model"], KEY: resume,
+        "pytorch-lightning_version": LIGHTNING_VERSION, "state_dict": state.training["model"], KEY: resume,
     }
     if hparams:
         checkpoint["hyper_parameters"] = hparams
     if not weights_only:
-        callbacks = {k: v for k, v in (extras.get("callbacks") or {}).items() if not k.startswith("__")}
-        checkpoint.update(callbacks=callbacks, lr_schedulers=_schedulers(extras.get("scheduler")),
-                          optimizer_states=optimizer_states if optimizer_states is not None else [state.get("optim")])
-    write_atomic(checkpoint, path)
+        # (Lightning's keys: a callback whose state is empty has none)
+        callbacks = {k: v for k, v in (state.extras.get("callbacks") or {}).items() if v and not k.startswith("__")}
+        optim = state.training.get("optim")
+        checkpoint.update(callbacks=callbacks, lr_schedulers=_schedulers(state.extras.get("scheduler")),
+                          optimizer_states=optimizer_states if optimizer_states is not None else [optim])
+    return checkpoint
 
 
 def _schedulers(state: Any) -> list:
@@ -120,18 +119,19 @@ def unpacked(path: str) -> str:
     marker = json.loads(resume["marker"])
     folder = tempfile.mkdtemp(prefix="meshtrainer-ckpt-")
     atexit.register(shutil.rmtree, folder, True)
-    for rel, data in resume["files"].items():
+    for rel, data in resume["files"].items():  # raw bytes (every file, in files written before "objects")
         os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
         with open(os.path.join(folder, rel), "wb") as handle:
             handle.write(data.numpy().tobytes())
+    for rel, value in resume.get("objects", {}).items():
+        os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
+        torch.save(value, os.path.join(folder, rel))
     state = {"model": loaded["state_dict"]}
     if "optim" in resume:
         state["optim"] = resume["optim"]
     torch.save(state, os.path.join(folder, MODEL_OPTIM))
     # the file's own integrity is torch.load's to check; the folder rebuilt from it is complete
-    recorded = marker.get(integrity.FILES)
-    if recorded is not None:
-        marker[integrity.FILES] = {rel: size for rel, size in recorded.items() if rel in resume["files"]}
+    marker[integrity.FILES] = integrity.sizes(folder, [*resume["files"], *resume.get("objects", {})])
     marker["packed_from"] = path
     with open(os.path.join(folder, layout.COMMITTED), "w", encoding="utf-8") as handle:
         json.dump(marker, handle)

@@ -18,15 +18,23 @@ from trainer.data.streaming.plan import is_stream
 from trainer.runtime import distributed
 
 
+def stream_state(plan: Any, epoch: int, epoch_step: int) -> dict[str, Any]:
+    """This rank's stream position as ``{file name in the checkpoint: its content}`` (empty when
+    ``plan`` is not a stream plan)."""
+    if not is_stream(plan):
+        return {}
+    name = f"stream/rank-{distributed.rank():05d}.pt"
+    return {name: {**plan.checkpoint_state(epoch, epoch_step), "data_rank": plan.rank}}
+
+
 def save_stream_state(plan: Any, epoch: int, epoch_step: int, staging: str) -> list[str]:
     """Write this rank's stream position into the checkpoint being staged; the files written (none
     when ``plan`` is not a stream plan)."""
-    if not is_stream(plan):
-        return []
-    name = f"stream/rank-{distributed.rank():05d}.pt"
-    os.makedirs(os.path.join(staging, "stream"), exist_ok=True)
-    torch.save({**plan.checkpoint_state(epoch, epoch_step), "data_rank": plan.rank}, os.path.join(staging, name))
-    return [name]
+    parts = stream_state(plan, epoch, epoch_step)
+    for name, state in parts.items():
+        os.makedirs(os.path.join(staging, "stream"), exist_ok=True)
+        torch.save(state, os.path.join(staging, name))
+    return list(parts)
 
 
 def _of_data_rank(path: str, data_rank: int) -> Any:

@@ -18,7 +18,6 @@ from typing import Any, Callable, Sequence
 
 #: Lightning's modules (as their ``trainer.lightning`` path) this trainer has no mirror of -> what to use
 MISSING_MODULES = {
-    "trainer.lightning.accelerators": "Trainer(accelerator='cpu' / 'cuda' / 'auto')",
     "trainer.lightning.demos": "a LightningModule of your own (Lightning's demos run here with their imports rewritten)",
     "trainer.lightning.loops": "hooks and callbacks (this trainer has one loop: trainer/loop/)",
     "trainer.lightning.plugins": "Trainer(precision=...) and a trainer.strategies Strategy instance",

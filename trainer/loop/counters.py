@@ -26,7 +26,7 @@ class RunCounters:
         self.epoch_step = 0
         self.batch_idx = 0
         self.optimizer_steps: int | None = None  # manual optimization only: the module's opt.step() calls
-        self._stepped = 0  # 1 from the optimizer step until the global batch is done (Lightning's global_step)
+        self._stepped = 0  # 1 from the optimizer step (manual: training_step's return) until the global batch is done
 
     @property
     def global_step(self) -> int:
@@ -51,6 +51,11 @@ class RunCounters:
     def optimizer_stepped(self) -> None:
         """The optimizer of the current global batch stepped (automatic optimization; an fp16-skipped
         step too): ``global_step`` counts it from here, as Lightning's does in ``on_train_batch_end``."""
+        self.__dict__["_stepped"] = 1
+
+    def batch_trained(self) -> None:
+        """Manual optimization: the global batch's ``training_step`` returned (its ``opt.step()`` calls are
+        counted already); a checkpoint saved from here (``on_train_batch_end``) holds it as trained."""
         self.__dict__["_stepped"] = 1
 
     def step_done(self) -> None:

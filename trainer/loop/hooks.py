@@ -15,7 +15,7 @@ from trainer.api.callback import Callback
 from trainer.api.datamodule import DataModule, setup_datamodule
 from trainer.api.hook_calls import call_module_hook, call_with_stage
 from trainer.api.hook_table import BEHAVIOUR_HOOKS, CALLBACKS, DATAMODULE, MODULE, OPTIONAL_LAST_ARGUMENT, RECEIVERS
-from trainer.api.lightning_hooks import overrides
+from trainer.api.lightning_hooks import defines_own, overrides
 from trainer.api.module import TrainModule
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class RunHooks:
         self.active = frozenset(name for name in RECEIVERS if self._build(name, None))
 
     def _transfer_owner(self, name: str) -> Any:
-        if self.datamodule is not None and overrides(self.datamodule, DataModule, name):
+        if self.datamodule is not None and defines_own(self.datamodule, DataModule, name):
             return self.datamodule
         return self.module if overrides(self.module, TrainModule, name) else None
 

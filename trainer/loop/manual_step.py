@@ -329,6 +329,7 @@ class ManualStep:
         finally:
             self.active = False
         run.micro_batch_done()
+        run.batch_trained()
         if run.hooks.any("on_train_batch_end"):
             run.module_logs.peek_step_metrics(run.strategy)  # (logging steps: the reduced values, for the hook)
             run.hooks.call("on_train_batch_end", batch_end_outputs(output, None), batch, batch_idx)

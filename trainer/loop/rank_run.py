@@ -353,7 +353,9 @@ class RankRun(RunParts, RunCounters):
         """Where training stands, as saved in a checkpoint."""
         trainer = self.trainer
         return {
-            "step": self.step, "global_step": self.global_step, "epoch": self.epoch, "epoch_step": self.epoch_step,
+            # (a save in on_train_batch_end, after the batch's optimizer step: that batch is trained)
+            "step": self.step + self._stepped, "global_step": self.global_step, "epoch": self.epoch,
+            "epoch_step": self.epoch_step + self._stepped,
             "seed": trainer.seed, "world_size": distributed.world_size(), "global_batch_size": self.batch.global_batch_size,
             "config": trainer.config, "max_steps": trainer.max_steps, "schedule_steps": self.lr_scheduling.schedule_steps(),
             # rank 0: the lines of metrics.jsonl so far (a resume from here cuts the file back to them)

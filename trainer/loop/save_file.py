@@ -1,22 +1,22 @@
 """``trainer.save_checkpoint(path)``: the run's whole state as one checkpoint file (Lightning's ``.ckpt``
 shape, `trainer.checkpoint.single_file`), a collective called on every rank at the same point.
 
-The state is saved as a full-format checkpoint folder beside ``path`` (``.saving-<name>/``, the
-usual atomic save), packed by rank 0 into ``path`` (written under a temporary name, then renamed)
-and the folder removed; every rank returns once the file is there.
+Every rank gives its part of the state (`trainer.checkpoint.file_state`: one gather, nothing
+written); rank 0 writes the file with one ``torch.save`` under a temporary name and renames it over
+``path``; the other ranks write nothing. Every rank returns once the file is there, or raises the
+same error when rank 0's write failed (the previous file at ``path``, if any, is unchanged).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 from trainer.api.hparams_display import checkpoint_record
-from trainer.checkpoint import layout
-from trainer.checkpoint.config import CheckpointConfig
-from trainer.checkpoint.manager import CheckpointManager
-from trainer.checkpoint.single_file import pack
+from trainer.checkpoint import save_failure
+from trainer.checkpoint.file_state import gather_file_state
+from trainer.checkpoint.loading import CheckpointError
+from trainer.checkpoint.single_file import packed, write_atomic
 from trainer.runtime import distributed
 
 
@@ -26,21 +26,19 @@ def save_checkpoint_file(run: Any, path: Any, weights_only: bool = False) -> str
         raise ValueError(f"save_checkpoint({os.fspath(path)!r}): {type(run.strategy).__name__} saves sharded "
                          "checkpoints only (folders); use checkpoint=... or a ModelCheckpoint, which keep the folder layout")
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    root = os.path.join(os.path.dirname(path), f".saving-{os.path.basename(path)}")
-    config = CheckpointConfig(dir=root, format="full", keep_last=None, save_last=False, save_on_signal=False)
-    manager = CheckpointManager(config, run.run_dir, run.strategy)
-    manager.setup()
-    try:
-        run.settle_nonfinite()  # a NaN state is never saved
-        manager.save(run.checkpoint_states())
-        manager.finish()
-        if run.rank == 0:
-            pack(layout.find_latest(root), path, weights_only, _hparams(run.module), _optimizer_states(run))
-    finally:
-        manager.close(clean=False)
-        if run.rank == 0:
-            shutil.rmtree(root, ignore_errors=True)
-    distributed.barrier()
+    run.settle_nonfinite()  # a NaN state is never saved
+    state = gather_file_state(run.checkpoint_states(), run.strategy)
+    failed = None
+    if state is not None:  # rank 0
+        try:
+            write_atomic(packed(state, weights_only, _hparams(run.module), _optimizer_states(run)), path)
+        except Exception as error:  # a full disk, most often: every rank raises the same line
+            failed = save_failure.failure(error, 0)
+    failed = distributed.broadcast_object(failed)  # (also: every rank returns once the file is there)
+    if failed is not None:
+        _, cause, _ = failed
+        raise CheckpointError(f"checkpoint file {path} not saved ({cause}; "
+                              f"{save_failure.space_on(os.path.dirname(path))}); a previous file there is unchanged")
     return path
 
 

@@ -88,8 +88,8 @@ class Strategy(OptimizerStateIO):
     def __init__(self, accelerator: str = "auto"):
         if accelerator not in ("auto", "cpu", "cuda"):
             raise ValueError(f"accelerator={accelerator!r} is not one of 'auto', 'cpu', 'cuda'")
-        if accelerator == "cuda" and not torch.cuda.is_available():
-            raise ValueError("accelerator='cuda' but torch.cuda.is_available() is False on this machine")
+        # (accelerator="cuda" without a CUDA device: refused by the Trainer that gets the strategy, before any
+        # worker starts: trainer_checks.check_accelerator)
         self.accelerator = accelerator
         self.env = ClusterEnvironment(launcher="none")
         #: this rank's device (set by ``setup_environment``)

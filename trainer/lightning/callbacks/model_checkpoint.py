@@ -163,6 +163,9 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
     # ----- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The callback's results, as a checkpoint keeps them."""
+        return self._state()
+
+    def _state(self) -> dict[str, Any]:
         return {"monitor": self.monitor, "best_model_score": self.best_model_score,
                 "best_model_path": self.best_model_path, "current_score": self.current_score,
                 "dirpath": self.dirpath, "best_k_models": self.best_k_models,
@@ -191,7 +194,8 @@ class ModelCheckpoint(CheckpointSaves, CheckpointNames, _FolderCheckpoint):
         """What the caller of a spawned fit takes over (``adopt_results``): the files' results."""
         if not self._files:
             return None
-        return {**self.state_dict(), "last_checkpoint_saved": self._last_checkpoint_saved}
+        # (not through state_dict(): a subclass may count or change its calls, one per save)
+        return {**self._state(), "last_checkpoint_saved": self._last_checkpoint_saved}
 
     def adopt_results(self, results: dict[str, Any] | None) -> None:
         """Take the results a spawned fit's rank 0 had (``best_model_path`` ... here as there)."""

@@ -41,6 +41,7 @@ import re
 import os
 from typing import Any, Callable
 
+from trainer.lightning.accelerators import cuda
 from trainer.lightning.callbacks.model_checkpoint import ModelCheckpoint
 from trainer.lightning.trainer.clipping import LightningClipSetting
 from trainer.lightning.trainer.flags import announce_limits, apply_barebones, check_val_interval, reload_epochs
@@ -67,6 +68,11 @@ class Trainer(LoaderProperties, LightningClipSetting, LightningLoggers, Lightnin
     #: fit(ckpt_path=) from a checkpoint past max_epochs: Lightning's MisconfigurationException (trainer.Trainer:
     #: a warning, nothing trained)
     refuses_resume_past_max_epochs = True
+
+    @staticmethod
+    def cuda_device_count() -> int:
+        """Lightning's reading: ``trainer.lightning.accelerators.cuda.num_cuda_devices()`` (patched there, seen here)."""
+        return cuda.num_cuda_devices()
 
     def __init__(self, **kwargs: Any):
         kwargs = with_environment_arguments(kwargs, trainer_arguments(_Trainer) + ["barebones"])  # PL_TRAINER_*

@@ -1,32 +1,24 @@
 """Lightning's ``lightning.pytorch.utilities.model_helpers``: ``is_overridden`` (does a module, DataModule
 or callback define its own ``method_name``: an override in its class, or a callable set on the
 instance, as opposed to the base class's? An attribute set to None, Lightning's way to turn a hook
-off with ``module.validation_step = None``, is not an override) and ``get_torchvision_model``."""
+off with ``module.validation_step = None``, is not an override; a wrapper around the base's method
+is none either) and ``get_torchvision_model``."""
 
 from __future__ import annotations
 
 from typing import Any
-from unittest.mock import Mock
+
+from trainer.api.lightning_hooks import defines_own
 
 
 def is_overridden(method_name: str, instance: Any = None, parent: type | None = None) -> bool:
     """Whether ``instance.<method_name>`` is not ``parent``'s (by default the LightningModule,
-    LightningDataModule or Callback base the instance derives from); False for no instance."""
+    LightningDataModule or Callback base the instance derives from); False for no instance. A
+    wrapper set on the instance (``functools.wraps``, ``Mock(wraps=...)``, ``functools.partial``)
+    stands for the function it wraps."""
     if instance is None:
         return False
-    if parent is None:
-        parent = _base_of(instance)
-    own = getattr(instance, method_name, None)
-    if own is None:
-        return False
-    if isinstance(own, Mock):  # a patched hook: the function it wraps decides
-        own = own._mock_wraps
-        if own is None:
-            return True
-    base = getattr(parent, method_name, None)
-    if base is None:
-        raise ValueError(f"{parent.__name__} has no method {method_name!r} to override")
-    return getattr(own, "__code__", own) is not getattr(base, "__code__", base)
+    return defines_own(instance, _base_of(instance) if parent is None else parent, method_name)
 
 
 def _base_of(instance: Any) -> type:
