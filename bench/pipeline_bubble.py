@@ -18,7 +18,12 @@ Python. It should sit at or above (p-1)/(m+p-1), or (p-1)/(v*m+p-1) with v virtu
 the fixed per-message costs (``--width``). "on-cpu" checks the machine was quiet: the share of
 the compute calls' wall time that the rank's thread actually ran. Every row goes to ``--out``
 (bench/_results.py's format; ``results`` is a list of ``{"schedule", "microbatches", "theory",
-"formula", "ranks": [{"idle", "on_cpu", "step_ms"} per rank] or "refused": why}``). ``--quick`` checks
+"formula", "ranks": [{"idle", "p2p", "other", "on_cpu", "step_ms"} per rank] or "refused": why}``;
+``p2p``: the share of the window spent posting and waiting on the point-to-point sends and receives
+(``torch.distributed.pipelining``'s batched p2p calls, timed the same way): the bubble itself, waiting
+for the other stage, and the messages; ``other``: the rest of the idle time, the schedule's own Python
+between calls and the last stage's loss). ``theory_measured_stages``: the formula with the stages'
+measured compute put in (``uneven_theory``): equal stages are the formula's premise. ``--quick`` checks
 that it runs (width 32, 1 measured step after 1 warm-up, m = 4, the result in a temporary file
 unless ``--out`` is given): its figures mean nothing.
 """
@@ -80,25 +85,37 @@ class BubbleModule(TrainModule):
 
     def on_fit_start(self):
         strategy = self.trainer.strategy
-        self.busy, self.busy_cpu, self.depth, self.records = 0.0, 0.0, 0, []
+        self.busy, self.busy_cpu, self.p2p, self.depth, self.records = 0.0, 0.0, 0.0, 0, []
         for stage in strategy.pipeline_stages:
             for name in TIMED:
                 setattr(stage, name, self._timed(getattr(stage, name)))
+        from torch.distributed.pipelining import schedules
+
+        for name in ("_batch_p2p", "_wait_batch_p2p"):  # module functions the schedules look up at call time
+            if not hasattr(getattr(schedules, name), "timed_by_bench"):
+                setattr(schedules, name, self._timed(getattr(schedules, name), "p2p"))
         step = strategy.schedule.step  # the strategy calls self.schedule.step: an instance attribute wins
 
         def timed_step(*args, **kwargs):
-            self.busy = self.busy_cpu = 0.0
+            self.busy = self.busy_cpu = self.p2p = 0.0
             start = time.perf_counter()
             result = step(*args, **kwargs)
             # perf_counter is CLOCK_MONOTONIC on Linux: one clock for all processes of the machine,
             # so the parent can line the ranks' steps up.
-            self.records.append((start, time.perf_counter(), self.busy, self.busy_cpu))
+            self.records.append((start, time.perf_counter(), self.busy, self.busy_cpu, self.p2p))
             return result
 
         strategy.schedule.step = timed_step
 
-    def _timed(self, method):
+    def _timed(self, method, into: str = "busy"):
         def wrapper(*args, **kwargs):
+            if into == "p2p":
+                start = time.perf_counter()
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    self.p2p += time.perf_counter() - start
+
             # Count only the outermost call, in case one timed method ever calls another.
             self.depth += 1
             start, start_cpu = time.perf_counter(), time.thread_time()
@@ -109,6 +126,7 @@ class BubbleModule(TrainModule):
                 if self.depth == 0:
                     self.busy += time.perf_counter() - start
                     self.busy_cpu += time.thread_time() - start_cpu
+        wrapper.timed_by_bench = True
         return wrapper
 
     def on_fit_end(self):
@@ -141,9 +159,11 @@ def measure(schedule: str, microbatches: int, steps: int, warmup: int, width: in
     # the other's optimizer step, which is no bubble. Every stage's compute lies within the first
     # stage's window: it runs the first forward and the last backward.)
     window = sum(max(r[k][1] for r in records) - max(r[k][0] for r in records) for k in range(steps))
-    return [{"idle": 1 - sum(step[2] for step in rank) / window,
+    idle = [1 - sum(step[2] for step in rank) / window for rank in records]
+    p2p = [sum(step[4] for step in rank) / window for rank in records]
+    return [{"idle": idle[r], "p2p": p2p[r], "other": idle[r] - p2p[r],
              "on_cpu": sum(step[3] for step in rank) / sum(step[2] for step in rank),
-             "step_ms": 1e3 * window / steps} for rank in records]
+             "step_ms": 1e3 * window / steps} for r, rank in enumerate(records)]
 
 
 def theory(schedule: str, microbatches: int) -> tuple[float, str]:
@@ -151,6 +171,15 @@ def theory(schedule: str, microbatches: int) -> tuple[float, str]:
     if v > 1:
         return (p - 1) / (v * microbatches + p - 1), f"(p-1)/(v*m+p-1), v={v}"
     return (p - 1) / (microbatches + p - 1), "(p-1)/(m+p-1)"
+
+
+def uneven_theory(ranks: list[dict], bubble: float) -> float:
+    """The mean idle fraction the schedule's formula gives once the stages' measured compute is put in:
+    the formula assumes equal stages, and the window then is ``1 / (1 - bubble)`` times the slowest
+    rank's compute (the others wait for it in every slot), so rank r idles ``1 - (1 - bubble) busy_r /
+    max busy``. Busy shares of the same window compare as the busy times themselves."""
+    busy = [1 - rank["idle"] for rank in ranks]
+    return sum(1 - (1 - bubble) * b / max(busy) for b in busy) / len(busy)
 
 
 def main() -> None:
@@ -180,20 +209,23 @@ def main() -> None:
     print(f"model: {DEPTH} MLP blocks {args.width}->{4 * args.width}->{args.width}, {params / 1e6:.1f}M parameters; "
           f"batch {BATCH}; {args.warmup} warm-up + {args.steps} measured steps per row; "
           f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'schedule':<18}{'m':>3}{'idle (mean)':>13}{'rank 0':>8}{'rank 1':>8}{'theory':>8}"
+    print(f"{'schedule':<18}{'m':>3}{'idle (mean)':>13}{'rank 0':>8}{'rank 1':>8}{'theory':>8}{'uneven':>8}{'p2p':>7}{'other':>7}"
           f"{'step ms':>9}{'on-cpu':>8}  formula")
     for schedule in args.schedules:
         for m in args.microbatches:
             bubble, formula = theory(schedule, m)
             ranks = measure(schedule, m, args.steps, args.warmup, args.width)
             rows.append({"schedule": schedule, "microbatches": m, "theory": bubble, "formula": formula,
-                         **({"refused": ranks} if isinstance(ranks, str) else {"ranks": ranks})})
+                         **({"refused": ranks} if isinstance(ranks, str) else
+                            {"ranks": ranks, "theory_measured_stages": uneven_theory(ranks, bubble)})})
             if isinstance(ranks, str):
                 print(f"{schedule:<18}{m:>3}  not supported: {ranks}")
                 continue
             mean = {key: sum(r[key] for r in ranks) / len(ranks) for key in ranks[0]}
             per_rank = "".join(f"{r['idle']:>8.3f}" for r in ranks)
-            print(f"{schedule:<18}{m:>3}{mean['idle']:>13.3f}{per_rank}{bubble:>8.3f}{mean['step_ms']:>9.1f}"
+            print(f"{schedule:<18}{m:>3}{mean['idle']:>13.3f}{per_rank}{bubble:>8.3f}{rows[-1]['theory_measured_stages']:>8.3f}"
+                  f"{mean['p2p']:>7.3f}"
+                  f"{mean['other']:>7.3f}{mean['step_ms']:>9.1f}"
                   f"{mean['on_cpu']:>8.2f}  {formula}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}. on-cpu: share of the compute calls' wall time the ranks' "
           "threads ran; well below 1, they were descheduled (other load on the machine) and the row is not clean.")

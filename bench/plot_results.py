@@ -115,12 +115,18 @@ def pipeline_bubble_table(result: dict) -> list[str]:
     rows = []
     for r in result["results"]:
         if "refused" in r:
-            rows.append([r["schedule"], r["microbatches"], f"refused: {r['refused']}", "", f"{r['theory']:.3f}", r["formula"]])
+            rows.append([r["schedule"], r["microbatches"], f"refused: {r['refused']}", "", f"{r['theory']:.3f}", "", "", "",
+                         r["formula"]])
             continue
         idle = [rank["idle"] for rank in r["ranks"]]
+        # Older results have no split of the idle time (the p2p timing came later).
+        split = ([f"{sum(rank[key] for rank in r['ranks']) / len(idle):.3f}" for key in ("p2p", "other")]
+                 if all("p2p" in rank for rank in r["ranks"]) else ["", ""])
+        uneven = f"{r['theory_measured_stages']:.3f}" if "theory_measured_stages" in r else ""
         rows.append([r["schedule"], r["microbatches"], f"{sum(idle) / len(idle):.3f}", " / ".join(f"{i:.3f}" for i in idle),
-                     f"{r['theory']:.3f}", r["formula"]])
-    return _table(["schedule", "micro-batches", "idle fraction (mean)", "per rank", "theory", "formula"], rows)
+                     f"{r['theory']:.3f}", uneven, *split, r["formula"]])
+    return _table(["schedule", "micro-batches", "idle fraction (mean)", "per rank", "theory",
+                   "theory with the measured stages", "in p2p calls (mean)", "other (mean)", "formula"], rows)
 
 
 def pipeline_bubble_placeholder() -> list[str]:
