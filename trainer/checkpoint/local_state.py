@@ -42,6 +42,8 @@ def plain_full_state(module: nn.Module, optimizer: torch.optim.Optimizer | None)
     state: dict[str, Any] = {"model": module.state_dict()}
     if optimizer is None:
         return state
+    if not isinstance(optimizer, torch.optim.Optimizer):  # several optimizers (manual optimization): torch's
+        return None
     if not optimizer.state:  # torch's helpers first create the state with a step of zero gradients
         return None
     saved = optimizer.state_dict()

@@ -75,6 +75,15 @@ def test_falls_back_where_torch_knows_more():
     assert plain_full_state(tied, optimizer) is None
     _assert_same(get_training_state(tied, optimizer, full=True), _torch_full_state(tied, optimizer))
 
+    # Several optimizers (manual optimization) go to torch's helpers, which take a list.
+    module = _batchnorm_net()
+    optimizers = [torch.optim.Adam(module[0].parameters()), torch.optim.SGD(module[3].parameters(), lr=0.1)]
+    module(torch.randn(5, 3)).sum().backward()
+    for optimizer in optimizers:
+        optimizer.step()
+    assert plain_full_state(module, optimizers) is None
+    _assert_same(get_training_state(module, optimizers, full=True), _torch_full_state(module, optimizers))
+
     # No optimizer state yet (torch's helpers make it), and a compiled module's prefixed names.
     module = _batchnorm_net()
     assert plain_full_state(module, torch.optim.Adam(module.parameters())) is None
