@@ -30,9 +30,10 @@ def _is_plain(module: nn.Module) -> bool:
     return all(type(t) in (torch.Tensor, nn.Parameter) for t in (*module.parameters(), *module.buffers()))
 
 
-def plain_full_state(module: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any] | None:
+def plain_full_state(module: nn.Module, optimizer: Any) -> dict[str, Any] | None:
     """``{"model": ..., "optim": ...}`` as ``get_training_state(full=True)`` gives them on one
-    process, or None where only torch's helpers know the answer (see the module docstring)."""
+    process, or None where only torch's helpers know the answer (see the module docstring).
+    ``optimizer``: one optimizer, None, or several (a list: torch's helpers read those)."""
     if not _is_plain(module):
         return None
     named = list(module.named_parameters(remove_duplicate=False))
