@@ -18,14 +18,24 @@ Python. It should sit at or above (p-1)/(m+p-1), or (p-1)/(v*m+p-1) with v virtu
 the fixed per-message costs (``--width``). "on-cpu" checks the machine was quiet: the share of
 the compute calls' wall time that the rank's thread actually ran. Every row goes to ``--out``
 (bench/_results.py's format; ``results`` is a list of ``{"schedule", "microbatches", "theory",
-"formula", "ranks": [{"idle", "p2p", "other", "on_cpu", "step_ms"} per rank] or "refused": why}``;
-``p2p``: the share of the window spent posting and waiting on the point-to-point sends and receives
-(``torch.distributed.pipelining``'s batched p2p calls, timed the same way): the bubble itself, waiting
-for the other stage, and the messages; ``other``: the rest of the idle time, the schedule's own Python
-between calls and the last stage's loss). ``theory_measured_stages``: the formula with the stages'
-measured compute put in (``uneven_theory``): equal stages are the formula's premise. ``--quick`` checks
-that it runs (width 32, 1 measured step after 1 warm-up, m = 4, the result in a temporary file
-unless ``--out`` is given): its figures mean nothing.
+"formula", "ranks": [{"idle", "p2p", "other", "on_cpu", "step_ms"} per rank], and the replays below}``
+or ``{..., "refused": why}``; ``p2p``: the share of the window spent posting and waiting on the
+point-to-point sends and receives (``torch.distributed.pipelining``'s batched p2p calls, timed the
+same way): the bubble itself, waiting for the other stage, and the messages; ``other``: the rest of
+the idle time, the schedule's own Python between calls and the last stage's loss).
+
+Each step's calls and waits are also kept as a trace and replayed through the schedule's data
+dependencies (bench/_pipeline_trace.py): ``replay_mean_calls`` (every call at its rank's mean for
+its kind, nothing between calls: the bubble of these stages, imbalance included),
+``replay_measured_calls`` (the calls as measured, nothing between them), ``replay_with_local_work``
+(plus the ranks' work between calls but posting the messages: the schedule's Python, the loss),
+``replay_with_posting`` (plus the time ``isend`` / ``irecv`` take to return; ``posting_ms_per_step``:
+that time per rank and step), ``replay_with_hop`` (plus the measured hop, ``hop_ms``: a producing
+call's end to the end of the waiting consumer's receive, median over ``hops`` messages) and
+``call_ms`` (the median compute call).
+Where ``replay_with_hop`` meets the measured idle fraction, the trace accounts for all of it.
+``--quick`` checks that it runs (width 32, 1 measured step after 1 warm-up, m = 4, the result in a
+temporary file unless ``--out`` is given): its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ from torch.utils.data import TensorDataset  # noqa: E402
 from trainer import TrainModule, Trainer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline_trace import decompose  # noqa: E402
 from _strategy_model import Block  # noqa: E402  (the same block as bench/strategy_baselines.py's)
 from trainer.strategies.pipeline import SCHEDULES, PipelineStrategy  # noqa: E402
 
@@ -85,36 +96,41 @@ class BubbleModule(TrainModule):
 
     def on_fit_start(self):
         strategy = self.trainer.strategy
-        self.busy, self.busy_cpu, self.p2p, self.depth, self.records = 0.0, 0.0, 0.0, 0, []
+        self.busy, self.busy_cpu, self.p2p, self.depth, self.records, self.events = 0.0, 0.0, 0.0, 0, [], []
         for stage in strategy.pipeline_stages:
-            for name in TIMED:
-                setattr(stage, name, self._timed(getattr(stage, name)))
+            for name, kind in zip(TIMED, "FBW"):
+                setattr(stage, name, self._timed(getattr(stage, name), kind, stage.stage_index))
         from torch.distributed.pipelining import schedules
 
         for name in ("_batch_p2p", "_wait_batch_p2p"):  # module functions the schedules look up at call time
             if not hasattr(getattr(schedules, name), "timed_by_bench"):
-                setattr(schedules, name, self._timed(getattr(schedules, name), "p2p"))
+                setattr(schedules, name, self._timed(getattr(schedules, name), "wait" if "wait" in name else "post"))
         step = strategy.schedule.step  # the strategy calls self.schedule.step: an instance attribute wins
 
         def timed_step(*args, **kwargs):
             self.busy = self.busy_cpu = self.p2p = 0.0
+            self.events = []
             start = time.perf_counter()
             result = step(*args, **kwargs)
             # perf_counter is CLOCK_MONOTONIC on Linux: one clock for all processes of the machine,
             # so the parent can line the ranks' steps up.
-            self.records.append((start, time.perf_counter(), self.busy, self.busy_cpu, self.p2p))
+            self.records.append((start, time.perf_counter(), self.busy, self.busy_cpu, self.p2p, self.events))
             return result
 
         strategy.schedule.step = timed_step
 
-    def _timed(self, method, into: str = "busy"):
+    def _timed(self, method, kind: str, stage: int = -1):
+        """``kind``: F / B / W (a stage's compute call: busy time) or ``wait`` / ``post`` (waiting on
+        sends and receives / posting them: p2p time); every call is an event of the step's trace."""
         def wrapper(*args, **kwargs):
-            if into == "p2p":
+            if kind in ("wait", "post"):
                 start = time.perf_counter()
                 try:
                     return method(*args, **kwargs)
                 finally:
-                    self.p2p += time.perf_counter() - start
+                    end = time.perf_counter()
+                    self.p2p += end - start
+                    self.events.append([kind, -1, -1, start, end])
 
             # Count only the outermost call, in case one timed method ever calls another.
             self.depth += 1
@@ -124,8 +140,11 @@ class BubbleModule(TrainModule):
             finally:
                 self.depth -= 1
                 if self.depth == 0:
-                    self.busy += time.perf_counter() - start
+                    end = time.perf_counter()
+                    self.busy += end - start
                     self.busy_cpu += time.thread_time() - start_cpu
+                    chunk = args[0] if args else kwargs.get("fwd_chunk_id", kwargs.get("bwd_chunk_id", -1))
+                    self.events.append([kind, stage, chunk, start, end])
         wrapper.timed_by_bench = True
         return wrapper
 
@@ -135,9 +154,11 @@ class BubbleModule(TrainModule):
             json.dump(self.records, f)
 
 
-def measure(schedule: str, microbatches: int, steps: int, warmup: int, width: int) -> list[dict] | str:
+def measure(schedule: str, microbatches: int, steps: int, warmup: int,
+            width: int) -> tuple[list[dict], dict] | str:
     """Per rank, over the steps after ``warmup``: idle fraction, on-CPU share of the busy time and
-    mean step time; or why the run was refused."""
+    mean step time, and the replays of the steps' trace (bench/_pipeline_trace.py); or why the run
+    was refused."""
     strategy = PipelineStrategy(schedule=schedule, microbatches=microbatches, partition="uniform")
     with tempfile.TemporaryDirectory() as run_dir:
         try:
@@ -161,9 +182,12 @@ def measure(schedule: str, microbatches: int, steps: int, warmup: int, width: in
     window = sum(max(r[k][1] for r in records) - max(r[k][0] for r in records) for k in range(steps))
     idle = [1 - sum(step[2] for step in rank) / window for rank in records]
     p2p = [sum(step[4] for step in rank) / window for rank in records]
-    return [{"idle": idle[r], "p2p": p2p[r], "other": idle[r] - p2p[r],
-             "on_cpu": sum(step[3] for step in rank) / sum(step[2] for step in rank),
-             "step_ms": 1e3 * window / steps} for r, rank in enumerate(records)]
+    ranks = [{"idle": idle[r], "p2p": p2p[r], "other": idle[r] - p2p[r],
+              "on_cpu": sum(step[3] for step in rank) / sum(step[2] for step in rank),
+              "step_ms": 1e3 * window / steps} for r, rank in enumerate(records)]
+    trace = [[{"start": max(r[k][0] for r in records), "end": rank[k][1], "events": rank[k][5]} for rank in records]
+             for k in range(steps)]
+    return ranks, decompose(trace)
 
 
 def theory(schedule: str, microbatches: int) -> tuple[float, str]:
@@ -171,15 +195,6 @@ def theory(schedule: str, microbatches: int) -> tuple[float, str]:
     if v > 1:
         return (p - 1) / (v * microbatches + p - 1), f"(p-1)/(v*m+p-1), v={v}"
     return (p - 1) / (microbatches + p - 1), "(p-1)/(m+p-1)"
-
-
-def uneven_theory(ranks: list[dict], bubble: float) -> float:
-    """The mean idle fraction the schedule's formula gives once the stages' measured compute is put in:
-    the formula assumes equal stages, and the window then is ``1 / (1 - bubble)`` times the slowest
-    rank's compute (the others wait for it in every slot), so rank r idles ``1 - (1 - bubble) busy_r /
-    max busy``. Busy shares of the same window compare as the busy times themselves."""
-    busy = [1 - rank["idle"] for rank in ranks]
-    return sum(1 - (1 - bubble) * b / max(busy) for b in busy) / len(busy)
 
 
 def main() -> None:
@@ -209,24 +224,32 @@ def main() -> None:
     print(f"model: {DEPTH} MLP blocks {args.width}->{4 * args.width}->{args.width}, {params / 1e6:.1f}M parameters; "
           f"batch {BATCH}; {args.warmup} warm-up + {args.steps} measured steps per row; "
           f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'schedule':<18}{'m':>3}{'idle (mean)':>13}{'rank 0':>8}{'rank 1':>8}{'theory':>8}{'uneven':>8}{'p2p':>7}{'other':>7}"
-          f"{'step ms':>9}{'on-cpu':>8}  formula")
+    replays = ("replay_mean_calls", "replay_measured_calls", "replay_with_local_work", "replay_with_posting",
+               "replay_with_hop")
+    print(f"{'schedule':<18}{'m':>3}{'idle (mean)':>13}{'rank 0':>8}{'rank 1':>8}{'theory':>8}{'mean':>7}{'calls':>7}"
+          f"{'+work':>7}{'+post':>7}{'+hop':>7}{'hop ms':>8}{'call ms':>8}{'post ms':>8}{'step ms':>9}{'on-cpu':>8}"
+          "  formula")
     for schedule in args.schedules:
         for m in args.microbatches:
             bubble, formula = theory(schedule, m)
-            ranks = measure(schedule, m, args.steps, args.warmup, args.width)
-            rows.append({"schedule": schedule, "microbatches": m, "theory": bubble, "formula": formula,
-                         **({"refused": ranks} if isinstance(ranks, str) else
-                            {"ranks": ranks, "theory_measured_stages": uneven_theory(ranks, bubble)})})
-            if isinstance(ranks, str):
-                print(f"{schedule:<18}{m:>3}  not supported: {ranks}")
+            measured = measure(schedule, m, args.steps, args.warmup, args.width)
+            if isinstance(measured, str):
+                rows.append({"schedule": schedule, "microbatches": m, "theory": bubble, "formula": formula,
+                             "refused": measured})
+                print(f"{schedule:<18}{m:>3}  not supported: {measured}")
                 continue
+            ranks, split = measured
+            rows.append({"schedule": schedule, "microbatches": m, "theory": bubble, "formula": formula,
+                         "ranks": ranks, **split})
             mean = {key: sum(r[key] for r in ranks) / len(ranks) for key in ranks[0]}
             per_rank = "".join(f"{r['idle']:>8.3f}" for r in ranks)
-            print(f"{schedule:<18}{m:>3}{mean['idle']:>13.3f}{per_rank}{bubble:>8.3f}{rows[-1]['theory_measured_stages']:>8.3f}"
-                  f"{mean['p2p']:>7.3f}"
-                  f"{mean['other']:>7.3f}{mean['step_ms']:>9.1f}"
-                  f"{mean['on_cpu']:>8.2f}  {formula}", flush=True)
+            print(f"{schedule:<18}{m:>3}{mean['idle']:>13.3f}{per_rank}{bubble:>8.3f}"
+                  + "".join(f"{split[key]:>7.3f}" for key in replays)
+                  + f"{split['hop_ms']:>8.2f}{split['call_ms']:>8.2f}{split['posting_ms_per_step']:>8.1f}"
+                  f"{mean['step_ms']:>9.1f}{mean['on_cpu']:>8.2f}  {formula}", flush=True)
+    print("mean ... +hop: the steps replayed from their dependencies (bench/_pipeline_trace.py), each adding one "
+          "measured cost: every call at its rank's mean; the calls as measured; the ranks' work between calls "
+          "but posting; posting the messages (post ms: per rank and step); the measured hop on each message.")
     print(f"load average after: {os.getloadavg()[0]:.2f}. on-cpu: share of the compute calls' wall time the ranks' "
           "threads ran; well below 1, they were descheduled (other load on the machine) and the row is not clean.")
     recorder.write(rows)

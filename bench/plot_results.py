@@ -111,22 +111,26 @@ def strategy_baselines_placeholder() -> list[str]:
                                                          for s in STRATEGY_ROWS])
 
 
+REPLAYS = ("replay_mean_calls", "replay_measured_calls", "replay_with_local_work", "replay_with_posting",
+           "replay_with_hop")
+
+
 def pipeline_bubble_table(result: dict) -> list[str]:
     rows = []
     for r in result["results"]:
         if "refused" in r:
-            rows.append([r["schedule"], r["microbatches"], f"refused: {r['refused']}", "", f"{r['theory']:.3f}", "", "", "",
-                         r["formula"]])
+            rows.append([r["schedule"], r["microbatches"], f"refused: {r['refused']}", f"{r['theory']:.3f}",
+                         *[""] * (len(REPLAYS) + 1), r["formula"]])
             continue
         idle = [rank["idle"] for rank in r["ranks"]]
-        # Older results have no split of the idle time (the p2p timing came later).
-        split = ([f"{sum(rank[key] for rank in r['ranks']) / len(idle):.3f}" for key in ("p2p", "other")]
-                 if all("p2p" in rank for rank in r["ranks"]) else ["", ""])
-        uneven = f"{r['theory_measured_stages']:.3f}" if "theory_measured_stages" in r else ""
-        rows.append([r["schedule"], r["microbatches"], f"{sum(idle) / len(idle):.3f}", " / ".join(f"{i:.3f}" for i in idle),
-                     f"{r['theory']:.3f}", uneven, *split, r["formula"]])
-    return _table(["schedule", "micro-batches", "idle fraction (mean)", "per rank", "theory",
-                   "theory with the measured stages", "in p2p calls (mean)", "other (mean)", "formula"], rows)
+        # Older results have no trace replays (they came later): their cells stay empty.
+        replays = [f"{r[key]:.3f}" if key in r else "" for key in REPLAYS]
+        hop = f"{r['hop_ms']:.2f}" if "hop_ms" in r else ""
+        rows.append([r["schedule"], r["microbatches"], f"{sum(idle) / len(idle):.3f}", f"{r['theory']:.3f}", *replays,
+                     hop, r["formula"]])
+    return _table(["schedule", "micro-batches", "idle fraction (mean of the ranks)", "theory",
+                   "replayed: calls at their mean", "+ the calls' variation", "+ Python and loss between calls",
+                   "+ posting the messages", "+ the message hop", "hop ms (median)", "formula"], rows)
 
 
 def pipeline_bubble_placeholder() -> list[str]:
@@ -259,6 +263,10 @@ def draw_pipeline_bubble(result: dict, plt):
     ax.barh(positions, [sum(k["idle"] for k in r["ranks"]) / len(r["ranks"]) for r in rows], color="#4c72b0",
             label="measured (mean of the ranks)")
     ax.scatter([r["theory"] for r in rows], positions, marker="D", color="black", zorder=3, label="theory")
+    replayed = [(p, r["replay_with_hop"]) for p, r in zip(positions, rows) if "replay_with_hop" in r]
+    if replayed:
+        ax.scatter([x for _, x in replayed], [p for p, _ in replayed], marker="|", s=120, color="#dd8452", zorder=4,
+                   label="replayed with the measured hop")
     ax.set_yticks(positions, labels)
     ax.invert_yaxis()
     ax.set_xlabel("idle fraction of the pipeline's step")
